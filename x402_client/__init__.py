@@ -1,0 +1,76 @@
+"""x402-eur: a payer-side x402 client for euro pay-per-request APIs, built on httpx.
+
+```python
+import httpx
+from x402_client import PaymentOptions, with_eur_payment
+
+client = with_eur_payment(httpx.AsyncClient(), PaymentOptions.from_env())
+response = await client.get("https://merchant.example/paid")
+print(response.extensions["x402_payment"])
+```
+"""
+
+from .__version__ import __version__
+from ._amounts import format_amount, from_atomic, to_atomic
+from ._exceptions import (
+    AmountLimitExceeded,
+    BridgeTransferFailed,
+    BudgetExceeded,
+    ChallengeError,
+    ConfigurationError,
+    InsufficientFunds,
+    InvalidChallenge,
+    NoSatisfiableOption,
+    PaymentAPIError,
+    PaymentFailed,
+    PaymentNotConfirmed,
+    PaymentOutcomeUnknown,
+    PaymentRefused,
+    PaymentRejectedByHook,
+    PaymentVerificationFailed,
+    SpenderMismatch,
+    UnreplayableRequest,
+    X402Error,
+)
+from ._options import EvmOptions, PaymentOptions
+from ._payer import EXTENSION, RECEIPT_EXTENSION
+from ._progress import PaymentProgress
+from ._proof import decode_proof, encode_proof
+from ._transport import PaymentTransport, with_eur_payment
+from ._types import PaymentIntent, PaymentReceipt
+
+__all__ = [
+    "EXTENSION",
+    "RECEIPT_EXTENSION",
+    "AmountLimitExceeded",
+    "BridgeTransferFailed",
+    "BudgetExceeded",
+    "ChallengeError",
+    "ConfigurationError",
+    "EvmOptions",
+    "InsufficientFunds",
+    "InvalidChallenge",
+    "NoSatisfiableOption",
+    "PaymentAPIError",
+    "PaymentFailed",
+    "PaymentIntent",
+    "PaymentNotConfirmed",
+    "PaymentOptions",
+    "PaymentOutcomeUnknown",
+    "PaymentProgress",
+    "PaymentReceipt",
+    "PaymentRefused",
+    "PaymentRejectedByHook",
+    "PaymentTransport",
+    "PaymentVerificationFailed",
+    "SpenderMismatch",
+    "UnreplayableRequest",
+    "X402Error",
+    "__version__",
+    "decode_proof",
+    "encode_proof",
+    "format_amount",
+    "from_atomic",
+    "to_atomic",
+    "with_eur_payment",
+]

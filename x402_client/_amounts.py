@@ -1,0 +1,114 @@
+"""Money: the one place where amounts are parsed and converted.
+
+Amounts are `Decimal` in currency units (euros, dollars) at the edges of the API and
+integer atomic units on chains. EURQ and USDQ have 6 decimals on every network, so
+`1 atomic unit = 0.000001`. The spec's examples hold: 0.10 EUR = 100000, 0.50 EUR =
+500000, 1.00 EUR = 1000000.
+
+Parsing is strict on purpose: a wire amount is a plain decimal string (`"0.10"`) or a
+plain integer string for atomic units (`"100000"`). Signs, exponents, NaN, infinities,
+whitespace, more than 6 decimals and absurdly large values are refused, because the
+client must never pay for an amount it could not read exactly.
+"""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal, InvalidOperation, localcontext
+
+__all__ = [
+    "ATOMIC_DECIMALS",
+    "MAX_ATOMIC",
+    "AmountError",
+    "format_amount",
+    "from_atomic",
+    "parse_amount",
+    "parse_atomic",
+    "to_atomic",
+]
+
+ATOMIC_DECIMALS = 6
+_SCALE = Decimal(10) ** ATOMIC_DECIMALS
+# 10^21 atomic units (10^15 euros) is far beyond any real price; anything larger is
+# treated as a lie, not a price.
+MAX_ATOMIC = 10**21
+_MAX_INTEGER_DIGITS = 15
+
+_DECIMAL_RE = re.compile(rf"\A(\d{{1,{_MAX_INTEGER_DIGITS}}})(?:\.(\d{{1,{ATOMIC_DECIMALS}}}))?\Z")
+_ATOMIC_RE = re.compile(r"\A\d{1,22}\Z")
+
+
+class AmountError(ValueError):
+    """An amount that is not a valid price (raised by the parsers; callers wrap it)."""
+
+
+def parse_amount(text: object, *, allow_zero: bool = False) -> Decimal:
+    """Parse a decimal currency amount such as `"0.10"` exactly.
+
+    Accepts a `str` (the wire form) or a `Decimal`/`int` already in hand; refuses floats,
+    since a float has already lost the exact value.
+    """
+    if isinstance(text, (bool, float)):
+        raise AmountError(f"amount must be a decimal string, not {type(text).__name__}")
+    if isinstance(text, int):
+        text = str(text)
+    elif isinstance(text, Decimal):
+        if not text.is_finite():
+            raise AmountError("amount must be finite")
+        text = format(text, "f")
+    if not isinstance(text, str):
+        raise AmountError(f"amount must be a decimal string, not {type(text).__name__}")
+    if not _DECIMAL_RE.match(text):
+        raise AmountError(
+            f"amount {text[:40]!r} is not a plain decimal with at most {ATOMIC_DECIMALS} decimals"
+        )
+    value = Decimal(text)
+    if value == 0 and not allow_zero:
+        raise AmountError("amount must be greater than zero")
+    return value
+
+
+def parse_atomic(text: object) -> int:
+    """Parse an atomic amount such as `"100000"`: a plain positive integer string."""
+    if isinstance(text, bool) or not isinstance(text, str):
+        raise AmountError(f"atomic amount must be an integer string, not {type(text).__name__}")
+    if not _ATOMIC_RE.match(text):
+        raise AmountError(f"atomic amount {text[:40]!r} is not a plain integer string")
+    value = int(text)
+    if value <= 0:
+        raise AmountError("atomic amount must be greater than zero")
+    if value > MAX_ATOMIC:
+        raise AmountError("atomic amount is implausibly large")
+    return value
+
+
+def to_atomic(amount: Decimal) -> int:
+    """`Decimal("0.10")` -> `100000`. Refuses amounts with more than 6 decimals."""
+    if not amount.is_finite():
+        raise AmountError("amount must be finite")
+    with localcontext() as ctx:
+        ctx.prec = 50
+        scaled = amount * _SCALE
+        if scaled != scaled.to_integral_value():
+            raise AmountError(f"amount {amount} has more than {ATOMIC_DECIMALS} decimals")
+        return int(scaled)
+
+
+def from_atomic(atomic: int) -> Decimal:
+    """`100000` -> `Decimal("0.100000")`: exact, with 6 decimal places."""
+    if isinstance(atomic, bool) or not isinstance(atomic, int):
+        raise AmountError("atomic amount must be an int")
+    with localcontext() as ctx:
+        ctx.prec = 50
+        try:
+            return (Decimal(atomic) / _SCALE).quantize(Decimal(1).scaleb(-ATOMIC_DECIMALS))
+        except InvalidOperation as exc:  # pragma: no cover - prec 50 covers MAX_ATOMIC
+            raise AmountError("atomic amount out of range") from exc
+
+
+def format_amount(amount: Decimal) -> str:
+    """A human form: at least 2 decimals, no trailing zeros beyond them (`0.1` -> `0.10`)."""
+    normalized = amount.normalize()
+    exponent = normalized.as_tuple().exponent
+    places = max(2, -exponent if isinstance(exponent, int) else 2)
+    return f"{amount:.{places}f}"

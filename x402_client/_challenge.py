@@ -1,0 +1,138 @@
+"""Pure protocol logic for the 402 challenge: parse, classify, describe. No I/O.
+
+The transport hands this module bytes and gets back models, reasons and intents, so
+every rule here is tested without a network.
+"""
+
+from __future__ import annotations
+
+import enum
+from decimal import Decimal
+from typing import Any
+
+from pydantic import ValidationError
+
+from . import _json
+from ._amounts import from_atomic
+from ._exceptions import InvalidChallenge
+from ._models import EuroAcceptEntry, ExactAcceptEntry, PaymentRequired
+
+__all__ = [
+    "CHAIN_A_ASSETS",
+    "CHAIN_A_NETWORK",
+    "CURRENCY_OF",
+    "EURO_ASSET",
+    "EVM_NETWORKS",
+    "PROVIDER_NETWORK",
+    "AcceptEntry",
+    "InvalidEntry",
+    "VerifierReason",
+    "classify_reason",
+    "exact_amount",
+    "parse_accept",
+    "parse_failure_body",
+    "parse_payment_required",
+]
+
+PROVIDER_NETWORK = "provider:mainnet"
+CHAIN_A_NETWORK = "ledgera:mainnet"
+EVM_NETWORKS = {"eip155:1": 1, "eip155:137": 137}
+EURO_ASSET = "EURO"
+#: Chain A asset ids (decimal strings, as in the `asset` field) and their symbols.
+CHAIN_A_ASSETS = {"2768422954": "EURQ", "2768603795": "USDQ"}
+#: What each asset counts against in limits and budgets: euros and dollars never mix.
+CURRENCY_OF = {"EURO": "EUR", "EURQ": "EUR", "USDQ": "USD"}
+
+AcceptEntry = EuroAcceptEntry | ExactAcceptEntry
+
+
+class InvalidEntry(ValueError):
+    """One accept entry that could not be read; the others may still be payable."""
+
+
+def _first_error(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    where = ".".join(str(p) for p in err["loc"]) or "body"
+    return f"{where}: {err['msg']}"
+
+
+def parse_payment_required(body: bytes) -> PaymentRequired:
+    """Parse a 402 body; anything but a well-formed x402 version 2 body is `InvalidChallenge`."""
+    try:
+        data = _json.loads(body)
+    except _json.JSONError as exc:
+        raise InvalidChallenge(f"402 body is not JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise InvalidChallenge("402 body is not a JSON object")
+    try:
+        return PaymentRequired.model_validate(data)
+    except ValidationError as exc:
+        raise InvalidChallenge(
+            f"402 body is not a valid x402 challenge ({_first_error(exc)})"
+        ) from None
+
+
+def parse_accept(raw: Any) -> AcceptEntry | None:
+    """Parse one accept entry: `None` for a scheme this client does not know."""
+    if not isinstance(raw, dict):
+        raise InvalidEntry("entry is not an object")
+    scheme = raw.get("scheme")
+    model: type[EuroAcceptEntry] | type[ExactAcceptEntry]
+    if scheme == "euro":
+        model = EuroAcceptEntry
+    elif scheme == "exact":
+        model = ExactAcceptEntry
+    else:
+        return None
+    try:
+        return model.model_validate(raw)
+    except ValidationError as exc:
+        raise InvalidEntry(_first_error(exc)) from None
+
+
+def exact_amount(entry: ExactAcceptEntry) -> Decimal:
+    """The currency amount of an `exact` entry: atomic / 10^6 (6 decimals everywhere)."""
+    return from_atomic(entry.max_amount_required)
+
+
+class VerifierReason(enum.Enum):
+    """What a verifier's `reason` asks the client to do (spec, "Verifier reasons")."""
+
+    NOT_CONFIRMED = "not_confirmed"  # wait briefly, re-send the same proof
+    USED = "used"  # request a fresh 402
+    EXPIRED = "expired"  # request a fresh 402 and pay again
+    OTHER = "other"  # give up with the reason
+
+
+def classify_reason(reason: str | None) -> VerifierReason:
+    """Map a reason text to an action; matching is case-insensitive on the spec's wording."""
+    text = (reason or "").lower()
+    if "not confirmed" in text or "status: open" in text:
+        return VerifierReason.NOT_CONFIRMED
+    if "already used" in text:
+        return VerifierReason.USED
+    if "expired" in text:
+        return VerifierReason.EXPIRED
+    return VerifierReason.OTHER
+
+
+def parse_failure_body(body: bytes) -> tuple[str | None, PaymentRequired | None]:
+    """Read the 402 that answers a paid retry: the `error` reason, and a challenge if any.
+
+    Lenient: the body may be a full 402 (with `accepts`), just `{"error": ...}`, or junk.
+    """
+    try:
+        data = _json.loads(body)
+    except _json.JSONError:
+        return None, None
+    if not isinstance(data, dict):
+        return None, None
+    error = data.get("error")
+    reason = error if isinstance(error, str) else None
+    if reason is None and isinstance(data.get("reason"), str):
+        reason = data["reason"]
+    try:
+        challenge = PaymentRequired.model_validate(data)
+    except ValidationError:
+        challenge = None
+    return reason, challenge

@@ -1,0 +1,246 @@
+"""Every error this package raises, in one tree.
+
+All of them subclass `httpx.HTTPError`, so code that already catches httpx errors
+keeps working, and `X402Error` catches exactly ours:
+
+```
+httpx.HTTPError
+└── X402Error
+    ├── ConfigurationError         options are unusable (missing extra, bad RPC chain, ...)
+    ├── ChallengeError             the 402 answer cannot be paid; no money moved
+    │   ├── InvalidChallenge       malformed, oversized or lying 402 body
+    │   └── NoSatisfiableOption    well-formed, but no entry this client can pay
+    ├── PaymentRefused             the client decided not to pay; no money moved
+    │   ├── AmountLimitExceeded    above `max_amount_per_payment`
+    │   ├── BudgetExceeded         above the cumulative budget
+    │   ├── PaymentRejectedByHook  `on_before_payment` said no (or raised)
+    │   ├── UnreplayableRequest    the request body cannot be sent twice
+    │   └── SpenderMismatch        EVM: `extra.spender` is not the facilitator's
+    ├── PaymentFailed              the payment was attempted and did not happen; no money moved
+    │   ├── PaymentAPIError        the payment API answered an error (code, message)
+    │   │   └── InsufficientFunds
+    │   └── BridgeTransferFailed   the bridge transaction was cancelled, expired or failed
+    ├── PaymentVerificationFailed  paid, but the merchant refused the proof (reason)
+    │   └── PaymentNotConfirmed    the verifier kept answering "not confirmed"
+    └── PaymentOutcomeUnknown      money may have moved: carries what is needed to recover
+```
+
+Rule of thumb for callers: `ChallengeError`, `PaymentRefused` and `PaymentFailed` mean
+no money moved. `PaymentVerificationFailed` means money moved (its `receipt` says how much).
+`PaymentOutcomeUnknown` means it may have: never pay again blindly; re-send its `proof`
+(safe) or resume from its `transaction_code`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+import httpx
+
+if TYPE_CHECKING:
+    from ._types import PaymentIntent, PaymentReceipt
+
+__all__ = [
+    "AmountLimitExceeded",
+    "BridgeTransferFailed",
+    "BudgetExceeded",
+    "ChallengeError",
+    "ConfigurationError",
+    "InsufficientFunds",
+    "InvalidChallenge",
+    "NoSatisfiableOption",
+    "PaymentAPIError",
+    "PaymentFailed",
+    "PaymentNotConfirmed",
+    "PaymentOutcomeUnknown",
+    "PaymentRefused",
+    "PaymentRejectedByHook",
+    "PaymentVerificationFailed",
+    "SpenderMismatch",
+    "UnreplayableRequest",
+    "X402Error",
+]
+
+
+class X402Error(httpx.HTTPError):
+    """Base class of every error raised by x402_client.
+
+    `intent` is the payment the client was about to make or made, when there was one.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        request: httpx.Request | None = None,
+        intent: PaymentIntent | None = None,
+    ) -> None:
+        super().__init__(message)
+        if request is not None:
+            self.request = request
+        self.intent = intent
+
+
+class ConfigurationError(X402Error):
+    """The options cannot work: a missing extra, a malformed key, an RPC on the wrong chain."""
+
+
+class ChallengeError(X402Error):
+    """The 402 answer cannot be paid. No money moved."""
+
+
+class InvalidChallenge(ChallengeError):
+    """The 402 body is malformed: not JSON, too large, wrong version, wrong types or amounts."""
+
+
+class NoSatisfiableOption(ChallengeError):
+    """The 402 is well-formed but no `accepts` entry can be paid by this client.
+
+    `reasons` holds one line per entry saying why it was passed over.
+    """
+
+    def __init__(
+        self, message: str, *, reasons: Sequence[str] = (), request: httpx.Request | None = None
+    ) -> None:
+        super().__init__(message, request=request)
+        self.reasons = list(reasons)
+
+
+class PaymentRefused(X402Error):
+    """The client decided not to pay. No money moved."""
+
+
+class AmountLimitExceeded(PaymentRefused):
+    """The price is above `max_amount_per_payment` for its currency."""
+
+
+class BudgetExceeded(PaymentRefused):
+    """Paying would exceed the cumulative budget."""
+
+
+class PaymentRejectedByHook(PaymentRefused):
+    """`on_before_payment` returned False or raised (the exception is the `__cause__`)."""
+
+
+class UnreplayableRequest(PaymentRefused):
+    """The request body is a one-shot stream, so the paid retry could not carry it.
+
+    Refused before paying: send the body as bytes (`content=`, `json=`, `data=`) instead.
+    """
+
+
+class SpenderMismatch(PaymentRefused):
+    """EVM: the 402's `extra.spender` is not the facilitator's announced spender."""
+
+
+class PaymentFailed(X402Error):
+    """The payment was attempted and did not happen. No money moved."""
+
+
+class PaymentAPIError(PaymentFailed):
+    """The managed-account payment API refused the payment.
+
+    `status_code`, `code` and `provider_message` are what the provider said.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status_code: int | None = None,
+        code: str | None = None,
+        provider_message: str | None = None,
+        request: httpx.Request | None = None,
+        intent: PaymentIntent | None = None,
+    ) -> None:
+        super().__init__(message, request=request, intent=intent)
+        self.status_code = status_code
+        self.code = code
+        self.provider_message = provider_message
+
+
+class InsufficientFunds(PaymentAPIError):
+    """The paying account's balance does not cover the price."""
+
+
+class BridgeTransferFailed(PaymentFailed):
+    """The bridge transaction ended as `Cancelled`, `Expired` or failed; `status` says which."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        transaction_code: str,
+        status: str | None,
+        request: httpx.Request | None = None,
+        intent: PaymentIntent | None = None,
+    ) -> None:
+        super().__init__(message, request=request, intent=intent)
+        self.transaction_code = transaction_code
+        self.status = status
+
+
+class PaymentVerificationFailed(X402Error):
+    """The client paid, but the merchant refused the proof with `reason`.
+
+    Money moved: `receipt` records the payment and `proof` is the X-PAYMENT value sent.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        reason: str,
+        receipt: PaymentReceipt | None = None,
+        proof: str | None = None,
+        request: httpx.Request | None = None,
+        intent: PaymentIntent | None = None,
+    ) -> None:
+        super().__init__(message, request=request, intent=intent)
+        self.reason = reason
+        self.receipt = receipt
+        self.proof = proof
+
+
+class PaymentNotConfirmed(PaymentVerificationFailed):
+    """The verifier still answered "not confirmed" after the bounded re-sends.
+
+    Re-sending the same `proof` later is safe; paying again is not needed.
+    """
+
+
+class PaymentOutcomeUnknown(X402Error):
+    """Money may have moved, and the client cannot tell.
+
+    Never pay again for the same intent. What to do instead:
+
+    - `proof`, when set: re-send it (`X-PAYMENT` header), which is safe; the merchant
+      either serves the resource or says the proof was already used.
+    - `transaction_code`, when set: resume the bridge wait with
+      `PaymentTransport.resume_bridge(...)` or look the transaction up.
+    - `payment_request_code`: the euro payment request that was being paid.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        proof: str | None = None,
+        payment_request_code: str | None = None,
+        transaction_code: str | None = None,
+        receipt: PaymentReceipt | None = None,
+        status_code: int | None = None,
+        code: str | None = None,
+        provider_message: str | None = None,
+        request: httpx.Request | None = None,
+        intent: PaymentIntent | None = None,
+    ) -> None:
+        super().__init__(message, request=request, intent=intent)
+        self.proof = proof
+        self.payment_request_code = payment_request_code
+        self.transaction_code = transaction_code
+        self.receipt = receipt
+        self.status_code = status_code
+        self.code = code
+        self.provider_message = provider_message

@@ -1,0 +1,52 @@
+"""JSON in and out without ever passing money through a float.
+
+`loads` reads JSON numbers with a fraction as `Decimal` and refuses NaN and infinities;
+`dumps` writes `Decimal` values as JSON numbers, digit for digit (the payment API wants
+`"amount": 0.10`, a number).
+"""
+
+from __future__ import annotations
+
+import json
+from decimal import Decimal
+from typing import Any
+
+__all__ = ["JSONError", "dumps", "loads"]
+
+
+class JSONError(ValueError):
+    """Not valid JSON for this client's purposes."""
+
+
+def _refuse_constant(name: str) -> Any:
+    raise JSONError(f"{name} is not allowed in JSON")
+
+
+def loads(data: bytes | str) -> Any:
+    """Parse JSON; fractional numbers become `Decimal`, NaN/Infinity are refused."""
+    try:
+        return json.loads(data, parse_float=Decimal, parse_constant=_refuse_constant)
+    except (ValueError, RecursionError) as exc:
+        if isinstance(exc, JSONError):
+            raise
+        raise JSONError(f"invalid JSON: {exc}") from None
+
+
+def _encode(value: Any) -> str:
+    if isinstance(value, Decimal):
+        if not value.is_finite():
+            raise JSONError("cannot encode a non-finite Decimal")
+        return format(value, "f")
+    if isinstance(value, dict):
+        items = (f"{json.dumps(str(k))}:{_encode(v)}" for k, v in value.items())
+        return "{" + ",".join(items) + "}"
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(_encode(v) for v in value) + "]"
+    if isinstance(value, float):
+        raise JSONError("floats are not encoded; use Decimal")
+    return json.dumps(value, separators=(",", ":"), allow_nan=False)
+
+
+def dumps(value: Any) -> bytes:
+    """Compact JSON as UTF-8 bytes, `Decimal` written as an exact number."""
+    return _encode(value).encode()

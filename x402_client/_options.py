@@ -1,0 +1,234 @@
+"""`PaymentOptions` and `EvmOptions`: everything the client is allowed to do, in one object.
+
+Options are immutable. Keys are accepted in snake_case (`api_key`) and in the spec's
+camelCase (`apiKey`); unknown keys are an error, so that a typo in a limit cannot
+silently leave the default in force. Secrets are `SecretStr`: they print as `**********`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Awaitable, Callable, Mapping
+from decimal import Decimal
+from typing import Any
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    field_validator,
+)
+from pydantic.alias_generators import to_camel
+
+from ._amounts import AmountError, parse_amount
+from ._exceptions import ConfigurationError
+from ._progress import PaymentProgress
+from ._types import PaymentIntent
+
+__all__ = [
+    "DEFAULT_MAX_AMOUNT_PER_PAYMENT",
+    "ENV_VARS",
+    "BeforePaymentHook",
+    "EvmOptions",
+    "PaymentOptions",
+    "ProgressCallback",
+    "coerce_options",
+]
+
+HookResult = bool | None
+#: `on_before_payment(intent)`: return False (or raise) to refuse; sync or async.
+BeforePaymentHook = Callable[[PaymentIntent], HookResult | Awaitable[HookResult]]
+#: `on_progress(event)`: told about long waits (the bridge); sync or async.
+ProgressCallback = Callable[[PaymentProgress], Awaitable[None] | None]
+
+#: Per-payment caps by currency when the user sets none: one euro, one dollar.
+DEFAULT_MAX_AMOUNT_PER_PAYMENT: Mapping[str, Decimal] = {
+    "EUR": Decimal("1.00"),
+    "USD": Decimal("1.00"),
+}
+
+#: Environment variables read by `PaymentOptions.from_env()`.
+ENV_VARS = {
+    "api_key": ("X402_EUR_API_KEY", "QUANTOZ_API_KEY"),
+    "from_account": ("X402_EUR_ACCOUNT", "QUANTOZ_ACCOUNT_CODE"),
+    "api_url": ("X402_EUR_API_URL", "QUANTOZ_API_URL"),
+    "max_amount_per_payment": ("X402_EUR_MAX_AMOUNT_PER_PAYMENT",),
+    "evm_private_key": ("X402_EUR_EVM_PRIVATE_KEY",),
+    "evm_rpc_url_1": ("X402_EUR_RPC_URL_1",),
+    "evm_rpc_url_137": ("X402_EUR_RPC_URL_137",),
+}
+
+_KEY_RE = re.compile(r"\A(0x)?[0-9a-fA-F]{64}\Z")
+
+
+class _Options(BaseModel):
+    model_config = ConfigDict(
+        frozen=True,
+        extra="forbid",
+        populate_by_name=True,
+        alias_generator=to_camel,
+        arbitrary_types_allowed=True,
+        hide_input_in_errors=True,
+    )
+
+
+def _check_url(value: str) -> str:
+    if not re.match(r"\Ahttps?://[^/\s]+", value):
+        raise ValueError("must be an http(s) URL")
+    return value.rstrip("/")
+
+
+class EvmOptions(_Options):
+    """The EVM permit rail: a private key holding EURQ/USDQ, and RPC endpoints by chain id.
+
+    `rpc_urls` maps 1 and/or 137 to one URL or a list tried in order. Needs the `evm`
+    extra (`pip install 'x402-eur[evm]'`).
+    """
+
+    private_key: SecretStr
+    rpc_urls: dict[int, tuple[str, ...]] = Field(default_factory=dict)
+    supported_cache_seconds: float = Field(default=60.0, ge=0)
+
+    @field_validator("private_key")
+    @classmethod
+    def _key(cls, value: SecretStr) -> SecretStr:
+        if not _KEY_RE.match(value.get_secret_value()):
+            raise ValueError("private_key must be 32 bytes of hex")
+        return value
+
+    @field_validator("rpc_urls", mode="before")
+    @classmethod
+    def _urls(cls, value: Any) -> Any:
+        if not isinstance(value, Mapping):
+            return value
+        result: dict[int, tuple[str, ...]] = {}
+        for chain, urls in value.items():
+            listed = (urls,) if isinstance(urls, str) else tuple(urls)
+            if not listed:
+                raise ValueError(f"no RPC URL for chain {chain}")
+            result[int(chain)] = tuple(_check_url(u) for u in listed)
+        return result
+
+
+class PaymentOptions(_Options):
+    """What the client may pay with, and within which limits.
+
+    The managed account (`api_key`, `from_account`, `api_url`) pays `euro` entries and,
+    through the bridge, chain-A `exact` entries in EURQ. `evm` signs EIP-2612 permits.
+
+    Limits: `max_amount_per_payment` caps each payment per currency (`"EUR"`, `"USD"`); a
+    plain number means euros. `on_before_payment(intent)` is asked before every payment
+    on every rail (the spec's reference client asks on the euro path only; we ask
+    wherever money can move) and refuses with `False` or an exception.
+
+    ```python
+    options = PaymentOptions(api_key="...", from_account="ACC_...", api_url="https://...",
+                             max_amount_per_payment="0.50")
+    ```
+    """
+
+    api_key: SecretStr | None = None
+    from_account: str | None = None
+    api_url: str | None = None
+    evm: EvmOptions | None = None
+    on_before_payment: BeforePaymentHook | None = None
+    on_progress: ProgressCallback | None = None
+    max_amount_per_payment: dict[str, Decimal] = Field(
+        default_factory=lambda: dict(DEFAULT_MAX_AMOUNT_PER_PAYMENT)
+    )
+    #: Re-sends of the same proof while the verifier says "not confirmed (status: Open)".
+    confirmation_attempts: int = Field(default=8, ge=1, le=100)
+    #: First wait before such a re-send, in seconds; doubles up to `confirmation_max_wait`.
+    confirmation_wait: float = Field(default=0.1, ge=0)
+    confirmation_max_wait: float = Field(default=2.0, ge=0)
+    #: Re-sends of the same proof when the merchant answers the paid retry with 5xx.
+    merchant_error_retries: int = Field(default=2, ge=0, le=10)
+    #: Largest 402 or provider body read, in bytes.
+    max_body_bytes: int = Field(default=64 * 1024, ge=1024)
+    #: Timeout of each payment-API call, in seconds.
+    payment_api_timeout: float = Field(default=30.0, gt=0)
+    #: How long the bridge may take to expose `blockchainTxId`, in seconds.
+    bridge_deadline: float = Field(default=300.0, gt=0)
+    #: First and largest interval between bridge polls, in seconds.
+    bridge_poll_interval: float = Field(default=0.5, gt=0)
+    bridge_poll_max_interval: float = Field(default=3.0, gt=0)
+
+    @field_validator("api_url")
+    @classmethod
+    def _api_url(cls, value: str | None) -> str | None:
+        return None if value is None else _check_url(value)
+
+    @field_validator("max_amount_per_payment", mode="before")
+    @classmethod
+    def _limits(cls, value: Any) -> Any:
+        if isinstance(value, (str, int, Decimal)) and not isinstance(value, bool):
+            value = {"EUR": value}
+        if not isinstance(value, Mapping):
+            raise ValueError("must be an amount (euros) or a mapping of currency to amount")
+        limits = dict(DEFAULT_MAX_AMOUNT_PER_PAYMENT)
+        for currency, amount in value.items():
+            try:
+                limits[str(currency).upper()] = parse_amount(amount, allow_zero=True)
+            except AmountError as exc:
+                raise ValueError(f"limit for {currency}: {exc}") from None
+        return limits
+
+    @property
+    def has_managed_account(self) -> bool:
+        """True when the payment API can be used: key, account and URL are all set."""
+        return bool(self.api_key and self.from_account and self.api_url)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> PaymentOptions:
+        """Options from the environment (names in `ENV_VARS`); keyword arguments win.
+
+        `X402_EUR_API_KEY`, `X402_EUR_ACCOUNT`, `X402_EUR_API_URL`,
+        `X402_EUR_MAX_AMOUNT_PER_PAYMENT`, and for EVM `X402_EUR_EVM_PRIVATE_KEY`,
+        `X402_EUR_RPC_URL_1`, `X402_EUR_RPC_URL_137` (comma-separated lists allowed).
+        """
+        env = os.environ if environ is None else environ
+
+        def read(name: str) -> str | None:
+            for var in ENV_VARS[name]:
+                if env.get(var):
+                    return env[var]
+            return None
+
+        values: dict[str, Any] = {}
+        for name in ("api_key", "from_account", "api_url", "max_amount_per_payment"):
+            found = read(name)
+            if found is not None:
+                values[name] = found
+        key = read("evm_private_key")
+        if key is not None:
+            rpc: dict[int, list[str]] = {}
+            for chain in (1, 137):
+                urls = read(f"evm_rpc_url_{chain}")
+                if urls:
+                    rpc[chain] = [u.strip() for u in urls.split(",") if u.strip()]
+            values["evm"] = {"private_key": key, "rpc_urls": rpc}
+        values.update(overrides)
+        return coerce_options(values)
+
+
+def coerce_options(options: PaymentOptions | Mapping[str, Any] | None) -> PaymentOptions:
+    """A `PaymentOptions` from itself, a mapping of the same keys, or None (no payment means)."""
+    if isinstance(options, PaymentOptions):
+        return options
+    if options is None:
+        return PaymentOptions()
+    if not isinstance(options, Mapping):
+        raise ConfigurationError(
+            f"options must be PaymentOptions or a mapping, not {type(options).__name__}"
+        )
+    try:
+        return PaymentOptions.model_validate(dict(options))
+    except ValidationError as exc:
+        # Built from locations and messages only: input values may be secrets.
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()
+        )
+        raise ConfigurationError(f"invalid payment options: {problems}") from None

@@ -1,0 +1,245 @@
+"""Client of the managed-account payment API (`{api_url}`).
+
+It owns its own `httpx.AsyncClient`, so the API key (`X-API-KEY`) can only ever reach
+`api_url`'s origin: never the merchant, never a redirect target (redirects are not
+followed).
+
+The money-moving call (`POST /transaction/payment`) is never retried. How its failures
+are classified:
+
+| what happened                                   | raised                   | money moved? |
+|-------------------------------------------------|--------------------------|--------------|
+| connection refused / connect or pool timeout    | `PaymentFailed`          | no           |
+| 4xx with `errors`                               | `PaymentAPIError`        | no           |
+| 4xx saying insufficient funds                   | `InsufficientFunds`      | no           |
+| 3xx (a redirect we will not follow)             | `PaymentAPIError`        | no           |
+| read/write timeout, dropped connection          | `PaymentOutcomeUnknown`  | maybe        |
+| 5xx                                             | `PaymentOutcomeUnknown`  | maybe        |
+| 2xx without the `transactionCode` we need       | `PaymentOutcomeUnknown`  | maybe        |
+"""
+
+from __future__ import annotations
+
+import logging
+from decimal import Decimal
+from typing import Any
+
+import httpx
+from pydantic import SecretStr
+
+from . import _json
+from ._exceptions import (
+    InsufficientFunds,
+    PaymentAPIError,
+    PaymentFailed,
+    PaymentOutcomeUnknown,
+)
+from ._http import BodyTooLarge, read_bounded
+from ._provider import (
+    TransactionRecord,
+    find_transaction,
+    is_insufficient_funds,
+    provider_errors,
+    transaction_code_of,
+    unwrap,
+)
+from ._types import PaymentIntent
+
+__all__ = ["PaymentAPI"]
+
+logger = logging.getLogger("x402_client")
+
+_NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol)
+
+
+class PaymentAPI:
+    """The payment API calls the client makes, with the field notes' lenient parsing."""
+
+    def __init__(
+        self,
+        api_url: str,
+        api_key: SecretStr,
+        *,
+        timeout: float = 30.0,
+        max_body_bytes: int = 64 * 1024,
+        transport: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.api_url = api_url
+        self._max_body = max_body_bytes
+        self._client = httpx.AsyncClient(
+            base_url=api_url,
+            headers={
+                "X-API-KEY": api_key.get_secret_value(),
+                "Accept": "application/json",
+            },
+            timeout=timeout,
+            follow_redirects=False,
+            transport=transport,
+        )
+
+    def __repr__(self) -> str:
+        return f"PaymentAPI(api_url={self.api_url!r})"
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
+
+    # --- money-moving -----------------------------------------------------------------
+
+    async def pay_payment_request(
+        self,
+        *,
+        from_account: str,
+        payment_request_code: str,
+        amount: Decimal,
+        intent: PaymentIntent | None = None,
+    ) -> str | None:
+        """Pay a `pr_` payment request; returns the `transactionCode` when the API gave one."""
+        body = {
+            "paymentFrom": from_account,
+            "toType": "PaymentRequestCode",
+            "paymentTo": payment_request_code,
+            "amount": amount,
+        }
+        answer = await self._pay(body, intent=intent, payment_request_code=payment_request_code)
+        return transaction_code_of(answer)
+
+    async def pay_blockchain_address(
+        self,
+        *,
+        from_account: str,
+        address: str,
+        amount: Decimal,
+        message: str = "",
+        intent: PaymentIntent | None = None,
+    ) -> str:
+        """Send EURO through the bridge to a chain address; returns the `transactionCode`."""
+        body = {
+            "paymentFrom": from_account,
+            "toType": "BlockchainAddress",
+            "paymentTo": address,
+            "amount": amount,
+            "shareName": False,
+            "message": message,
+        }
+        answer = await self._pay(body, intent=intent)
+        code = transaction_code_of(answer)
+        if code is None:
+            raise PaymentOutcomeUnknown(
+                "the payment API accepted the bridge payment but returned no transactionCode",
+                intent=intent,
+            )
+        return code
+
+    async def _pay(
+        self,
+        body: dict[str, Any],
+        *,
+        intent: PaymentIntent | None,
+        payment_request_code: str | None = None,
+    ) -> Any:
+        request = self._client.build_request(
+            "POST",
+            "/transaction/payment",
+            content=_json.dumps(body),
+            headers={"Content-Type": "application/json"},
+        )
+
+        def unknown(message: str, **extra: Any) -> PaymentOutcomeUnknown:
+            return PaymentOutcomeUnknown(
+                message, payment_request_code=payment_request_code, intent=intent, **extra
+            )
+
+        try:
+            response = await self._client.send(request, stream=True)
+        except _NOT_SENT as exc:
+            raise PaymentFailed(
+                f"payment API unreachable ({type(exc).__name__}); nothing was paid", intent=intent
+            ) from exc
+        except httpx.TransportError as exc:
+            raise unknown(
+                f"payment API call failed in transit ({type(exc).__name__}); "
+                "the payment may have been made"
+            ) from exc
+        status = response.status_code
+        try:
+            raw = await read_bounded(response, self._max_body)
+        except (httpx.TransportError, BodyTooLarge) as exc:
+            if status >= 300 and status < 500:
+                raise PaymentAPIError(
+                    f"payment API answered {status} with an unreadable body",
+                    status_code=status,
+                    intent=intent,
+                ) from exc
+            raise unknown(
+                f"payment API answered {status} but its body could not be read",
+                status_code=status,
+            ) from exc
+        try:
+            answer: Any = _json.loads(raw) if raw else None
+        except _json.JSONError:
+            answer = None
+        if 200 <= status < 300:
+            return answer
+        errors = provider_errors(answer)
+        code = errors[0].code if errors else None
+        provider_message = errors[0].message if errors else None
+        described = f"{code or 'error'}: {provider_message or 'no message'}"
+        if status >= 500:
+            raise unknown(
+                f"payment API answered {status} ({described}); the payment may have been made",
+                status_code=status,
+                code=code,
+                provider_message=provider_message,
+            )
+        error_type = (
+            InsufficientFunds if any(is_insufficient_funds(e) for e in errors) else PaymentAPIError
+        )
+        if 300 <= status < 400:
+            described = "unexpected redirect"
+        raise error_type(
+            f"payment API refused the payment ({status} {described})",
+            status_code=status,
+            code=code,
+            provider_message=provider_message,
+            intent=intent,
+        )
+
+    # --- safe reads -------------------------------------------------------------------------
+
+    async def _get(self, path: str, params: dict[str, str]) -> Any:
+        response = await self._client.send(
+            self._client.build_request("GET", path, params=params), stream=True
+        )
+        status = response.status_code
+        try:
+            raw = await read_bounded(response, self._max_body)
+        except BodyTooLarge as exc:
+            raise PaymentAPIError(str(exc), status_code=status) from None
+        try:
+            answer: Any = _json.loads(raw) if raw else None
+        except _json.JSONError:
+            answer = None
+        if not 200 <= status < 300:
+            errors = provider_errors(answer)
+            raise PaymentAPIError(
+                f"payment API answered {status} to GET {path}",
+                status_code=status,
+                code=errors[0].code if errors else None,
+                provider_message=errors[0].message if errors else None,
+            )
+        return answer
+
+    async def get_transaction(self, transaction_code: str) -> TransactionRecord | None:
+        """Look a transaction up by code (`GET /transaction?txCode=`); None if not listed."""
+        answer = await self._get("/transaction", {"txCode": transaction_code, "pageSize": "1"})
+        return find_transaction(answer, transaction_code)
+
+    async def balance(self, account_code: str) -> Decimal:
+        """The account's balance (`GET /account/balance?accountCode=`)."""
+        answer = unwrap(await self._get("/account/balance", {"accountCode": account_code}))
+        if isinstance(answer, dict):
+            for key in ("balance", "Balance", "amount", "available"):
+                value = answer.get(key)
+                if isinstance(value, (int, Decimal, str)) and not isinstance(value, bool):
+                    return Decimal(value)
+        raise PaymentAPIError("balance answer has no balance field")

@@ -1,0 +1,85 @@
+"""Rails: the ways this client can pay an accept entry.
+
+A rail is the only place that knows one payment method. The payer (`_payer`) asks each
+rail, in order, whether it can pay an entry; the first that can describes the
+`PaymentIntent`, then pays inside `async with rail.pay(...)`, which yields the X-PAYMENT
+proof and stays open until the merchant has answered the paid retry (the EVM rail holds
+its permit-nonce lock that long).
+
+To add a rail, implement `Rail` and list it in `_payer.Payer._build_rails`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from contextlib import AbstractAsyncContextManager
+from decimal import Decimal
+from typing import TYPE_CHECKING, Protocol
+
+from .._challenge import AcceptEntry
+from .._types import PaymentIntent
+
+if TYPE_CHECKING:
+    from .._options import PaymentOptions
+    from .._payment_api import PaymentAPI
+    from .._progress import PaymentProgress
+
+__all__ = ["Paid", "Rail", "RailContext", "RequestSettings"]
+
+
+@dataclasses.dataclass(frozen=True)
+class RequestSettings:
+    """Per-request settings from `request.extensions["x402"]` (see `_payer.EXTENSION`).
+
+    `pay=False` passes the 402 through untouched; `limits` can only lower the client's
+    caps; `resume_transaction_code` makes the bridge rail prove an earlier bridge payment
+    instead of paying again (recovery from `PaymentOutcomeUnknown`).
+    """
+
+    pay: bool = True
+    limits: Mapping[str, Decimal] | None = None
+    resume_transaction_code: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Paid:
+    """The outcome of paying: the X-PAYMENT value and the codes that identify the payment."""
+
+    proof: str = dataclasses.field(repr=False)
+    payment_request_code: str | None = None
+    transaction_code: str | None = None
+    blockchain_tx_id: str | None = None
+    payer: str | None = None
+
+
+class RailContext(Protocol):
+    """What a rail may use from the payer that owns it."""
+
+    @property
+    def options(self) -> PaymentOptions: ...
+
+    def payment_api(self) -> PaymentAPI: ...
+
+    async def report(self, event: PaymentProgress) -> None: ...
+
+
+class Rail(Protocol):
+    name: str
+
+    def describe(self, entry: AcceptEntry, resource: str) -> PaymentIntent | str:
+        """The intent for paying `entry`, or a short reason why this rail cannot. No I/O."""
+        ...
+
+    async def prepare(self, entry: AcceptEntry, intent: PaymentIntent) -> str | None:
+        """Checks that need I/O (a balance, the facilitator's spender): a reason, or None.
+
+        May raise a `PaymentRefused` when the entry must not be paid by anyone.
+        """
+        ...
+
+    def pay(
+        self, entry: AcceptEntry, intent: PaymentIntent, settings: RequestSettings
+    ) -> AbstractAsyncContextManager[Paid]:
+        """Make the payment; the context stays open until the merchant has answered."""
+        ...

@@ -1,0 +1,80 @@
+"""The `euro` rail: pay a single-use payment request through the payment API."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from .._challenge import CURRENCY_OF, EURO_ASSET, PROVIDER_NETWORK, AcceptEntry
+from .._exceptions import PaymentOutcomeUnknown
+from .._models import EuroAcceptEntry, EuroPayload, PaymentProof
+from .._proof import encode_proof
+from .._types import PaymentIntent
+from . import Paid, RailContext, RequestSettings
+
+__all__ = ["EuroRail"]
+
+logger = logging.getLogger("x402_client")
+
+
+class EuroRail:
+    name = "euro"
+
+    def __init__(self, context: RailContext) -> None:
+        self._context = context
+
+    def describe(self, entry: AcceptEntry, resource: str) -> PaymentIntent | str:
+        if not isinstance(entry, EuroAcceptEntry):
+            return "not a euro entry"
+        if entry.network != PROVIDER_NETWORK or entry.asset != EURO_ASSET:
+            return f"euro entry on {entry.network}/{entry.asset} is not payable"
+        if not self._context.options.has_managed_account:
+            return "euro entry needs api_key, from_account and api_url"
+        return PaymentIntent(
+            rail="euro",
+            scheme=entry.scheme,
+            network=entry.network,
+            asset=entry.asset,
+            asset_symbol=EURO_ASSET,
+            amount=entry.amount,
+            currency=CURRENCY_OF[EURO_ASSET],
+            pay_to=entry.pay_to,
+            resource=resource,
+            accept=entry.to_wire(),
+        )
+
+    async def prepare(self, entry: AcceptEntry, intent: PaymentIntent) -> str | None:
+        return None
+
+    @asynccontextmanager
+    async def pay(
+        self, entry: AcceptEntry, intent: PaymentIntent, settings: RequestSettings
+    ) -> AsyncIterator[Paid]:
+        assert isinstance(entry, EuroAcceptEntry)
+        options = self._context.options
+        assert options.from_account is not None
+        proof = encode_proof(
+            PaymentProof(
+                scheme=entry.scheme,
+                network=entry.network,
+                payload=EuroPayload(payment_request_code=entry.payment_request_code).to_wire(),
+            )
+        )
+        try:
+            transaction_code = await self._context.payment_api().pay_payment_request(
+                from_account=options.from_account,
+                payment_request_code=entry.payment_request_code,
+                amount=entry.amount,
+                intent=intent,
+            )
+        except PaymentOutcomeUnknown as exc:
+            # Sending this proof is the safe way to find out: served if the payment went
+            # through, "not confirmed" if it did not.
+            exc.proof = proof
+            raise
+        yield Paid(
+            proof=proof,
+            payment_request_code=entry.payment_request_code,
+            transaction_code=transaction_code,
+        )

@@ -1,0 +1,128 @@
+"""`PaymentTransport` and `with_eur_payment`: where payment plugs into httpx.
+
+The payment layer is a transport that wraps the client's own transport (and each of its
+mounts), below httpx's redirect, auth and event-hook layers. Why a transport and not a
+response hook: a hook cannot hand the caller a new response, so the paid response
+would never reach `await client.get(url)`. Being below the redirect layer means the
+`X-PAYMENT` header is added to one hop only and never follows a redirect; the user's
+`auth=` and event hooks run as before. See `docs/design.md`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+
+from ._exceptions import ConfigurationError
+from ._options import PaymentOptions, coerce_options
+from ._payer import Payer
+
+__all__ = ["PaymentTransport", "with_eur_payment"]
+
+
+class PaymentTransport(httpx.AsyncBaseTransport):
+    """An httpx transport that answers x402 challenges, for clients you build yourself.
+
+    ```python
+    transport = PaymentTransport(httpx.AsyncHTTPTransport(), PaymentOptions.from_env())
+    async with httpx.AsyncClient(transport=transport) as client:
+        response = await client.get("https://merchant.example/paid")
+    ```
+
+    Responses other than 402 pass through untouched and unread, streams included.
+    Closing the transport closes the wrapped one.
+    """
+
+    def __init__(
+        self,
+        transport: httpx.AsyncBaseTransport | None = None,
+        options: PaymentOptions | Mapping[str, Any] | None = None,
+        *,
+        payer: Payer | None = None,
+    ) -> None:
+        self._transport = transport if transport is not None else httpx.AsyncHTTPTransport()
+        self._payer = payer if payer is not None else Payer(coerce_options(options))
+        self._retired: list[Payer] = []
+
+    def __repr__(self) -> str:
+        return f"PaymentTransport({self._transport!r}, {self._payer!r})"
+
+    @property
+    def payer(self) -> Payer:
+        return self._payer
+
+    @property
+    def options(self) -> PaymentOptions:
+        return self._payer.options
+
+    @property
+    def wrapped(self) -> httpx.AsyncBaseTransport:
+        """The transport this one forwards to."""
+        return self._transport
+
+    def _replace_payer(self, payer: Payer) -> None:
+        if payer is not self._payer:
+            self._retired.append(self._payer)
+            self._payer = payer
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await self._transport.handle_async_request(request)
+        if response.status_code != 402:
+            return response
+        return await self._payer.handle_402(request, response, self._transport.handle_async_request)
+
+    async def aclose(self) -> None:
+        await self._transport.aclose()
+        for payer in (self._payer, *self._retired):
+            await payer.aclose()
+        self._retired.clear()
+
+
+def with_eur_payment(
+    client: httpx.AsyncClient,
+    options: PaymentOptions | Mapping[str, Any] | None = None,
+) -> httpx.AsyncClient:
+    """Install x402 payment handling on `client` and return that same client.
+
+    `options` is a `PaymentOptions` or a mapping with the same keys (snake_case or the
+    spec's camelCase); None reads `PaymentOptions.from_env()`. The client's transport and
+    each of its mounts are wrapped by one `PaymentTransport` sharing one payer.
+
+    Calling it again on the same client does not wrap twice: it replaces the options of
+    the installed transports (in-flight requests finish with the old ones).
+
+    ```python
+    client = with_eur_payment(httpx.AsyncClient(), {"api_key": "...", "from_account": "ACC_...",
+                                                    "api_url": "https://..."})
+    response = await client.get("https://merchant.example/paid")
+    receipt = response.extensions.get("x402_payment")
+    ```
+    """
+    if not isinstance(client, httpx.AsyncClient):
+        raise ConfigurationError(
+            f"with_eur_payment needs an httpx.AsyncClient, not {type(client).__name__}"
+        )
+    resolved = PaymentOptions.from_env() if options is None else coerce_options(options)
+    payer = Payer(resolved)
+    try:
+        transport: httpx.AsyncBaseTransport = client._transport
+        mounts: dict[Any, httpx.AsyncBaseTransport | None] = client._mounts
+    except AttributeError as exc:  # pragma: no cover - guards against httpx internals moving
+        raise ConfigurationError(
+            "this httpx version keeps its transport elsewhere; build the client with "
+            "transport=PaymentTransport(...) instead"
+        ) from exc
+
+    def install(inner: httpx.AsyncBaseTransport) -> httpx.AsyncBaseTransport:
+        if isinstance(inner, PaymentTransport):
+            inner._replace_payer(payer)
+            return inner
+        return PaymentTransport(inner, payer=payer)
+
+    client._transport = install(transport)
+    for pattern, mounted in list(mounts.items()):
+        if mounted is not None:
+            mounts[pattern] = install(mounted)
+    return client

@@ -1,0 +1,66 @@
+"""The client's own value objects: what it is about to pay, and what it paid."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from datetime import datetime
+from decimal import Decimal
+from typing import Any, Literal
+
+__all__ = ["PaymentIntent", "PaymentReceipt", "Rail"]
+
+Rail = Literal["euro", "evm-permit", "bridge"]
+
+
+@dataclasses.dataclass(frozen=True)
+class PaymentIntent:
+    """A payment the client is about to make for one request.
+
+    `amount` is in `currency` units (`"EUR"` for EURO and EURQ, `"USD"` for USDQ);
+    `atomic_amount` is the on-chain integer amount for `exact` entries. `accept` is the
+    merchant's accept entry as it arrived.
+    """
+
+    rail: Rail
+    scheme: str
+    network: str
+    asset: str
+    asset_symbol: str
+    amount: Decimal
+    currency: str
+    pay_to: str
+    resource: str
+    atomic_amount: int | None = None
+    description: str | None = None
+    accept: Mapping[str, Any] = dataclasses.field(default_factory=dict, repr=False, compare=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class PaymentReceipt:
+    """What a payment was: found in `response.extensions["x402_payment"]`.
+
+    `payment_request_code` is set on the euro rail, `transaction_code` when the payment API
+    returned one, `blockchain_tx_id` on the bridge, `tx_hash` when the merchant's
+    settlement header named one. `settlement` is the decoded `X-PAYMENT-RESPONSE` (or
+    `PAYMENT-RESPONSE`) header when the merchant sent one. `payments` counts the payments
+    made for this request (2 when a proof expired and the client paid a fresh 402).
+    """
+
+    rail: Rail
+    scheme: str
+    network: str
+    asset: str
+    amount: Decimal
+    currency: str
+    pay_to: str
+    resource: str
+    paid_at: datetime
+    proof: str = dataclasses.field(repr=False)
+    payment_request_code: str | None = None
+    transaction_code: str | None = None
+    blockchain_tx_id: str | None = None
+    tx_hash: str | None = None
+    payer: str | None = None
+    settlement: Mapping[str, Any] | None = None
+    payments: int = 1

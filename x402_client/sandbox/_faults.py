@@ -1,0 +1,119 @@
+"""Fault injection for the sandbox services: delays, 5xx, hangs and dropped connections.
+
+Each service calls `await faults.before(endpoint, request)` when a call arrives and
+`await faults.after(endpoint, request)` once its work (moving money, for payments) is
+done but before it answers. A fault armed with `when="after"` therefore strikes after the
+money moved: the case where a client cannot know the outcome.
+
+```python
+sandbox.faults.arm("payment", Fault(kind="drop", when="after"))
+```
+
+Endpoints: `payment`, `transaction` (payment API), `x402_pay`, `x402_verify`
+(facilitator), `resource` (the merchant's paid retry), `settle`, `supported` (on-chain
+facilitator), `indexer`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import threading
+from typing import Any, Literal
+
+from ._bank import BankError
+
+__all__ = ["DroppedConnection", "Fault", "FaultMiddleware", "Faults"]
+
+Kind = Literal["delay", "status", "timeout", "drop"]
+
+
+@dataclasses.dataclass
+class Fault:
+    """One injected fault: `kind`, `when` it strikes, and for how many calls (`times`)."""
+
+    kind: Kind
+    when: Literal["before", "after"] = "before"
+    times: int = 1
+    delay: float = 0.0
+    status: int = 503
+
+
+class DroppedConnection(Exception):
+    """Raised inside a service to make `FaultMiddleware` cut the connection mid-answer."""
+
+
+class Faults:
+    """The armed faults of one sandbox, shared by its services. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._armed: dict[str, list[Fault]] = {}
+        #: How often each endpoint was called (for tests).
+        self.calls: dict[str, int] = {}
+
+    def arm(self, endpoint: str, fault: Fault) -> None:
+        with self._lock:
+            self._armed.setdefault(endpoint, []).append(fault)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._armed.clear()
+
+    def _take(self, endpoint: str, when: str) -> Fault | None:
+        with self._lock:
+            for fault in self._armed.get(endpoint, []):
+                if fault.when == when and fault.times > 0:
+                    fault.times -= 1
+                    return fault
+        return None
+
+    async def before(self, endpoint: str, request: Any = None) -> None:
+        with self._lock:
+            self.calls[endpoint] = self.calls.get(endpoint, 0) + 1
+        await self._strike(self._take(endpoint, "before"))
+
+    async def after(self, endpoint: str, request: Any = None) -> None:
+        await self._strike(self._take(endpoint, "after"))
+
+    @staticmethod
+    async def _strike(fault: Fault | None) -> None:
+        if fault is None:
+            return
+        if fault.kind == "delay":
+            await asyncio.sleep(fault.delay)
+        elif fault.kind == "timeout":
+            await asyncio.sleep(fault.delay or 3600)
+        elif fault.kind == "status":
+            raise BankError(fault.status, "SandboxFault", "injected fault")
+        elif fault.kind == "drop":
+            raise DroppedConnection
+
+
+class FaultMiddleware:
+    """Turns `DroppedConnection` into a connection cut after the status line: the client
+    sees a broken response (`RemoteProtocolError`), not an answer. Install it as a
+    Starlette middleware (inside the server-error layer, which would answer 500)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        try:
+            await self.app(scope, receive, send)
+        except DroppedConnection:
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 200,
+                    "headers": [
+                        (b"content-length", b"1000"),
+                        (b"content-type", b"application/json"),
+                    ],
+                }
+            )
+            await send({"type": "http.response.body", "body": b"{", "more_body": True})
+            # Returning with the body incomplete makes the server close the connection.

@@ -1,0 +1,344 @@
+"""The merchant side: `MerchantGate`, an ASGI middleware that puts priced routes behind
+an x402 payment gate exactly as the spec's merchant does, and the demo merchant app.
+
+For a priced route, a request without `X-PAYMENT` gets 402 with one accept entry per
+offer (the euro offer calls the facilitator's `/x402/pay` for a fresh payment request).
+A request with `X-PAYMENT` is verified by the offer matching the proof's scheme and
+network (the euro offer calls `/x402/verify`); an invalid proof gets 402 with the
+verifier's reason in `error`; a valid one is served, with an `X-PAYMENT-RESPONSE` header.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from decimal import Decimal
+from typing import Any, Protocol
+
+import httpx
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, RedirectResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from .. import _json
+from .._models import PaymentProof, VerificationResult
+from .._proof import ProofError, decode_proof
+from ._bank import BankError
+from ._faults import DroppedConnection, Faults
+
+__all__ = [
+    "DEFAULT_PRICES",
+    "EuroOffer",
+    "MerchantGate",
+    "Offer",
+    "Price",
+    "Verdict",
+    "merchant_app",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class Price:
+    """A route's price in euros; `rails` limits and orders the offers listed (by name)."""
+
+    amount: Decimal
+    description: str = ""
+    mime_type: str = "application/json"
+    rails: tuple[str, ...] | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    valid: bool
+    reason: str = ""
+    settlement: Mapping[str, Any] | None = None
+
+
+class Offer(Protocol):
+    """One way the merchant accepts payment: builds its accept entry, verifies its proofs."""
+
+    name: str
+
+    def handles(self, proof: PaymentProof) -> bool: ...
+
+    async def accept_entry(
+        self, price: Price, resource: str, http: httpx.AsyncClient
+    ) -> dict[str, Any] | None: ...
+
+    async def verify(
+        self,
+        proof: PaymentProof,
+        header: str,
+        price: Price,
+        resource: str,
+        http: httpx.AsyncClient,
+    ) -> Verdict: ...
+
+
+class EuroOffer:
+    """The `euro` scheme through the managed-account facilitator."""
+
+    name = "euro"
+
+    def __init__(self, facilitator_url: Callable[[], str], api_key: str, account_code: str) -> None:
+        self._facilitator_url = facilitator_url
+        self._api_key = api_key
+        self.account_code = account_code
+
+    def __repr__(self) -> str:
+        return f"EuroOffer(account_code={self.account_code!r})"
+
+    def handles(self, proof: PaymentProof) -> bool:
+        return proof.scheme == "euro"
+
+    async def accept_entry(
+        self, price: Price, resource: str, http: httpx.AsyncClient
+    ) -> dict[str, Any] | None:
+        response = await http.post(
+            f"{self._facilitator_url()}/x402/pay",
+            content=_json.dumps(
+                {
+                    "accountCode": self.account_code,
+                    "amount": price.amount,
+                    "message": price.description or resource,
+                }
+            ),
+            headers={"X-API-KEY": self._api_key, "Content-Type": "application/json"},
+        )
+        response.raise_for_status()
+        accepts = _json.loads(response.content).get("accepts") or []
+        return accepts[0] if accepts else None
+
+    async def verify(
+        self,
+        proof: PaymentProof,
+        header: str,
+        price: Price,
+        resource: str,
+        http: httpx.AsyncClient,
+    ) -> Verdict:
+        response = await http.post(
+            f"{self._facilitator_url()}/x402/verify",
+            content=_json.dumps({"proof": header}),
+            headers={"X-API-KEY": self._api_key, "Content-Type": "application/json"},
+        )
+        response.raise_for_status()
+        result = VerificationResult.model_validate(_json.loads(response.content))
+        if not result.valid:
+            return Verdict(False, result.reason or "Payment not valid")
+        if result.amount is None or result.amount < price.amount:
+            return Verdict(False, "Payment amount below the price")
+        return Verdict(
+            True,
+            settlement={
+                "success": True,
+                "network": proof.network,
+                "paymentRequestCode": result.payment_request_code,
+            },
+        )
+
+
+def _b64(data: Mapping[str, Any]) -> str:
+    return base64.urlsafe_b64encode(_json.dumps(dict(data))).rstrip(b"=").decode()
+
+
+class MerchantGate:
+    """ASGI middleware: the routes in `prices` cost money; everything else passes through.
+
+    `offers` may be a list that grows after construction (the sandbox adds EVM and chain-A
+    offers once their services are up). `faults` lets tests break the paid retry
+    (endpoint `resource`: `before` the proof is checked, `after` it was consumed).
+    """
+
+    def __init__(
+        self,
+        app: Any,
+        *,
+        prices: Mapping[str, Price],
+        offers: Sequence[Offer],
+        faults: Faults | None = None,
+    ) -> None:
+        self.app = app
+        self.prices = prices
+        self.offers = offers
+        self.faults = faults or Faults()
+        self._http: httpx.AsyncClient | None = None
+
+    @property
+    def http(self) -> httpx.AsyncClient:
+        if self._http is None:
+            self._http = httpx.AsyncClient(timeout=30.0)
+        return self._http
+
+    async def aclose(self) -> None:
+        if self._http is not None:
+            await self._http.aclose()
+            self._http = None
+
+    def _offers_for(self, price: Price) -> list[Offer]:
+        if price.rails is None:
+            return list(self.offers)
+        by_name = {offer.name: offer for offer in self.offers}
+        return [by_name[name] for name in price.rails if name in by_name]
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        price = self.prices.get(scope.get("path", "")) if scope["type"] == "http" else None
+        if price is None:
+            await self.app(scope, receive, send)
+            return
+        request = Request(scope)
+        resource = str(request.url.replace(query=""))
+        header = request.headers.get("x-payment")
+        try:
+            if header is None:
+                await self._challenge(price, resource, send)
+                return
+            await self.faults.before("resource", request)
+            verdict = await self._verify(header, price, resource)
+            if not verdict.valid:
+                await self._respond(send, 402, {"x402Version": 2, "error": verdict.reason})
+                return
+            await self.faults.after("resource", request)
+        except BankError as exc:
+            await self._respond(send, exc.status, exc.body())
+            return
+        except DroppedConnection:
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 200,
+                    "headers": [(b"content-length", b"1000")],
+                }
+            )
+            await send({"type": "http.response.body", "body": b"{", "more_body": True})
+            return
+        settlement = verdict.settlement or {"success": True}
+
+        async def send_with_receipt(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                headers = list(message.get("headers", []))
+                headers.append((b"x-payment-response", _b64(settlement).encode()))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        await self.app(scope, receive, send_with_receipt)
+
+    async def _challenge(self, price: Price, resource: str, send: Any) -> None:
+        accepts = []
+        for offer in self._offers_for(price):
+            entry = await offer.accept_entry(price, resource, self.http)
+            if entry is not None:
+                accepts.append(entry)
+        await self._respond(
+            send,
+            402,
+            {
+                "x402Version": 2,
+                "error": "X-PAYMENT header is required",
+                "accepts": accepts,
+            },
+        )
+
+    async def _verify(self, header: str, price: Price, resource: str) -> Verdict:
+        try:
+            proof = decode_proof(header)
+        except ProofError:
+            return Verdict(False, "Invalid payment proof")
+        for offer in self._offers_for(price):
+            if offer.handles(proof):
+                return await offer.verify(proof, header, price, resource, self.http)
+        return Verdict(False, f"Unsupported payment: {proof.scheme} on {proof.network}")
+
+    @staticmethod
+    async def _respond(send: Any, status: int, body: Any) -> None:
+        payload = _json.dumps(body)
+        await send(
+            {
+                "type": "http.response.start",
+                "status": status,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(payload)).encode()),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": payload})
+
+
+#: The demo merchant's price list (euros).
+DEFAULT_PRICES: dict[str, Price] = {
+    "/weather": Price(Decimal("0.10"), "Today's weather in Amsterdam"),
+    "/report": Price(Decimal("0.50"), "A market report"),
+    "/premium": Price(Decimal("2.00"), "Above the default per-payment cap"),
+    "/echo": Price(Decimal("0.05"), "Echoes the request body"),
+    "/download": Price(Decimal("0.01"), "A large download", "application/octet-stream"),
+}
+
+
+async def _zeros(size: int, chunk: int = 64 * 1024) -> AsyncIterator[bytes]:
+    block = b"\0" * chunk
+    remaining = size
+    while remaining > 0:
+        piece = block[: min(chunk, remaining)]
+        remaining -= len(piece)
+        yield piece
+
+
+def merchant_app(
+    *, prices: Mapping[str, Price], offers: Sequence[Offer], faults: Faults | None = None
+) -> MerchantGate:
+    """The demo merchant: a few priced JSON resources, free ones, a stream and a redirect."""
+
+    async def index(request: Request) -> Response:
+        return JSONResponse(
+            {
+                "paid": {path: format(p.amount, "f") for path, p in prices.items()},
+                "free": ["/free", "/stream?size=N", "/redirect?to=URL"],
+            }
+        )
+
+    async def weather(request: Request) -> Response:
+        return JSONResponse({"city": "Amsterdam", "forecast": "light rain", "celsius": 11})
+
+    async def report(request: Request) -> Response:
+        return JSONResponse({"market": "EUR stablecoins", "trend": "steady"})
+
+    async def premium(request: Request) -> Response:
+        return JSONResponse({"premium": True})
+
+    async def echo(request: Request) -> Response:
+        return Response(await request.body(), media_type="application/octet-stream")
+
+    async def free(request: Request) -> Response:
+        return JSONResponse({"free": True})
+
+    def _size(request: Request) -> int:
+        return max(0, min(int(request.query_params.get("size", "1048576")), 1 << 31))
+
+    async def stream(request: Request) -> Response:
+        size = _size(request)
+        return StreamingResponse(
+            _zeros(size),
+            media_type="application/octet-stream",
+            headers={"content-length": str(size)},
+        )
+
+    async def redirect(request: Request) -> Response:
+        return RedirectResponse(request.query_params.get("to", "/free"), status_code=302)
+
+    app = Starlette(
+        routes=[
+            Route("/", index),
+            Route("/weather", weather),
+            Route("/report", report),
+            Route("/premium", premium),
+            Route("/echo", echo, methods=["POST", "PUT"]),
+            Route("/download", stream),
+            Route("/free", free),
+            Route("/stream", stream),
+            Route("/redirect", redirect),
+        ]
+    )
+    return MerchantGate(app, prices=prices, offers=offers, faults=faults)

@@ -1,0 +1,219 @@
+"""`Sandbox`: every service of the protocol on 127.0.0.1, with money that is not money.
+
+```python
+async with Sandbox() as sandbox:                      # tests, notebooks (top-level await)
+    client = with_eur_payment(httpx.AsyncClient(), sandbox.payment_options())
+    response = await client.get(sandbox.merchant_url + "/weather")
+
+with Sandbox.run_in_thread() as sandbox:              # scripts, sync code, shared fixtures
+    ...
+```
+
+Services, each a real uvicorn server on its own free port: the payment API, the
+managed-account facilitator (`mcp_url`, endpoints under `/x402`), and the merchant.
+`Sandbox(evm=True)` adds anvil chains 1 and 137 with EURQ/USDQ and the on-chain
+facilitator; `Sandbox(chain_a=True)` adds the chain-A ledger, its indexer and the bridge.
+Those parts plug in as `SandboxPart`s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import Iterator, Mapping
+from decimal import Decimal
+from types import TracebackType
+from typing import Any, Protocol
+
+from .._options import PaymentOptions
+from ._bank import Account, Bank
+from ._facilitator import facilitator_app
+from ._faults import Faults
+from ._merchant import DEFAULT_PRICES, EuroOffer, MerchantGate, Offer, Price, merchant_app
+from ._payment_api import payment_api_app
+from ._server import ServedApp
+
+__all__ = ["MERCHANT_ACCOUNT", "PAYER_ACCOUNT", "Sandbox", "SandboxPart"]
+
+PAYER_ACCOUNT = "ACC_SANDBOX_PAYER"
+MERCHANT_ACCOUNT = "ACC_SANDBOX_MERCHANT"
+
+
+class SandboxPart(Protocol):
+    """An optional part of the sandbox (EVM chains, chain A): started after the core
+    services, stopped before them; contributes merchant offers in `start`."""
+
+    async def start(self, sandbox: Sandbox) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+class Sandbox:
+    """The whole sandbox. Balances are `Decimal` euros; `bank` is the provider's state."""
+
+    def __init__(
+        self,
+        *,
+        payer_balance: Decimal | str = "100.00",
+        merchant_balance: Decimal | str = "0",
+        confirmation_delay: float = 0.0,
+        request_lifetime: float = 300.0,
+        prices: Mapping[str, Price] | None = None,
+        evm: bool = False,
+        chain_a: bool = False,
+        bridge_delay: float = 0.5,
+        parts: list[SandboxPart] | None = None,
+    ) -> None:
+        self.bank = Bank(confirmation_delay=confirmation_delay, request_lifetime=request_lifetime)
+        self.faults = Faults()
+        self.payer: Account = self.bank.open_account(payer_balance, code=PAYER_ACCOUNT)
+        self.merchant: Account = self.bank.open_account(merchant_balance, code=MERCHANT_ACCOUNT)
+        self.prices: dict[str, Price] = dict(DEFAULT_PRICES if prices is None else prices)
+        self.offers: list[Offer] = []
+        self._payment_api = ServedApp(payment_api_app(self.bank, self.faults), "payment-api")
+        self._mcp = ServedApp(
+            facilitator_app(self.bank, lambda: self._mcp.url, self.faults), "facilitator"
+        )
+        self.gate: MerchantGate = merchant_app(
+            prices=self.prices, offers=self.offers, faults=self.faults
+        )
+        self._merchant = ServedApp(self.gate, "merchant")
+        self.offers.append(
+            EuroOffer(lambda: self._mcp.url, self.merchant.api_key, self.merchant.code)
+        )
+        self.parts: list[SandboxPart] = list(parts or [])
+        self.evm: Any = None
+        self.chain_a: Any = None
+        if evm:
+            from ._evm import EvmSandbox
+
+            self.evm = EvmSandbox()
+            self.parts.append(self.evm)
+        if chain_a:
+            from ._chain_a import ChainASandbox
+
+            self.chain_a = ChainASandbox(bridge_delay=bridge_delay)
+            self.parts.append(self.chain_a)
+        self._started: list[Any] = []
+
+    def __repr__(self) -> str:
+        running = self._merchant.port is not None
+        return f"Sandbox(merchant_url={self.merchant_url if running else None!r})"
+
+    # --- URLs and credentials ------------------------------------------------------------------
+
+    @property
+    def payment_api_url(self) -> str:
+        """`{api_url}`: the managed-account payment API."""
+        return self._payment_api.url
+
+    @property
+    def mcp_url(self) -> str:
+        """`{mcp_url}`: the managed-account facilitator lives under `{mcp_url}/x402`."""
+        return self._mcp.url
+
+    @property
+    def merchant_url(self) -> str:
+        return self._merchant.url
+
+    def url(self, path: str) -> str:
+        """A merchant URL: `sandbox.url("/weather")`."""
+        return self.merchant_url + path
+
+    def payment_options(self, **overrides: Any) -> PaymentOptions:
+        """Options that pay as the sandbox payer (keyword arguments override)."""
+        values: dict[str, Any] = {
+            "api_key": self.payer.api_key,
+            "from_account": self.payer.code,
+            "api_url": self.payment_api_url,
+        }
+        if self.evm is not None:
+            values["evm"] = self.evm.evm_options()
+        values.update(overrides)
+        return PaymentOptions.model_validate(values)
+
+    def env(self) -> dict[str, str]:
+        """The environment variables `PaymentOptions.from_env()` reads, for the sandbox payer."""
+        env = {
+            "X402_EUR_API_KEY": self.payer.api_key,
+            "X402_EUR_ACCOUNT": self.payer.code,
+            "X402_EUR_API_URL": self.payment_api_url,
+        }
+        if self.evm is not None:
+            env.update(self.evm.env())
+        return env
+
+    def balance(self, account: Account | str) -> Decimal:
+        return self.bank.balance(account if isinstance(account, str) else account.code)
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    async def start(self) -> Sandbox:
+        try:
+            for served in (self._payment_api, self._mcp, self._merchant):
+                await served.start()
+                self._started.append(served)
+            for part in self.parts:
+                await part.start(self)
+                self._started.append(part)
+        except BaseException:
+            await self.stop()
+            raise
+        return self
+
+    async def stop(self) -> None:
+        while self._started:
+            await self._started.pop().stop()
+        await self.gate.aclose()
+
+    async def __aenter__(self) -> Sandbox:
+        return await self.start()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    @classmethod
+    @contextlib.contextmanager
+    def run_in_thread(cls, **kwargs: Any) -> Iterator[Sandbox]:
+        """Run a sandbox in a background thread with its own event loop.
+
+        For synchronous code, scripts and test sessions whose loop changes from test to
+        test. The bank and faults are thread-safe and may be used from the caller's thread.
+        """
+        sandbox = cls(**kwargs)
+        ready = threading.Event()
+        failure: list[BaseException] = []
+        control: dict[str, Any] = {}
+
+        async def main() -> None:
+            stop = asyncio.Event()
+            control["loop"], control["stop"] = asyncio.get_running_loop(), stop
+            try:
+                async with sandbox:
+                    ready.set()
+                    await stop.wait()
+            except BaseException as exc:
+                failure.append(exc)
+                ready.set()
+
+        thread = threading.Thread(
+            target=asyncio.run, args=(main(),), name="x402-sandbox", daemon=True
+        )
+        thread.start()
+        ready.wait(timeout=120)
+        if failure:
+            thread.join(10)
+            raise failure[0]
+        if not ready.is_set():
+            raise RuntimeError("the sandbox did not start within 120 s")
+        try:
+            yield sandbox
+        finally:
+            control["loop"].call_soon_threadsafe(control["stop"].set)
+            thread.join(60)

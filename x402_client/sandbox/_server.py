@@ -1,0 +1,70 @@
+"""Serving an ASGI app with uvicorn on 127.0.0.1, on a free port, inside the running loop."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import Iterator
+from typing import Any
+
+import uvicorn
+
+__all__ = ["ServedApp"]
+
+
+class _QuietServer(uvicorn.Server):
+    # The sandbox runs inside someone else's process (a test, a notebook, the CLI):
+    # it must not take over their SIGINT/SIGTERM handlers.
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+class ServedApp:
+    """One ASGI app on its own port: `await start()`, use `url`, `await stop()`."""
+
+    def __init__(self, app: Any, name: str) -> None:
+        self.app = app
+        self.name = name
+        self._server: _QuietServer | None = None
+        self._task: asyncio.Task[None] | None = None
+        self.port: int | None = None
+
+    @property
+    def url(self) -> str:
+        if self.port is None:
+            raise RuntimeError(f"{self.name} is not running")
+        return f"http://127.0.0.1:{self.port}"
+
+    async def start(self) -> ServedApp:
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(("127.0.0.1", 0))
+        self.port = sock.getsockname()[1]
+        config = uvicorn.Config(
+            self.app,
+            log_level="warning",
+            access_log=False,
+            lifespan="off",
+            timeout_graceful_shutdown=1,
+        )
+        self._server = _QuietServer(config)
+        self._task = asyncio.create_task(self._server.serve(sockets=[sock]), name=self.name)
+        for _ in range(500):
+            if self._server.started:
+                return self
+            if self._task.done():
+                self._task.result()
+                raise RuntimeError(f"{self.name} stopped while starting")
+            await asyncio.sleep(0.01)
+        raise RuntimeError(f"{self.name} did not start within 5 s")
+
+    async def stop(self) -> None:
+        if self._server is None or self._task is None:
+            return
+        self._server.should_exit = True
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+        self._server = None
+        self._task = None

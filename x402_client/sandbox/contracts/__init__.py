@@ -1,0 +1,1 @@
+"""Compiled sandbox contract artifacts (package data)."""
