@@ -34,8 +34,11 @@ _SCALE = Decimal(10) ** ATOMIC_DECIMALS
 MAX_ATOMIC = 10**21
 _MAX_INTEGER_DIGITS = 15
 
-_DECIMAL_RE = re.compile(rf"\A(\d{{1,{_MAX_INTEGER_DIGITS}}})(?:\.(\d{{1,{ATOMIC_DECIMALS}}}))?\Z")
-_ATOMIC_RE = re.compile(r"\A\d{1,22}\Z")
+# ASCII digits only: `\d` would also admit digits of other scripts.
+_DECIMAL_RE = re.compile(
+    rf"\A([0-9]{{1,{_MAX_INTEGER_DIGITS}}})(?:\.([0-9]{{1,{ATOMIC_DECIMALS}}}))?\Z"
+)
+_ATOMIC_RE = re.compile(r"\A[0-9]{1,22}\Z")
 
 
 class AmountError(ValueError):

@@ -58,6 +58,9 @@ WireInt = Annotated[int, Strict()]
 
 
 def _wire_amount(value: object) -> Decimal:
+    # The spec types this field as a string; a JSON number is refused rather than guessed.
+    if not isinstance(value, str):
+        raise ValueError(f"amount must be a decimal string, not {type(value).__name__}")
     return parse_amount(value)
 
 
@@ -76,7 +79,7 @@ def _uint_text(value: object) -> int:
         raise ValueError("expected an unsigned integer")
     if isinstance(value, int):
         result = value
-    elif isinstance(value, str) and re.fullmatch(r"\d{1,78}", value):
+    elif isinstance(value, str) and re.fullmatch(r"[0-9]{1,78}", value):
         result = int(value)
     else:
         raise ValueError("expected an unsigned integer or its decimal string")

@@ -198,6 +198,9 @@ class Payer:
             from ._rails.evm import EvmPermitRail
 
             rails.append(EvmPermitRail(self, self.options.evm))
+        from ._rails.bridge import BridgeRail
+
+        rails.append(BridgeRail(self))
         return rails
 
     @property

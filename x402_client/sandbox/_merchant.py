@@ -289,7 +289,11 @@ async def _zeros(size: int, chunk: int = 64 * 1024) -> AsyncIterator[bytes]:
 def merchant_app(
     *, prices: Mapping[str, Price], offers: Sequence[Offer], faults: Faults | None = None
 ) -> MerchantGate:
-    """The demo merchant: a few priced JSON resources, free ones, a stream and a redirect."""
+    """The demo merchant: a few priced JSON resources, free ones, a stream and a redirect.
+
+    Any path `/paid/<name>` serves a small JSON resource; give it a price in `prices`
+    (with `Price.rails` to choose which offers its 402 lists).
+    """
 
     async def index(request: Request) -> Response:
         return JSONResponse(
@@ -310,6 +314,10 @@ def merchant_app(
 
     async def echo(request: Request) -> Response:
         return Response(await request.body(), media_type="application/octet-stream")
+
+    async def paid_item(request: Request) -> Response:
+        # Generic resource for any price registered under /paid/<name> (demos, tests).
+        return JSONResponse({"resource": request.path_params["name"], "paid": True})
 
     async def free(request: Request) -> Response:
         return JSONResponse({"free": True})
@@ -336,6 +344,7 @@ def merchant_app(
             Route("/premium", premium),
             Route("/echo", echo, methods=["POST", "PUT"]),
             Route("/download", stream),
+            Route("/paid/{name}", paid_item),
             Route("/free", free),
             Route("/stream", stream),
             Route("/redirect", redirect),

@@ -1,0 +1,38 @@
+# Everything a fresh machine needs, from the project's own files:
+# a virtualenv with the package and its extras, and anvil from package-lock.json.
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint check bench install clean
+
+$(STAMP): pyproject.toml package.json package-lock.json
+	python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	npm ci --no-audit --no-fund --loglevel=error
+	touch $(STAMP)
+
+install: $(STAMP)
+
+## The demo: the sandbox on 127.0.0.1 and a paid fetch on every rail.
+demo: $(STAMP)
+	$(VENV)/bin/x402-eur demo
+
+## The whole test suite.
+test: $(STAMP)
+	$(PY) -m pytest
+
+## Static checks: mypy --strict and ruff.
+lint: $(STAMP)
+	$(PY) -m mypy x402_client
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check x402_client
+
+check: test lint
+
+bench: $(STAMP)
+	$(PY) benchmarks/run.py
+
+clean:
+	rm -rf $(VENV) node_modules .mypy_cache .ruff_cache .pytest_cache .hypothesis

@@ -1,0 +1,142 @@
+"""The public surface: exported names, the error tree, options, and import weight."""
+
+import subprocess
+import sys
+from decimal import Decimal
+
+import httpx
+import pytest
+
+import x402_client
+from x402_client import (
+    ConfigurationError,
+    EvmOptions,
+    PaymentOptions,
+    PaymentOutcomeUnknown,
+    PaymentTransport,
+    X402Error,
+    with_eur_payment,
+)
+
+
+def test_all_is_sorted_and_complete() -> None:
+    names = x402_client.__all__
+
+    # isort style (ruff RUF022): CONSTANTS, then Classes, then functions; each alphabetical
+    def kind(name: str) -> int:
+        return 0 if name.isupper() else 1 if name[0].isupper() else 2
+
+    assert names == sorted(names, key=lambda n: (kind(n), n))
+    for name in names:
+        assert hasattr(x402_client, name), name
+    public = {n for n in dir(x402_client) if not n.startswith("_")}
+    modules = {"cli", "sandbox"}
+    assert public - set(names) - modules == set()
+
+
+def test_every_error_is_an_httpx_error() -> None:
+    for name in x402_client.__all__:
+        value = getattr(x402_client, name)
+        if isinstance(value, type) and issubclass(value, Exception):
+            assert issubclass(value, X402Error) and issubclass(value, httpx.HTTPError), name
+
+
+def test_error_tree_is_drawn_in_the_docstring() -> None:
+    from x402_client import _exceptions
+
+    for name in _exceptions.__all__:
+        assert name in (_exceptions.__doc__ or ""), name
+
+
+def test_outcome_unknown_carries_recovery_data() -> None:
+    error = PaymentOutcomeUnknown(
+        "lost", proof="abc", transaction_code="QP1", payment_request_code="pr_1"
+    )
+    assert (error.proof, error.transaction_code, error.payment_request_code) == (
+        "abc",
+        "QP1",
+        "pr_1",
+    )
+
+
+def test_import_does_not_load_web3_or_eth_account() -> None:
+    code = (
+        "import sys, x402_client, x402_client.sandbox; "
+        "bad = [m for m in sys.modules if m.split('.')[0] in ('web3', 'eth_account')]; "
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_options_hide_secrets() -> None:
+    key = "sk_live_super_secret_value"
+    pk = "0x" + "11" * 32
+    options = PaymentOptions(
+        api_key=key,
+        from_account="ACC_1",
+        api_url="https://api.example",
+        evm=EvmOptions(private_key=pk, rpc_urls={137: "http://127.0.0.1:1"}),
+    )
+    for text in (repr(options), str(options), repr(options.evm), str(options.model_dump())):
+        assert key not in text and pk[2:] not in text
+    transport = PaymentTransport(httpx.AsyncHTTPTransport(), options)
+    assert key not in repr(transport)
+
+
+def test_options_from_mapping_and_env() -> None:
+    options = PaymentOptions.from_env(
+        {
+            "X402_EUR_API_KEY": "k",
+            "X402_EUR_ACCOUNT": "ACC_1",
+            "X402_EUR_API_URL": "https://api.example/",
+            "X402_EUR_MAX_AMOUNT_PER_PAYMENT": "0.25",
+            "X402_EUR_EVM_PRIVATE_KEY": "22" * 32,
+            "X402_EUR_RPC_URL_137": "http://a, http://b",
+        }
+    )
+    assert options.api_key is not None and options.api_key.get_secret_value() == "k"
+    assert options.api_url == "https://api.example"
+    assert options.max_amount_per_payment == {"EUR": Decimal("0.25"), "USD": Decimal("1.00")}
+    assert options.evm is not None and options.evm.rpc_urls == {137: ("http://a", "http://b")}
+    assert options.has_managed_account
+    assert PaymentOptions.from_env({"QUANTOZ_API_KEY": "q"}).api_key.get_secret_value() == "q"
+    assert not PaymentOptions.from_env({}).has_managed_account
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"api_kee": "typo"},
+        {"api_url": "ftp://x"},
+        {"max_amount_per_payment": "-1"},
+        {"max_amount_per_payment": 0.5},
+        {"evm": {"private_key": "not hex", "rpc_urls": {}}},
+        {"confirmation_attempts": 0},
+    ],
+)
+def test_bad_options_are_configuration_errors_without_values(bad: dict) -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        with_eur_payment(httpx.AsyncClient(), {"api_key": "sk_do_not_print", **bad})
+    assert "sk_do_not_print" not in str(caught.value)
+    assert "not hex" not in str(caught.value)
+
+
+def test_with_eur_payment_needs_an_async_client() -> None:
+    with pytest.raises(ConfigurationError, match="AsyncClient"):
+        with_eur_payment(httpx.Client(), {})  # type: ignore[arg-type]
+
+
+def test_per_request_settings_are_validated() -> None:
+    from x402_client._payer import _overrides
+
+    request = httpx.Request("GET", "https://x", extensions={"x402": {"pay": "no"}})
+    with pytest.raises(ConfigurationError):
+        _overrides(request)
+    request = httpx.Request("GET", "https://x", extensions={"x402": {"typo": 1}})
+    with pytest.raises(ConfigurationError):
+        _overrides(request)
+    request = httpx.Request(
+        "GET", "https://x", extensions={"x402": {"max_amount_per_payment": {"usd": "0.5"}}}
+    )
+    assert _overrides(request).limits == {"USD": Decimal("0.5")}

@@ -1,0 +1,438 @@
+"""The `bridge` rail (path C): pay a chain-A `exact` entry in EURQ from the managed account.
+
+The payment API converts EURO to EURQ and sends it to the entry's `payTo`; the merchant
+cannot tell a bridged payment from a direct one. One payment, step by step:
+
+1. `POST {api_url}/transaction/payment` with `toType: BlockchainAddress`, `paymentTo` =
+   `payTo` and `amount` = `maxAmountRequired` / 10^6 euros; the answer's
+   `transactionCode` (`QP...`) names the payment from then on;
+2. poll `GET {api_url}/transaction?txCode=<code>` until `blockchainTxId` appears
+   (`wait_for_blockchain_tx_id`: first interval `bridge_poll_interval`, doubling up to
+   `bridge_poll_max_interval`, never past `bridge_deadline`);
+3. prove it with the bridge payload (`transactionCode`, `blockchainTxId`, `payTo`,
+   `asset`); the payer retries the request with it.
+
+How a wait ends: the id appears (proved); a `Cancelled`/`Expired`/failed status
+(`BridgeTransferFailed`: the provider refunds, no money moved); the deadline passes
+(`PaymentOutcomeUnknown` with `transaction_code`: resume later with
+`request.extensions["x402"]["resume_transaction_code"]`, which proves that payment
+instead of paying again); the caller's task is cancelled (the code is logged at WARNING,
+then the cancellation goes on). The wait runs in the caller's task: nothing is spawned,
+so nothing outlives it.
+
+Only EURQ entries are bridged: the bridge delivers EURQ, so a USDQ entry (or any other
+asset) is not satisfiable here. A direct chain-A payment (`transaction` + `paymentIndex`
+payload, signed by a chain wallet) stays manual.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from decimal import Decimal
+
+import anyio
+import httpx
+from tenacity import AsyncRetrying, RetryCallState, RetryError, retry_if_result, wait_exponential
+
+from .._amounts import format_amount
+from .._challenge import CHAIN_A_ASSETS, CHAIN_A_NETWORK, CURRENCY_OF, AcceptEntry, exact_amount
+from .._exceptions import (
+    BridgeTransferFailed,
+    PaymentAPIError,
+    PaymentOutcomeUnknown,
+    PaymentRefused,
+)
+from .._models import BridgePayload, ExactAcceptEntry, PaymentProof
+from .._options import PaymentOptions
+from .._progress import PaymentProgress, Stage
+from .._proof import encode_proof
+from .._provider import FAILED_STATUSES, TransactionRecord
+from .._types import PaymentIntent
+from . import Paid, RailContext, RequestSettings
+
+__all__ = [
+    "BRIDGE_ASSET",
+    "BridgeRail",
+    "BridgeResumeRefused",
+    "PollPolicy",
+    "PollUpdate",
+    "bridge_proof",
+    "wait_for_blockchain_tx_id",
+]
+
+logger = logging.getLogger("x402_client")
+
+#: The chain-A asset id the bridge delivers: EURQ.
+BRIDGE_ASSET = next(asset for asset, symbol in CHAIN_A_ASSETS.items() if symbol == "EURQ")
+
+Clock = Callable[[], float]
+Sleep = Callable[[float], Awaitable[None]]
+
+
+class BridgeResumeRefused(PaymentRefused):
+    """`resume_transaction_code` names a transaction that does not pay this entry.
+
+    Nothing was paid. `transaction_code` is the code given; `reason` says what did not
+    match (not found, not a blockchain-address payment, another receiver, a smaller
+    amount, another paying account).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        transaction_code: str,
+        reason: str,
+        request: httpx.Request | None = None,
+        intent: PaymentIntent | None = None,
+    ) -> None:
+        super().__init__(message, request=request, intent=intent)
+        self.transaction_code = transaction_code
+        self.reason = reason
+
+
+# --- the poller (pure-ish: lookup, clock and sleep are injected) -------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class PollPolicy:
+    """How the bridge is polled.
+
+    The first lookup is immediate; then waits of `first_interval`, doubling up to
+    `max_interval`, clipped so that the last lookup happens at `deadline` (seconds after
+    the wait began). `log_every` spaces the INFO lines of a long wait.
+    """
+
+    first_interval: float = 0.5
+    max_interval: float = 3.0
+    deadline: float = 300.0
+    log_every: float = 10.0
+
+    @classmethod
+    def from_options(cls, options: PaymentOptions) -> PollPolicy:
+        return cls(
+            first_interval=options.bridge_poll_interval,
+            max_interval=max(options.bridge_poll_interval, options.bridge_poll_max_interval),
+            deadline=options.bridge_deadline,
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class PollUpdate:
+    """One lookup that found no `blockchainTxId` yet (`record` is None if not listed)."""
+
+    polls: int
+    elapsed: float
+    record: TransactionRecord | None
+    error: str | None = None
+
+
+def _transient(exc: Exception) -> bool:
+    """A lookup failure worth polling through: the network, a 5xx, a 429."""
+    if isinstance(exc, httpx.TransportError):
+        return True
+    if isinstance(exc, PaymentAPIError):
+        return exc.status_code is None or exc.status_code >= 500 or exc.status_code == 429
+    return False
+
+
+async def wait_for_blockchain_tx_id(
+    lookup: Callable[[], Awaitable[TransactionRecord | None]],
+    *,
+    transaction_code: str,
+    policy: PollPolicy,
+    on_poll: Callable[[PollUpdate], Awaitable[None]] | None = None,
+    clock: Clock = time.monotonic,
+    sleep: Sleep = anyio.sleep,
+    intent: PaymentIntent | None = None,
+) -> TransactionRecord:
+    """Poll `lookup()` until the record carries `blockchainTxId`; return that record.
+
+    Raises `BridgeTransferFailed` when the status says the transaction ended without
+    one, and `PaymentOutcomeUnknown` (with `transaction_code`) when `policy.deadline`
+    passes or the lookup fails in a way that will not heal (a 4xx). Network errors and
+    5xx answers are polled through. Besides the injected `clock`, a real-time guard of
+    the same deadline (plus one interval of grace) bounds a lookup that hangs.
+    """
+    started = clock()
+    deadline_at = started + policy.deadline
+    backoff = wait_exponential(
+        multiplier=policy.first_interval, min=policy.first_interval, max=policy.max_interval
+    )
+    polls = 0
+    last_log = started
+    last_status: str | None = None
+
+    def outcome_unknown(why: str) -> PaymentOutcomeUnknown:
+        return PaymentOutcomeUnknown(
+            f"bridge transaction {transaction_code}: {why}; the EURO payment was made. Resume "
+            f"with extensions={{'x402': {{'resume_transaction_code': '{transaction_code}'}}}} "
+            "(or `resume_bridge_payment`); do not pay again",
+            transaction_code=transaction_code,
+            intent=intent,
+        )
+
+    async def attempt() -> TransactionRecord | None:
+        nonlocal polls, last_log, last_status
+        polls += 1
+        error: str | None = None
+        record: TransactionRecord | None = None
+        try:
+            record = await lookup()
+        except Exception as exc:
+            if not _transient(exc):
+                raise outcome_unknown(f"the lookup failed ({exc})") from exc
+            error = f"{type(exc).__name__}: {exc}"
+            logger.debug("x402: bridge lookup of %s failed: %s", transaction_code, error)
+        if record is not None:
+            last_status = record.status
+            if record.blockchain_tx_id:
+                return record
+            if record.status is not None and record.status.lower() in FAILED_STATUSES:
+                raise BridgeTransferFailed(
+                    f"bridge transaction {transaction_code} ended as {record.status}; "
+                    "no blockchainTxId will appear (the provider refunds the EURO)",
+                    transaction_code=transaction_code,
+                    status=record.status,
+                    intent=intent,
+                )
+        now = clock()
+        logger.debug(
+            "x402: bridge transaction %s: %s after %d polls",
+            transaction_code,
+            last_status or "not listed",
+            polls,
+        )
+        if now - last_log >= policy.log_every:
+            last_log = now
+            logger.info(
+                "x402: still waiting for bridge transaction %s (status %s, %.0f s of %.0f s)",
+                transaction_code,
+                last_status or "not listed",
+                now - started,
+                policy.deadline,
+            )
+        if on_poll is not None:
+            await on_poll(PollUpdate(polls, now - started, record, error))
+        return None
+
+    def stop(state: RetryCallState) -> bool:
+        return clock() >= deadline_at
+
+    def wait(state: RetryCallState) -> float:
+        return max(0.0, min(backoff(state), deadline_at - clock()))
+
+    retrying = AsyncRetrying(
+        retry=retry_if_result(lambda found: found is None),
+        stop=stop,
+        wait=wait,
+        sleep=sleep,
+    )
+    logger.info(
+        "x402: waiting up to %.0f s for bridge transaction %s to reach the chain",
+        policy.deadline,
+        transaction_code,
+    )
+    with anyio.move_on_after(policy.deadline + policy.max_interval):
+        try:
+            found = await retrying(attempt)
+        except RetryError:
+            raise outcome_unknown(
+                f"no blockchainTxId after {policy.deadline:g} s ({polls} polls, "
+                f"last status {last_status or 'not listed'})"
+            ) from None
+        assert found is not None
+        return found
+    raise outcome_unknown(f"the lookup did not answer within the {policy.deadline:g} s deadline")
+
+
+def bridge_proof(entry: ExactAcceptEntry, transaction_code: str, blockchain_tx_id: str) -> str:
+    """The X-PAYMENT value proving a bridge payment for `entry` (spec, "X-PAYMENT proof")."""
+    payload = BridgePayload(
+        transaction_code=transaction_code,
+        blockchain_tx_id=blockchain_tx_id,
+        pay_to=entry.pay_to,
+        asset=entry.asset,
+    )
+    return encode_proof(
+        PaymentProof(scheme=entry.scheme, network=entry.network, payload=payload.to_wire())
+    )
+
+
+# --- the rail ------------------------------------------------------------------------------
+
+
+class BridgeRail:
+    name = "bridge"
+
+    def __init__(
+        self, context: RailContext, *, clock: Clock = time.monotonic, sleep: Sleep = anyio.sleep
+    ) -> None:
+        self._context = context
+        self._clock = clock
+        self._sleep = sleep
+
+    def __repr__(self) -> str:
+        return "BridgeRail()"
+
+    def describe(self, entry: AcceptEntry, resource: str) -> PaymentIntent | str:
+        if not isinstance(entry, ExactAcceptEntry) or entry.network != CHAIN_A_NETWORK:
+            return "not a chain-A entry"
+        if entry.asset != BRIDGE_ASSET:
+            symbol = CHAIN_A_ASSETS.get(entry.asset, f"asset {entry.asset[:24]!r}")
+            return (
+                f"chain-A {symbol} entry: the bridge delivers EURQ only "
+                "(a direct chain-A payment is manual)"
+            )
+        if not self._context.options.has_managed_account:
+            return "chain-A entry needs api_key, from_account and api_url for the bridge"
+        return PaymentIntent(
+            rail="bridge",
+            scheme=entry.scheme,
+            network=entry.network,
+            asset=entry.asset,
+            asset_symbol="EURQ",
+            amount=exact_amount(entry),
+            currency=CURRENCY_OF["EURQ"],
+            pay_to=entry.pay_to,
+            resource=resource,
+            atomic_amount=entry.max_amount_required,
+            description=entry.description,
+            accept=entry.to_wire(),
+        )
+
+    async def prepare(self, entry: AcceptEntry, intent: PaymentIntent) -> str | None:
+        return None
+
+    @asynccontextmanager
+    async def pay(
+        self, entry: AcceptEntry, intent: PaymentIntent, settings: RequestSettings
+    ) -> AsyncIterator[Paid]:
+        assert isinstance(entry, ExactAcceptEntry)
+        options = self._context.options
+        assert options.from_account is not None
+        api = self._context.payment_api()
+        policy = PollPolicy.from_options(options)
+        started = self._clock()
+
+        async def report(
+            stage: Stage,
+            *,
+            transaction_code: str | None = None,
+            status: str | None = None,
+            blockchain_tx_id: str | None = None,
+            polls: int = 0,
+        ) -> None:
+            event = PaymentProgress(
+                stage=stage,
+                rail=self.name,
+                resource=intent.resource,
+                transaction_code=transaction_code,
+                status=status,
+                blockchain_tx_id=blockchain_tx_id,
+                elapsed=self._clock() - started,
+                polls=polls,
+                deadline=policy.deadline,
+            )
+            await self._context.report(event)
+
+        resume = settings.resume_transaction_code
+        if resume is not None:
+            code = resume
+            await self._check_resumable(entry, intent, code, options.from_account)
+            logger.info("x402: resuming bridge transaction %s; not paying again", code)
+        else:
+            await report("paying")
+            # Shielded: once the POST is on its way, its answer (the code) must not be lost
+            # to a cancellation; it is bounded by `payment_api_timeout`.
+            with anyio.CancelScope(shield=True):
+                code = await api.pay_blockchain_address(
+                    from_account=options.from_account,
+                    address=entry.pay_to,
+                    amount=intent.amount,
+                    message=entry.description or intent.resource,
+                    intent=intent,
+                )
+            logger.info(
+                "x402: bridge payment %s of %s EUR to %s made",
+                code,
+                format_amount(intent.amount),
+                entry.pay_to,
+            )
+
+        async def on_poll(update: PollUpdate) -> None:
+            record = update.record
+            await report(
+                "waiting",
+                transaction_code=code,
+                status=record.status if record is not None else None,
+                polls=update.polls,
+            )
+
+        try:
+            record = await wait_for_blockchain_tx_id(
+                lambda: api.get_transaction(code),
+                transaction_code=code,
+                policy=policy,
+                on_poll=on_poll,
+                clock=self._clock,
+                sleep=self._sleep,
+                intent=intent,
+            )
+        except anyio.get_cancelled_exc_class():
+            logger.warning(
+                "x402: cancelled while waiting for bridge transaction %s; the EURO payment "
+                "was made. Resume with extensions={'x402': {'resume_transaction_code': '%s'}}",
+                code,
+                code,
+            )
+            raise
+        except (BridgeTransferFailed, PaymentOutcomeUnknown) as exc:
+            status = getattr(exc, "status", None)
+            with anyio.CancelScope(shield=True):
+                await report("failed", transaction_code=code, status=status)
+            raise
+        tx_id = record.blockchain_tx_id
+        assert tx_id is not None
+        await report("settled", transaction_code=code, status=record.status, blockchain_tx_id=tx_id)
+        proof = bridge_proof(entry, code, tx_id)
+        await report("proving", transaction_code=code, status=record.status, blockchain_tx_id=tx_id)
+        yield Paid(
+            proof=proof,
+            transaction_code=code,
+            blockchain_tx_id=tx_id,
+            payer=options.from_account,
+        )
+
+    async def _check_resumable(
+        self, entry: ExactAcceptEntry, intent: PaymentIntent, code: str, from_account: str
+    ) -> None:
+        """Refuse to prove a transaction that is not a payment of this entry."""
+        record = await self._context.payment_api().get_transaction(code)
+
+        def refuse(reason: str) -> BridgeResumeRefused:
+            return BridgeResumeRefused(
+                f"cannot resume with bridge transaction {code}: {reason}; nothing was paid",
+                transaction_code=code,
+                reason=reason,
+                intent=intent,
+            )
+
+        if record is None:
+            raise refuse("the payment API does not list it")
+        if record.type is not None and record.type != "BlockchainAddress":
+            raise refuse(f"it is a {record.type} payment, not a blockchain-address payment")
+        if record.to_account_code is not None and record.to_account_code != entry.pay_to:
+            raise refuse(f"it paid {record.to_account_code}, not {entry.pay_to}")
+        if record.from_account_code is not None and record.from_account_code != from_account:
+            raise refuse(f"it was paid from {record.from_account_code}, not {from_account}")
+        required = exact_amount(entry)
+        if record.amount is not None and Decimal(record.amount) < required:
+            raise refuse(
+                f"it paid {format_amount(record.amount)} EUR, less than "
+                f"{format_amount(required)} EUR"
+            )

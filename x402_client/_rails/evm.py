@@ -1,0 +1,521 @@
+"""The `evm-permit` rail: pay an `exact` entry on `eip155:1` / `eip155:137` with an
+EIP-2612 permit for the facilitator's spender.
+
+What paying one entry costs, after warm-up: two JSON-RPC calls (`balanceOf` in
+`prepare`, `nonces` in `pay`). The RPC endpoint's chain id is checked once per URL, the
+token's `name()` and `symbol()` are read once per chain and token, and the facilitator's
+`GET /supported` is cached for `EvmOptions.supported_cache_seconds`.
+
+Permit nonces are sequential per owner and token, so two permits signed with the same
+nonce cannot both settle. This rail therefore serializes payments per (chain, token,
+owner): the lock is taken before `nonces(owner)` is read and released only when the
+merchant has answered the paid retry (the payer keeps `pay()` open that long).
+
+web3 and eth-account (the `evm` extra) are imported inside the methods that use them;
+`import x402_client` stays free of them. The pure pieces (typed data, deadline, proof)
+are module functions, tested without a chain.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import logging
+import re
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
+
+import anyio
+import httpx
+from pydantic import ValidationError
+
+from .. import _json
+from .._amounts import format_amount, from_atomic
+from .._challenge import CURRENCY_OF, EVM_NETWORKS, AcceptEntry, exact_amount
+from .._exceptions import ConfigurationError, SpenderMismatch
+from .._http import BodyTooLarge, read_bounded
+from .._models import (
+    EvmPermitExtra,
+    EvmPermitPayload,
+    ExactAcceptEntry,
+    PaymentProof,
+    PermitValues,
+    SupportedKinds,
+)
+from .._options import EvmOptions
+from .._proof import encode_proof
+from .._types import PaymentIntent
+from . import Paid, RailContext, RequestSettings
+
+if TYPE_CHECKING:
+    from web3 import AsyncHTTPProvider, AsyncWeb3
+
+__all__ = [
+    "EVM_EXTRA_MISSING",
+    "PERMIT_SYMBOLS",
+    "EvmPermitRail",
+    "classify_evm_extra",
+    "permit_deadline",
+    "permit_proof",
+    "permit_typed_data",
+    "spenders_by_asset",
+    "split_signature",
+]
+
+logger = logging.getLogger("x402_client")
+
+EVM_EXTRA_MISSING = "the evm option needs the evm extra: pip install 'x402-eur[evm]'"
+#: Tokens this rail signs permits for; anything else is not satisfiable.
+PERMIT_SYMBOLS = frozenset({"EURQ", "USDQ"})
+#: EIP-712 domain version of the tokens (spec: "version `1`").
+PERMIT_VERSION = "1"
+
+_ADDRESS_RE = re.compile(r"\A0x[0-9a-fA-F]{40}\Z")
+_RPC_TIMEOUT = 15.0
+_SUPPORTED_TIMEOUT = 10.0
+
+# Just the views this rail reads; the token is an OpenZeppelin ERC20Permit.
+_TOKEN_ABI: list[dict[str, Any]] = [
+    {
+        "type": "function",
+        "name": name,
+        "stateMutability": "view",
+        "inputs": [{"name": "owner", "type": "address"}] if takes_owner else [],
+        "outputs": [{"name": "", "type": out}],
+    }
+    for name, takes_owner, out in (
+        ("name", False, "string"),
+        ("symbol", False, "string"),
+        ("nonces", True, "uint256"),
+        ("balanceOf", True, "uint256"),
+    )
+]
+
+T = TypeVar("T")
+
+
+def _extra_installed() -> bool:
+    return all(importlib.util.find_spec(name) is not None for name in ("eth_account", "web3"))
+
+
+# --- pure protocol pieces ----------------------------------------------------------------
+
+
+def classify_evm_extra(extra: Mapping[str, Any] | None) -> EvmPermitExtra | str:
+    """The permit `extra` of an EVM `exact` entry, or why the entry is not a permit entry.
+
+    The standard x402 `exact` scheme on EVM (EIP-3009 `transferWithAuthorization`) carries
+    `extra.name`/`extra.version` and no `spender`: a different scheme, never signed here.
+    """
+    if not extra:
+        return "EVM exact entry without extra: not a permit entry"
+    if "spender" not in extra:
+        if "name" in extra or "version" in extra:
+            return "EIP-3009 exact entry: not a permit entry"
+        return "EVM exact entry without extra.spender: not a permit entry"
+    try:
+        return EvmPermitExtra.model_validate(dict(extra))
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        where = ".".join(str(p) for p in err["loc"])
+        return f"EVM permit entry with invalid extra.{where}: {err['msg']}"
+
+
+def permit_deadline(now: float, max_timeout_seconds: int) -> int:
+    """The permit's `deadline`: `now + maxTimeoutSeconds`, in whole Unix seconds."""
+    return int(now) + max_timeout_seconds
+
+
+def permit_typed_data(
+    *,
+    token_name: str,
+    chain_id: int,
+    token: str,
+    owner: str,
+    spender: str,
+    value: int,
+    nonce: int,
+    deadline: int,
+) -> dict[str, Any]:
+    """The full EIP-712 message of an EIP-2612 permit, as `sign_typed_data` takes it.
+
+    Domain: the token's own `name()`, version `"1"`, the chain id, verifyingContract =
+    the token (spec, "X-PAYMENT proof").
+    """
+    return {
+        "types": {
+            "EIP712Domain": [
+                {"name": "name", "type": "string"},
+                {"name": "version", "type": "string"},
+                {"name": "chainId", "type": "uint256"},
+                {"name": "verifyingContract", "type": "address"},
+            ],
+            "Permit": [
+                {"name": "owner", "type": "address"},
+                {"name": "spender", "type": "address"},
+                {"name": "value", "type": "uint256"},
+                {"name": "nonce", "type": "uint256"},
+                {"name": "deadline", "type": "uint256"},
+            ],
+        },
+        "primaryType": "Permit",
+        "domain": {
+            "name": token_name,
+            "version": PERMIT_VERSION,
+            "chainId": chain_id,
+            "verifyingContract": token,
+        },
+        "message": {
+            "owner": owner,
+            "spender": spender,
+            "value": value,
+            "nonce": nonce,
+            "deadline": deadline,
+        },
+    }
+
+
+def permit_proof(network: str, message: Mapping[str, Any], signature: bytes) -> str:
+    """The X-PAYMENT value for a signed permit: `owner`, `permit` values, `0x` signature."""
+    owner = str(message["owner"])
+    payload = EvmPermitPayload(
+        owner=owner,
+        permit=PermitValues(
+            owner=owner,
+            spender=str(message["spender"]),
+            value=int(message["value"]),
+            nonce=int(message["nonce"]),
+            deadline=int(message["deadline"]),
+        ),
+        signature="0x" + bytes(signature).hex(),
+    )
+    return encode_proof(PaymentProof(scheme="exact", network=network, payload=payload.to_wire()))
+
+
+def split_signature(signature: str) -> tuple[int, bytes, bytes]:
+    """`(v, r, s)` of a 65-byte `r || s || v` signature in 0x hex (what `permit()` takes)."""
+    raw = bytes.fromhex(signature.removeprefix("0x"))
+    if len(raw) != 65:
+        raise ValueError("a permit signature is 65 bytes")
+    v = raw[64]
+    if v < 27:
+        v += 27
+    return v, raw[:32], raw[32:64]
+
+
+def spenders_by_asset(kinds: SupportedKinds) -> dict[tuple[str, str | None], str]:
+    """`{(network, asset or None): spender}` from a facilitator's `/supported` answer.
+
+    Assets are lower-cased; a kind without an asset applies to the whole network.
+    """
+    found: dict[tuple[str, str | None], str] = {}
+    for kind in kinds.kinds:
+        spender = (kind.extra or {}).get("spender")
+        if kind.scheme != "exact" or kind.network not in EVM_NETWORKS:
+            continue
+        if not isinstance(spender, str) or not _ADDRESS_RE.match(spender):
+            continue
+        asset = kind.asset.lower() if kind.asset else None
+        found[(kind.network, asset)] = spender
+    return found
+
+
+# --- the rail ----------------------------------------------------------------------------
+
+
+class _RpcUnavailable(Exception):
+    """No RPC endpoint of a chain answered."""
+
+
+@dataclasses.dataclass
+class _Endpoint:
+    url: str
+    provider: AsyncHTTPProvider
+    w3: AsyncWeb3[AsyncHTTPProvider]
+    verified: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class _TokenInfo:
+    name: str
+    symbol: str
+
+
+class EvmPermitRail:
+    """Signs EIP-2612 permits for `exact` entries on `eip155:1` and `eip155:137`.
+
+    Holds one `AsyncWeb3` per RPC URL and one httpx client for `/supported`; close them
+    with `aclose()` (the payer does).
+    """
+
+    name = "evm-permit"
+
+    def __init__(self, context: RailContext, options: EvmOptions) -> None:
+        if not _extra_installed():
+            raise ConfigurationError(EVM_EXTRA_MISSING)
+        self._context = context
+        self._options = options
+        self._owner: str | None = None
+        self._endpoints: dict[str, _Endpoint] = {}
+        self._preferred: dict[int, int] = {}
+        self._tokens: dict[tuple[int, str], _TokenInfo] = {}
+        self._supported: dict[str, tuple[float, dict[tuple[str, str | None], str]]] = {}
+        self._locks: dict[tuple[int, str, str], anyio.Lock] = {}
+        self._http: httpx.AsyncClient | None = None
+
+    def __repr__(self) -> str:
+        return f"EvmPermitRail(chains={sorted(self._options.rpc_urls)})"
+
+    @property
+    def owner(self) -> str:
+        """The payer's address (checksummed), derived from the private key."""
+        if self._owner is None:
+            from eth_account import Account
+
+            self._owner = str(
+                Account.from_key(self._options.private_key.get_secret_value()).address
+            )
+        return self._owner
+
+    # --- Rail ------------------------------------------------------------------------------
+
+    def describe(self, entry: AcceptEntry, resource: str) -> PaymentIntent | str:
+        if not isinstance(entry, ExactAcceptEntry):
+            return "not an exact entry"
+        chain_id = EVM_NETWORKS.get(entry.network)
+        if chain_id is None:
+            return "not an EVM entry"
+        extra = classify_evm_extra(entry.extra)
+        if isinstance(extra, str):
+            return extra
+        if extra.symbol not in PERMIT_SYMBOLS:
+            return f"EVM token {extra.symbol[:20]!r} is not EURQ or USDQ"
+        if not _ADDRESS_RE.match(entry.asset):
+            return "EVM entry whose asset is not a token address"
+        if not _ADDRESS_RE.match(entry.pay_to):
+            return "EVM entry whose payTo is not an address"
+        if not entry.facilitator:
+            return "EVM entry without a facilitator to check the spender with"
+        if chain_id not in self._options.rpc_urls:
+            return f"no RPC URL configured for chain {chain_id}"
+        return PaymentIntent(
+            rail="evm-permit",
+            scheme=entry.scheme,
+            network=entry.network,
+            asset=entry.asset,
+            asset_symbol=extra.symbol,
+            amount=exact_amount(entry),
+            currency=CURRENCY_OF[extra.symbol],
+            pay_to=entry.pay_to,
+            resource=resource,
+            atomic_amount=entry.max_amount_required,
+            description=entry.description,
+            accept=entry.to_wire(),
+        )
+
+    async def prepare(self, entry: AcceptEntry, intent: PaymentIntent) -> str | None:
+        assert isinstance(entry, ExactAcceptEntry)
+        extra = classify_evm_extra(entry.extra)
+        assert not isinstance(extra, str)
+        chain_id = EVM_NETWORKS[entry.network]
+        try:
+            token = await self._token_info(chain_id, entry.asset)
+        except _RpcUnavailable as exc:
+            return str(exc)
+        if token.symbol != extra.symbol:
+            return (
+                f"token {entry.asset} on {entry.network} is {token.symbol[:20]!r}, "
+                f"not {extra.symbol!r} as the entry says"
+            )
+        problem = await self._check_spender(entry, extra)
+        if problem is not None:
+            return problem
+        try:
+            balance = await self._read(chain_id, entry.asset, "balanceOf", self.owner)
+        except _RpcUnavailable as exc:
+            return str(exc)
+        if balance < entry.max_amount_required:
+            return (
+                f"{extra.symbol} balance {format_amount(from_atomic(balance))} on "
+                f"{entry.network} does not cover {format_amount(intent.amount)}"
+            )
+        return None
+
+    @asynccontextmanager
+    async def pay(
+        self, entry: AcceptEntry, intent: PaymentIntent, settings: RequestSettings
+    ) -> AsyncIterator[Paid]:
+        assert isinstance(entry, ExactAcceptEntry)
+        extra = classify_evm_extra(entry.extra)
+        assert not isinstance(extra, str)
+        chain_id = EVM_NETWORKS[entry.network]
+        owner = self.owner
+        key = (chain_id, entry.asset.lower(), owner.lower())
+        lock = self._locks.setdefault(key, anyio.Lock())
+        # Held until the merchant has answered: the next permit must see the next nonce.
+        async with lock:
+            token = await self._token_info(chain_id, entry.asset)
+            nonce = await self._read(chain_id, entry.asset, "nonces", owner, block="pending")
+            typed = permit_typed_data(
+                token_name=token.name,
+                chain_id=chain_id,
+                token=entry.asset,
+                owner=owner,
+                spender=extra.spender,
+                value=entry.max_amount_required,
+                nonce=nonce,
+                deadline=permit_deadline(time.time(), entry.max_timeout_seconds),
+            )
+            proof = permit_proof(entry.network, typed["message"], self._sign(typed))
+            logger.debug("x402: signed permit nonce %d on %s for %s", nonce, entry.network, owner)
+            yield Paid(proof=proof, payer=owner)
+
+    async def aclose(self) -> None:
+        endpoints, self._endpoints = self._endpoints, {}
+        for endpoint in endpoints.values():
+            await endpoint.provider.disconnect()
+        if self._http is not None:
+            await self._http.aclose()
+            self._http = None
+
+    # --- signing ---------------------------------------------------------------------------
+
+    def _sign(self, typed: dict[str, Any]) -> bytes:
+        from eth_account import Account
+
+        signed = Account.sign_typed_data(
+            self._options.private_key.get_secret_value(), full_message=typed
+        )
+        return bytes(signed.signature)
+
+    # --- the facilitator's spender -----------------------------------------------------------
+
+    async def _check_spender(self, entry: ExactAcceptEntry, extra: EvmPermitExtra) -> str | None:
+        assert entry.facilitator is not None
+        base = entry.facilitator.rstrip("/")
+        refresh = False
+        while True:
+            try:
+                spenders, fetched = await self._spenders(base, refresh=refresh)
+            except (httpx.HTTPError, BodyTooLarge, ValueError) as exc:
+                return f"could not read {base}/supported: {type(exc).__name__}: {str(exc)[:200]}"
+            actual = spenders.get((entry.network, entry.asset.lower())) or spenders.get(
+                (entry.network, None)
+            )
+            if actual is not None and actual.lower() == extra.spender.lower():
+                return None
+            if not fetched:
+                # A cached answer may predate a rotation of the hot wallet: ask once more.
+                refresh = True
+                continue
+            if actual is None:
+                return f"the facilitator does not support {entry.asset} on {entry.network}"
+            raise SpenderMismatch(
+                f"the 402 names spender {extra.spender}, but the facilitator {base} "
+                f"announces {actual} for {entry.network}; nothing was signed"
+            )
+
+    async def _spenders(
+        self, base: str, *, refresh: bool
+    ) -> tuple[dict[tuple[str, str | None], str], bool]:
+        """The facilitator's spenders, and whether they were fetched just now."""
+        cached = self._supported.get(base)
+        if cached is not None and not refresh and time.monotonic() < cached[0]:
+            return cached[1], False
+        if self._http is None:
+            self._http = httpx.AsyncClient(follow_redirects=False, timeout=_SUPPORTED_TIMEOUT)
+        request = self._http.build_request("GET", f"{base}/supported")
+        response = await self._http.send(request, stream=True)
+        raw = await read_bounded(response, self._context.options.max_body_bytes)
+        if response.status_code != 200:
+            raise ValueError(f"status {response.status_code}")
+        spenders = spenders_by_asset(SupportedKinds.model_validate(_json.loads(raw)))
+        ttl = self._options.supported_cache_seconds
+        self._supported[base] = (time.monotonic() + ttl, spenders)
+        return spenders, True
+
+    # --- chain reads -----------------------------------------------------------------------
+
+    async def _token_info(self, chain_id: int, token: str) -> _TokenInfo:
+        key = (chain_id, token.lower())
+        info = self._tokens.get(key)
+        if info is None:
+            name = await self._read(chain_id, token, "name")
+            symbol = await self._read(chain_id, token, "symbol")
+            info = self._tokens[key] = _TokenInfo(name=str(name), symbol=str(symbol))
+        return info
+
+    async def _read(
+        self,
+        chain_id: int,
+        token: str,
+        function: str,
+        *args: Any,
+        block: Literal["latest", "pending"] = "latest",
+    ) -> Any:
+        async def call(w3: AsyncWeb3[AsyncHTTPProvider]) -> Any:
+            contract = w3.eth.contract(address=w3.to_checksum_address(token), abi=_TOKEN_ABI)
+            return await contract.functions[function](*args).call(block_identifier=block)
+
+        return await self._with_rpc(chain_id, call)
+
+    async def _with_rpc(
+        self, chain_id: int, call: Callable[[AsyncWeb3[AsyncHTTPProvider]], Awaitable[T]]
+    ) -> T:
+        """Run `call` on the chain's RPC endpoints in order until one answers.
+
+        An endpoint is used only after its `eth_chainId` matched `chain_id` (checked once
+        per URL); a mismatch is a `ConfigurationError`, never a fall-back.
+        """
+        import aiohttp
+
+        urls = self._options.rpc_urls.get(chain_id, ())
+        start = self._preferred.get(chain_id, 0)
+        failures: list[str] = []
+        for offset in range(len(urls)):
+            index = (start + offset) % len(urls)
+            endpoint = self._endpoint(urls[index])
+            try:
+                if not endpoint.verified:
+                    reported = int(await endpoint.w3.eth.chain_id)
+                    if reported != chain_id:
+                        raise ConfigurationError(
+                            f"the RPC endpoint {_redact(endpoint.url)} reports chain id "
+                            f"{reported}, but it is configured for chain id {chain_id} "
+                            f"(eip155:{chain_id})"
+                        )
+                    endpoint.verified = True
+                result = await call(endpoint.w3)
+            except (OSError, TimeoutError, aiohttp.ClientError) as exc:
+                failures.append(f"{_redact(endpoint.url)}: {type(exc).__name__}")
+                continue
+            self._preferred[chain_id] = index
+            return result
+        raise _RpcUnavailable(
+            f"no RPC endpoint for chain {chain_id} answered ({'; '.join(failures)})"
+        )
+
+    def _endpoint(self, url: str) -> _Endpoint:
+        endpoint = self._endpoints.get(url)
+        if endpoint is None:
+            import aiohttp
+            from web3 import AsyncHTTPProvider, AsyncWeb3
+
+            provider = AsyncHTTPProvider(
+                url,
+                request_kwargs={"timeout": aiohttp.ClientTimeout(total=_RPC_TIMEOUT)},
+                # Fail over to the next URL at once instead of retrying with backoff.
+                exception_retry_configuration=None,
+            )
+            # No middleware: no hidden extra RPC calls (chain id validation, ENS).
+            endpoint = _Endpoint(url, provider, AsyncWeb3(provider, middleware=[]))
+            self._endpoints[url] = endpoint
+        return endpoint
+
+
+def _redact(url: str) -> str:
+    """An RPC URL without its path and query, which often carry an API key."""
+    parsed = httpx.URL(url)
+    return f"{parsed.scheme}://{parsed.host}" + (f":{parsed.port}" if parsed.port else "")
