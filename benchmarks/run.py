@@ -314,7 +314,7 @@ import sys, time
 t = time.perf_counter()
 import {module}
 elapsed = time.perf_counter() - t
-heavy = sorted(m for m in ("web3", "eth_account", "eth_abi", "rich") if m in sys.modules)
+heavy = sorted(m for m in ("web3", "eth_account", "eth_abi") if m in sys.modules)
 print(elapsed, ",".join(heavy))
 """
 
@@ -400,12 +400,12 @@ def fig_startup(quick: bool) -> list[Figure]:
         ),
         Figure(
             "lazy_evm",
-            "3b. web3 / eth-account / rich imported by `import x402_client`",
+            "3b. web3 / eth-account modules loaded by `import x402_client`",
             float(len(heavy_seen)),
             "modules",
             "0",
             not heavy_seen,
-            ", ".join(sorted(heavy_seen)) or "none of web3, eth_account, eth_abi, rich",
+            ", ".join(sorted(heavy_seen)) or "none of web3, eth_account, eth_abi",
         ),
     ]
     if importlib.util.find_spec("x402_client.cli") is None:
@@ -742,7 +742,7 @@ def chart(figures: list[Figure], path: Path, info: dict[str, Any]) -> None:
             ax.set_axis_off()
             continue
         if len(f.samples) > 1:
-            ax.boxplot(f.samples, vert=True, widths=0.5)
+            ax.boxplot(f.samples, widths=0.5)
             ax.set_xticks([])
         else:
             ax.bar([0], [f.value or 0], width=0.5)

@@ -7,7 +7,6 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from decimal import Decimal
 from typing import Any
 
-import httpx
 import pytest
 
 from x402_client import PaymentOptions
@@ -110,15 +109,3 @@ def payments(sandbox: Sandbox, account: Account) -> list[Any]:
 
 def dec(value: str) -> Decimal:
     return Decimal(value)
-
-
-@pytest.fixture
-def client_factory() -> Iterator[Callable[..., httpx.AsyncClient]]:
-    made: list[httpx.AsyncClient] = []
-
-    def make(**kwargs: Any) -> httpx.AsyncClient:
-        client = httpx.AsyncClient(**kwargs)
-        made.append(client)
-        return client
-
-    yield make

@@ -347,10 +347,10 @@ async def test_large_non_402_stream_is_not_buffered(sandbox, payer, options_for)
 
 async def test_paid_response_can_be_streamed(sandbox, payer, options_for):
     size = 8 * 1024 * 1024
-    async with with_eur_payment(httpx.AsyncClient(), options_for(payer)) as client:
-        async with client.stream("GET", sandbox.url(f"/download?size={size}")) as response:
-            assert response.extensions["x402_payment"].amount == Decimal("0.01")
-            total = sum([len(c) async for c in response.aiter_raw()])
+    client = with_eur_payment(httpx.AsyncClient(), options_for(payer))
+    async with client, client.stream("GET", sandbox.url(f"/download?size={size}")) as response:
+        assert response.extensions["x402_payment"].amount == Decimal("0.01")
+        total = sum([len(c) async for c in response.aiter_raw()])
     assert total == size
     assert len(payments(sandbox, payer)) == 1
 
@@ -366,7 +366,7 @@ async def test_payment_header_never_follows_a_redirect(serve):
             response = await client.get(sandbox.url(f"/redirect?to={other_url}/landing"))
         assert response.status_code == 200 and response.json() == {"recorded": True}
         assert len(payments(sandbox, sandbox.payer)) == 1
-    ((method, path, headers),) = other.requests
+    ((_, path, headers),) = other.requests
     assert path == "/landing"
     assert "x-payment" not in headers
     assert "x-api-key" not in headers

@@ -8,13 +8,13 @@ import pytest
 
 from x402_client import InvalidChallenge, decode_proof, encode_proof
 from x402_client._challenge import (
+    InvalidEntry,
     VerifierReason,
     classify_reason,
     parse_accept,
     parse_failure_body,
     parse_payment_required,
 )
-from x402_client._challenge import InvalidEntry
 from x402_client._json import JSONError, dumps, loads
 from x402_client._models import (
     BridgePayload,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import sys
 from collections.abc import Sequence
 from decimal import Decimal
@@ -258,10 +259,8 @@ async def _sandbox(args: argparse.Namespace) -> int:
         out.line("\n# make `x402-eur fetch` pay from the sandbox payer:")
         for key, value in sandbox.env().items():
             out.line(f"export {key}={value}")
-        try:
+        with contextlib.suppress(asyncio.CancelledError):
             await asyncio.Event().wait()
-        except asyncio.CancelledError:
-            pass
     return 0
 
 

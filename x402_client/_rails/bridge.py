@@ -239,7 +239,7 @@ async def wait_for_blockchain_tx_id(
     )
     with anyio.move_on_after(policy.deadline + policy.max_interval):
         try:
-            found = await retrying(attempt)
+            found: TransactionRecord | None = await retrying(attempt)
         except RetryError:
             raise outcome_unknown(
                 f"no blockchainTxId after {policy.deadline:g} s ({polls} polls, "
@@ -353,7 +353,8 @@ class BridgeRail:
                 code = await api.pay_blockchain_address(
                     from_account=options.from_account,
                     address=entry.pay_to,
-                    amount=intent.amount,
+                    # "0.10", not "0.100000": the amount as a person would write it.
+                    amount=Decimal(format_amount(intent.amount)),
                     message=entry.description or intent.resource,
                     intent=intent,
                 )
@@ -364,7 +365,11 @@ class BridgeRail:
                 entry.pay_to,
             )
 
+        polls = 0
+
         async def on_poll(update: PollUpdate) -> None:
+            nonlocal polls
+            polls = update.polls
             record = update.record
             await report(
                 "waiting",
@@ -398,9 +403,15 @@ class BridgeRail:
             raise
         tx_id = record.blockchain_tx_id
         assert tx_id is not None
-        await report("settled", transaction_code=code, status=record.status, blockchain_tx_id=tx_id)
+        for stage in ("settled", "proving"):
+            await report(
+                stage,
+                transaction_code=code,
+                status=record.status,
+                blockchain_tx_id=tx_id,
+                polls=polls + 1,
+            )
         proof = bridge_proof(entry, code, tx_id)
-        await report("proving", transaction_code=code, status=record.status, blockchain_tx_id=tx_id)
         yield Paid(
             proof=proof,
             transaction_code=code,
