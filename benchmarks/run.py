@@ -149,9 +149,14 @@ class Server:
         return dict(response.json())
 
 
+#: The user-side pool of both flows, sized for concurrency 50. httpx's default keeps only
+#: 20 idle connections: at concurrency 50 it closes and re-opens a connection for nearly
+#: every request, in both flows alike, which would measure httpx's defaults, not the SDK.
+USER_LIMITS = httpx.Limits(max_connections=100, max_keepalive_connections=100)
+
+
 def make_flow(kind: str, options: dict[str, Any]) -> SDK | HandWritten:
-    # Both get the same user-side client: httpx's defaults, as a user would write it.
-    client = httpx.AsyncClient(timeout=60)
+    client = httpx.AsyncClient(timeout=60, limits=USER_LIMITS)
     if kind == "sdk":
         return SDK(euro_options(options), client)
     return HandWritten(options, client)

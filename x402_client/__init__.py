@@ -12,6 +12,7 @@ print(response.extensions["x402_payment"])
 
 from .__version__ import __version__
 from ._amounts import format_amount, from_atomic, to_atomic
+from ._budget import Budget, BudgetStore, InMemoryBudgetStore, RedisBudgetStore
 from ._exceptions import (
     AmountLimitExceeded,
     BridgeTransferFailed,
@@ -32,11 +33,12 @@ from ._exceptions import (
     UnreplayableRequest,
     X402Error,
 )
+from ._ledger import LedgerEntry, PaymentLedger
 from ._options import EvmOptions, PaymentOptions
 from ._payer import EXTENSION, RECEIPT_EXTENSION
 from ._progress import PaymentProgress
 from ._proof import decode_proof, encode_proof
-from ._transport import PaymentTransport, with_eur_payment
+from ._transport import PaymentTransport, payment_ledger, with_eur_payment
 from ._types import PaymentIntent, PaymentReceipt
 
 __all__ = [
@@ -44,16 +46,21 @@ __all__ = [
     "RECEIPT_EXTENSION",
     "AmountLimitExceeded",
     "BridgeTransferFailed",
+    "Budget",
     "BudgetExceeded",
+    "BudgetStore",
     "ChallengeError",
     "ConfigurationError",
     "EvmOptions",
+    "InMemoryBudgetStore",
     "InsufficientFunds",
     "InvalidChallenge",
+    "LedgerEntry",
     "NoSatisfiableOption",
     "PaymentAPIError",
     "PaymentFailed",
     "PaymentIntent",
+    "PaymentLedger",
     "PaymentNotConfirmed",
     "PaymentOptions",
     "PaymentOutcomeUnknown",
@@ -63,6 +70,7 @@ __all__ = [
     "PaymentRejectedByHook",
     "PaymentTransport",
     "PaymentVerificationFailed",
+    "RedisBudgetStore",
     "SpenderMismatch",
     "UnreplayableRequest",
     "X402Error",
@@ -71,6 +79,7 @@ __all__ = [
     "encode_proof",
     "format_amount",
     "from_atomic",
+    "payment_ledger",
     "to_atomic",
     "with_eur_payment",
 ]

@@ -7,6 +7,7 @@ every rule here is tested without a network.
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from decimal import Decimal
 from typing import Any
 
@@ -16,6 +17,7 @@ from . import _json
 from ._amounts import from_atomic
 from ._exceptions import InvalidChallenge
 from ._models import EuroAcceptEntry, ExactAcceptEntry, PaymentRequired
+from ._types import PaymentIntent
 
 __all__ = [
     "CHAIN_A_ASSETS",
@@ -32,6 +34,7 @@ __all__ = [
     "parse_accept",
     "parse_failure_body",
     "parse_payment_required",
+    "prefer_order",
 ]
 
 PROVIDER_NETWORK = "provider:mainnet"
@@ -136,3 +139,21 @@ def parse_failure_body(body: bytes) -> tuple[str | None, PaymentRequired | None]
     except ValidationError:
         challenge = None
     return reason, challenge
+
+
+def prefer_order(intents: Sequence[PaymentIntent], prefer: Sequence[str]) -> list[int]:
+    """Indexes of `intents`, most preferred first; ties keep the merchant's order.
+
+    A preference token matches an intent's rail (`euro`, `evm-permit`, `bridge`), scheme,
+    network (`eip155:137`) or asset symbol (`EURQ`); earlier tokens win.
+    """
+
+    def rank(index: int) -> tuple[int, int]:
+        intent = intents[index]
+        names = {intent.rail, intent.scheme, intent.network, intent.asset_symbol}
+        for position, token in enumerate(prefer):
+            if token in names:
+                return (position, index)
+        return (len(prefer), index)
+
+    return sorted(range(len(intents)), key=rank)

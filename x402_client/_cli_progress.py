@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import IO, Any
 
@@ -115,9 +115,17 @@ def _rich_display(console: Any) -> ProgressDisplay:
         if event.stage in ("proving", "failed"):
             progress.stop_task(task)
 
-    @contextlib.contextmanager
-    def display() -> Iterator[None]:
-        with progress:
-            yield
+    return on_progress, _Live(progress)
 
-    return on_progress, display()
+
+class _Live(AbstractContextManager[None]):
+    """Shows the rich display while entered; may be entered again (one wait at a time)."""
+
+    def __init__(self, progress: Any) -> None:
+        self._progress = progress
+
+    def __enter__(self) -> None:
+        self._progress.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._progress.stop()

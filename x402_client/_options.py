@@ -24,7 +24,9 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from ._amounts import AmountError, parse_amount
+from ._budget import Budget, BudgetStore
 from ._exceptions import ConfigurationError
+from ._ledger import PaymentLedger
 from ._progress import PaymentProgress
 from ._types import PaymentIntent
 
@@ -35,12 +37,15 @@ __all__ = [
     "EvmOptions",
     "PaymentOptions",
     "ProgressCallback",
+    "Selector",
     "coerce_options",
 ]
 
 HookResult = bool | None
 #: `on_before_payment(intent)`: return False (or raise) to refuse; sync or async.
 BeforePaymentHook = Callable[[PaymentIntent], HookResult | Awaitable[HookResult]]
+#: `selector(candidates)`: choose among the payable intents (merchant order); None: pay none.
+Selector = Callable[[list[PaymentIntent]], PaymentIntent | None]
 #: `on_progress(event)`: told about long waits (the bridge); sync or async.
 ProgressCallback = Callable[[PaymentProgress], Awaitable[None] | None]
 
@@ -139,6 +144,17 @@ class PaymentOptions(_Options):
     max_amount_per_payment: dict[str, Decimal] = Field(
         default_factory=lambda: dict(DEFAULT_MAX_AMOUNT_PER_PAYMENT)
     )
+    #: Cumulative budgets (`Budget("5", window=86400)`), all enforced; one or a list.
+    budgets: tuple[Budget, ...] = ()
+    #: Where budgets are kept: in memory by default; `RedisBudgetStore` to share them.
+    budget_store: BudgetStore | None = None
+    #: Where every payment is recorded; a fresh `PaymentLedger` per client by default.
+    ledger: PaymentLedger | None = None
+    #: Preferred entries, most preferred first: rail names (`"euro"`, `"evm-permit"`,
+    #: `"bridge"`), schemes, networks (`"eip155:137"`) or asset symbols (`"EURQ"`).
+    prefer: tuple[str, ...] = ()
+    #: Or choose yourself among the payable intents; overrides `prefer`.
+    selector: Selector | None = None
     #: Re-sends of the same proof while the verifier says "not confirmed (status: Open)".
     confirmation_attempts: int = Field(default=8, ge=1, le=100)
     #: First wait before such a re-send, in seconds; doubles up to `confirmation_max_wait`.
@@ -155,6 +171,16 @@ class PaymentOptions(_Options):
     #: First and largest interval between bridge polls, in seconds.
     bridge_poll_interval: float = Field(default=0.5, gt=0)
     bridge_poll_max_interval: float = Field(default=3.0, gt=0)
+
+    @field_validator("budgets", mode="before")
+    @classmethod
+    def _budgets(cls, value: Any) -> Any:
+        return (value,) if isinstance(value, Budget) else value
+
+    @field_validator("prefer", mode="before")
+    @classmethod
+    def _prefer(cls, value: Any) -> Any:
+        return (value,) if isinstance(value, str) else value
 
     @field_validator("api_url")
     @classmethod

@@ -26,7 +26,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from datetime import datetime, timezone
 from decimal import Decimal
 from typing import Any
@@ -42,6 +42,7 @@ from tenacity import (
 )
 
 from ._amounts import AmountError, format_amount, parse_amount
+from ._budget import Budgets, Reservation
 from ._challenge import (
     AcceptEntry,
     InvalidEntry,
@@ -50,24 +51,29 @@ from ._challenge import (
     parse_accept,
     parse_failure_body,
     parse_payment_required,
+    prefer_order,
 )
 from ._exceptions import (
     AmountLimitExceeded,
+    ChallengeError,
     ConfigurationError,
     InvalidChallenge,
     NoSatisfiableOption,
+    PaymentFailed,
     PaymentNotConfirmed,
     PaymentOutcomeUnknown,
+    PaymentRefused,
     PaymentRejectedByHook,
     PaymentVerificationFailed,
     UnreplayableRequest,
 )
 from ._http import BodyTooLarge, read_bounded
+from ._ledger import LedgerEntry, Outcome, PaymentLedger
 from ._models import PaymentRequired
 from ._options import PaymentOptions
 from ._payment_api import PaymentAPI
 from ._progress import PaymentProgress
-from ._proof import ProofError, b64_json_decode
+from ._proof import ProofError, b64_json_decode, decode_proof
 from ._rails import Paid, Rail, RequestSettings
 from ._types import PaymentIntent, PaymentReceipt
 
@@ -93,6 +99,7 @@ class _PayFresh:
     """The merchant said the proof is used or expired: pay a fresh 402."""
 
     reason: str
+    proof: str
 
 
 class _NotConfirmed:
@@ -111,6 +118,7 @@ class _Delivery:
     paid: Paid
     payments: int
     paid_at: datetime
+    record: LedgerEntry | None = None
     last_reason: str | None = None
     merchant_errors: int = 0
     connect_failures: int = 0
@@ -125,7 +133,7 @@ def _overrides(request: httpx.Request) -> RequestSettings:
         return RequestSettings()
     if not isinstance(raw, Mapping):
         raise ConfigurationError(f"request.extensions[{EXTENSION!r}] must be a mapping")
-    unknown = set(raw) - {"pay", "max_amount_per_payment", "resume_transaction_code"}
+    unknown = set(raw) - {"pay", "max_amount_per_payment", "resume_transaction_code", "proof"}
     if unknown:
         raise ConfigurationError(f"unknown per-request x402 settings: {sorted(unknown)}")
     pay = raw.get("pay", True)
@@ -142,7 +150,10 @@ def _overrides(request: httpx.Request) -> RequestSettings:
     resume = raw.get("resume_transaction_code")
     if resume is not None and not isinstance(resume, str):
         raise ConfigurationError("resume_transaction_code must be a string")
-    return RequestSettings(pay=pay, limits=limits, resume_transaction_code=resume)
+    proof = raw.get("proof")
+    if proof is not None and not isinstance(proof, str):
+        raise ConfigurationError("proof must be the X-PAYMENT string")
+    return RequestSettings(pay=pay, limits=limits, resume_transaction_code=resume, proof=proof)
 
 
 def _replayable_body(request: httpx.Request) -> bytes | None:
@@ -185,6 +196,10 @@ class Payer:
     def __init__(self, options: PaymentOptions) -> None:
         self.options = options
         self._api: PaymentAPI | None = None
+        self.ledger: PaymentLedger = (
+            options.ledger if options.ledger is not None else PaymentLedger()
+        )
+        self.budgets = Budgets(options.budgets, options.budget_store)
         self._rails: list[Rail] = self._build_rails()
 
     def __repr__(self) -> str:
@@ -241,14 +256,15 @@ class Payer:
         if self._api is not None:
             await self._api.aclose()
             self._api = None
+        await self.budgets.aclose()
 
     # --- the flow ----------------------------------------------------------------------------
 
     async def handle_402(
         self, request: httpx.Request, response: httpx.Response, send: Send
     ) -> httpx.Response:
-        overrides = _overrides(request)
-        if not overrides.pay:
+        settings = _overrides(request)
+        if not settings.pay:
             return response
         body = _replayable_body(request)
         challenge = await self._read_challenge(response, request)
@@ -258,31 +274,23 @@ class Payer:
                 "payment; nothing was paid. Send it as bytes (content=, json=, data=).",
                 request=request,
             )
+        if settings.proof is not None:
+            return await self._resend(request, body, send, challenge, settings.proof)
         payments = 0
         asked_fresh = False
         while True:
             rail, entry, intent = await self._choose(challenge, request)
-            self._check_limits(intent, overrides, request)
-            await self._ask_hook(intent, request)
-            async with rail.pay(entry, intent, overrides) as paid:
-                payments += 1
-                logger.info(
-                    "x402: paid %s %s on %s (%s) to %s for %s",
-                    format_amount(intent.amount),
-                    intent.currency,
-                    intent.network,
-                    intent.rail,
-                    intent.pay_to,
-                    intent.resource,
-                )
-                outcome = await self._deliver(request, body, send, intent, paid, payments)
+            payments += 1
+            outcome = await self._attempt(
+                rail, entry, intent, settings, request, body, send, payments
+            )
             if isinstance(outcome, httpx.Response):
                 return outcome
             if asked_fresh:
                 raise PaymentVerificationFailed(
                     f"the merchant refused the fresh payment too: {outcome.reason}",
                     reason=outcome.reason,
-                    proof=paid.proof,
+                    proof=outcome.proof,
                     request=request,
                     intent=intent,
                 )
@@ -292,6 +300,153 @@ class Payer:
             if fresh.status_code != 402:
                 return fresh
             challenge = await self._read_challenge(fresh, request)
+
+    async def _attempt(
+        self,
+        rail: Rail,
+        entry: AcceptEntry,
+        intent: PaymentIntent,
+        settings: RequestSettings,
+        request: httpx.Request,
+        body: bytes,
+        send: Send,
+        payments: int,
+    ) -> httpx.Response | _PayFresh:
+        """One payment of one intent, with its ledger entry and budget reservation.
+
+        Outcome rules (docs/failure-semantics.md): refused or failed before the proof
+        exists -> `failed`, reservation released; after the proof exists -> `paid` when
+        the merchant served, else `paid` (undelivered) on rails where the proof means the
+        money already moved (euro, bridge) and `unknown` where the merchant settles it
+        (EVM permit); `PaymentOutcomeUnknown` anywhere -> `unknown`. Only `failed`
+        gives the reservation back.
+        """
+        record = self.ledger.open(intent)
+        moves_first = getattr(rail, "money_moves_before_proof", True)
+        held: list[Reservation] = []
+        proof: str | None = None
+        outcome: Outcome = "unknown"
+        error: str | None = None
+        try:
+            self._check_limits(intent, settings, request)
+            await self._ask_hook(intent, request)
+            held = await self.budgets.reserve(intent)
+            if held:
+                record.step("reserved", ", ".join(r.budget.key for r in held))
+            record.step("paying", intent.rail)
+            async with rail.pay(entry, intent, settings) as paid:
+                proof = paid.proof
+                record.proof = paid.proof
+                record.payment_request_code = paid.payment_request_code
+                record.transaction_code = paid.transaction_code
+                record.blockchain_tx_id = paid.blockchain_tx_id
+                record.step("proof", paid.transaction_code or paid.payment_request_code or "")
+                logger.debug(
+                    "x402: proving %s %s on %s (%s) to %s for %s",
+                    format_amount(intent.amount),
+                    intent.currency,
+                    intent.network,
+                    intent.rail,
+                    intent.pay_to,
+                    intent.resource,
+                )
+                result = await self._deliver(request, body, send, intent, paid, payments, record)
+            if isinstance(result, httpx.Response):
+                outcome = "paid"
+                record.delivered = True
+                receipt = result.extensions.get(RECEIPT_EXTENSION)
+                record.tx_hash = getattr(receipt, "tx_hash", None)
+                logger.info(
+                    "x402: paid %s %s on %s (%s) to %s for %s",
+                    format_amount(intent.amount),
+                    intent.currency,
+                    intent.network,
+                    intent.rail,
+                    intent.pay_to,
+                    intent.resource,
+                )
+            else:
+                used = classify_reason(result.reason) is VerifierReason.USED
+                outcome = "paid" if moves_first and used else "unknown"
+                error = result.reason
+            return result
+        except (ChallengeError, PaymentRefused, PaymentFailed, ConfigurationError) as exc:
+            outcome = "unknown" if proof is not None and not moves_first else "failed"
+            if proof is not None and moves_first:
+                outcome = "paid"
+            error = f"{type(exc).__name__}: {exc}"
+            raise
+        except PaymentOutcomeUnknown as exc:
+            outcome = "unknown"
+            record.proof = record.proof or exc.proof
+            record.transaction_code = record.transaction_code or exc.transaction_code
+            error = f"{type(exc).__name__}: {exc}"
+            raise
+        except PaymentVerificationFailed as exc:
+            outcome = "paid" if moves_first else "unknown"
+            error = f"{type(exc).__name__}: {exc.reason}"
+            raise
+        except BaseException as exc:
+            # Cancellation or an unexpected error: before the proof, money can only have
+            # moved on rails that pay first; after it, the merchant may have settled.
+            if proof is None:
+                outcome = "unknown" if moves_first else "failed"
+            else:
+                outcome = "paid" if moves_first else "unknown"
+            error = f"{type(exc).__name__}: {exc}"
+            if proof is None and moves_first:
+                logger.warning("x402: payment interrupted; its outcome is unknown (%s)", error)
+            raise
+        finally:
+            record.finish(outcome, error=error)
+            if outcome == "failed" and held:
+                with anyio.CancelScope(shield=True):
+                    await self.budgets.release(held)
+
+    async def _resend(
+        self,
+        request: httpx.Request,
+        body: bytes,
+        send: Send,
+        challenge: PaymentRequired,
+        proof: str,
+    ) -> httpx.Response:
+        """Re-send a proof the client already paid for (recovery): no new payment."""
+        try:
+            decoded = decode_proof(proof)
+        except ProofError as exc:
+            raise ConfigurationError(f"the proof to re-send cannot be decoded: {exc}") from None
+        for raw in challenge.accepts:
+            try:
+                entry = parse_accept(raw)
+            except InvalidEntry:
+                continue
+            if entry is None or (entry.scheme, entry.network) != (decoded.scheme, decoded.network):
+                continue
+            for rail in self._rails:
+                intent = rail.describe(entry, str(request.url))
+                if isinstance(intent, str):
+                    continue
+                record = self.ledger.find(proof)
+                result = await self._deliver(
+                    request, body, send, intent, Paid(proof=proof), 1, record
+                )
+                if not isinstance(result, httpx.Response):
+                    raise PaymentVerificationFailed(
+                        f"the merchant refused the re-sent proof: {result.reason}",
+                        reason=result.reason,
+                        proof=proof,
+                        request=request,
+                        intent=intent,
+                    )
+                if record is not None and record.outcome == "unknown":
+                    record.delivered = True
+                    record.finish("paid")
+                return result
+        raise NoSatisfiableOption(
+            f"the 402 lists no {decoded.scheme} entry on {decoded.network} for the re-sent proof",
+            request=request,
+        )
 
     async def _read_challenge(
         self, response: httpx.Response, request: httpx.Request
@@ -309,16 +464,54 @@ class Payer:
     async def _choose(
         self, challenge: PaymentRequired, request: httpx.Request
     ) -> tuple[Rail, AcceptEntry, PaymentIntent]:
-        resource = str(request.url)
+        """The entry to pay: by default the first payable one in the merchant's order;
+        with `prefer` or `selector`, chosen among all payable ones."""
+        policy = bool(self.options.prefer) or self.options.selector is not None
         reasons: list[str] = []
-        well_formed = 0
+        readable = [0]
+        found: list[tuple[Rail, AcceptEntry, PaymentIntent]] = []
+        async for candidate in self._candidates(challenge, request, reasons, readable):
+            if not policy:
+                return candidate
+            found.append(candidate)
+        if found:
+            intents = [intent for _, _, intent in found]
+            selector = self.options.selector
+            if selector is not None:
+                chosen = selector(intents)
+                for candidate in found:
+                    if candidate[2] is chosen:
+                        return candidate
+                reasons.append("the selector chose none of the payable entries")
+            else:
+                return found[prefer_order(intents, self.options.prefer)[0]]
+        if readable[0] == 0:
+            raise InvalidChallenge(
+                "no accepts entry of the 402 could be read: " + " | ".join(reasons),
+                request=request,
+            )
+        raise NoSatisfiableOption(
+            "no accepts entry can be paid by this client: " + " | ".join(reasons),
+            reasons=reasons,
+            request=request,
+        )
+
+    async def _candidates(
+        self,
+        challenge: PaymentRequired,
+        request: httpx.Request,
+        reasons: list[str],
+        readable: list[int],
+    ) -> AsyncIterator[tuple[Rail, AcceptEntry, PaymentIntent]]:
+        """Payable entries in the merchant's order; why the others are not, in `reasons`."""
+        resource = str(request.url)
         for index, raw in enumerate(challenge.accepts):
             try:
                 entry = parse_accept(raw)
             except InvalidEntry as exc:
                 reasons.append(f"accepts[{index}] is malformed: {exc}")
                 continue
-            well_formed += 1
+            readable[0] += 1
             if entry is None:
                 reasons.append(f"accepts[{index}]: unknown scheme {str(raw.get('scheme'))[:40]!r}")
                 continue
@@ -330,20 +523,12 @@ class Payer:
                     continue
                 problem = await rail.prepare(entry, described)
                 if problem is None:
-                    return rail, entry, described
+                    yield rail, entry, described
+                    break
                 why_not.append(problem)
-            specific = [w for w in why_not if not w.startswith("not a")]
-            reasons.append(f"accepts[{index}]: {'; '.join(specific or why_not)}")
-        if well_formed == 0:
-            raise InvalidChallenge(
-                "no accepts entry of the 402 could be read: " + " | ".join(reasons),
-                request=request,
-            )
-        raise NoSatisfiableOption(
-            "no accepts entry can be paid by this client: " + " | ".join(reasons),
-            reasons=reasons,
-            request=request,
-        )
+            else:
+                specific = [w for w in why_not if not w.startswith("not a")]
+                reasons.append(f"accepts[{index}]: {'; '.join(specific or why_not)}")
 
     def _check_limits(
         self, intent: PaymentIntent, overrides: RequestSettings, request: httpx.Request
@@ -435,6 +620,7 @@ class Payer:
         intent: PaymentIntent,
         paid: Paid,
         payments: int,
+        record: LedgerEntry | None = None,
     ) -> httpx.Response | _PayFresh:
         state = _Delivery(
             request=_rebuild(request, body, paid.proof),
@@ -442,6 +628,7 @@ class Payer:
             paid=paid,
             payments=payments,
             paid_at=datetime.now(timezone.utc),
+            record=record,
         )
         options = self.options
         retrying = AsyncRetrying(
@@ -476,7 +663,10 @@ class Payer:
         self, state: _Delivery, send: Send
     ) -> httpx.Response | _PayFresh | _NotConfirmed:
         options = self.options
+        record = state.record
         while True:
+            if record is not None:
+                record.step("sent", str(state.request.url))
             try:
                 response = await send(state.request)
             except httpx.TransportError as exc:
@@ -491,6 +681,8 @@ class Payer:
                     "was made; re-sending the proof is safe",
                 ) from exc
             status = response.status_code
+            if record is not None:
+                record.step("answer", str(status))
             if status == 402:
                 try:
                     raw = await read_bounded(response, options.max_body_bytes)
@@ -510,7 +702,7 @@ class Payer:
                             f"the merchant says {reason!r} after an earlier attempt failed on "
                             "its side; it may have consumed the proof. Not paying again.",
                         )
-                    return _PayFresh(reason)
+                    return _PayFresh(reason, state.paid.proof)
                 shown = reason or "402 without a reason"
                 raise PaymentVerificationFailed(
                     f"the merchant refused the payment proof: {shown}",

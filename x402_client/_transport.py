@@ -16,10 +16,11 @@ from typing import Any
 import httpx
 
 from ._exceptions import ConfigurationError
+from ._ledger import PaymentLedger
 from ._options import PaymentOptions, coerce_options
 from ._payer import Payer
 
-__all__ = ["PaymentTransport", "with_eur_payment"]
+__all__ = ["PaymentTransport", "payment_ledger", "with_eur_payment"]
 
 
 class PaymentTransport(httpx.AsyncBaseTransport):
@@ -126,3 +127,19 @@ def with_eur_payment(
         if mounted is not None:
             mounts[pattern] = install(mounted)
     return client
+
+
+def payment_ledger(client: httpx.AsyncClient | PaymentTransport) -> PaymentLedger:
+    """The ledger of every payment made through `client` (or a `PaymentTransport`).
+
+    ```python
+    for entry in payment_ledger(client).entries(outcome="unknown"):
+        print(entry.intent.amount, entry.proof)
+    ```
+    """
+    transport = (
+        client if isinstance(client, PaymentTransport) else getattr(client, "_transport", None)
+    )
+    if not isinstance(transport, PaymentTransport):
+        raise ConfigurationError("this client has no payment handling: call with_eur_payment first")
+    return transport.payer.ledger

@@ -40,6 +40,8 @@ class RequestSettings:
     pay: bool = True
     limits: Mapping[str, Decimal] | None = None
     resume_transaction_code: str | None = None
+    #: An X-PAYMENT value paid earlier: re-send it instead of paying (always safe).
+    proof: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,6 +68,9 @@ class RailContext(Protocol):
 
 class Rail(Protocol):
     name: str
+    #: True when the proof exists only after money moved (euro, bridge); False when the
+    #: merchant moves the money with the proof (EVM permit).
+    money_moves_before_proof: bool
 
     def describe(self, entry: AcceptEntry, resource: str) -> PaymentIntent | str:
         """The intent for paying `entry`, or a short reason why this rail cannot. No I/O."""

@@ -268,6 +268,8 @@ def bridge_proof(entry: ExactAcceptEntry, transaction_code: str, blockchain_tx_i
 
 class BridgeRail:
     name = "bridge"
+    #: The EURO leaves the account before the proof exists.
+    money_moves_before_proof = True
 
     def __init__(
         self, context: RailContext, *, clock: Clock = time.monotonic, sleep: Sleep = anyio.sleep

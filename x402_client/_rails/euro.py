@@ -20,6 +20,7 @@ logger = logging.getLogger("x402_client")
 
 class EuroRail:
     name = "euro"
+    money_moves_before_proof = True
 
     def __init__(self, context: RailContext) -> None:
         self._context = context

@@ -251,6 +251,8 @@ class EvmPermitRail:
     """
 
     name = "evm-permit"
+    #: The proof is a signed permit: no money moves until the merchant settles it.
+    money_moves_before_proof = False
 
     def __init__(self, context: RailContext, options: EvmOptions) -> None:
         if not _extra_installed():

@@ -485,12 +485,14 @@ class ChainASandbox:
             raise BankError(400, "InvalidAmount", str(exc)) from None
         code = transaction.code
         delay = self.bridge_delay
+        with self._lock:
+            forced = self._next_status.pop(0) if self._next_status else None
 
         def schedule() -> None:
             with self._lock:
                 if self._loop is None:
                     return
-                self._timers[code] = loop.call_later(delay, self._settle, code)
+                self._timers[code] = loop.call_later(delay, self._settle, code, forced)
 
         try:
             running = asyncio.get_running_loop()
@@ -501,10 +503,9 @@ class ChainASandbox:
         else:
             loop.call_soon_threadsafe(schedule)
 
-    def _settle(self, code: str) -> None:
+    def _settle(self, code: str, forced: str | None) -> None:
         with self._lock:
             self._timers.pop(code, None)
-            forced = self._next_status.pop(0) if self._next_status else None
         bank = self._bank
         if bank is None:
             return

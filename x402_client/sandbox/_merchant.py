@@ -246,10 +246,16 @@ class MerchantGate:
             proof = decode_proof(header)
         except ProofError:
             return Verdict(False, "Invalid payment proof")
+        # Several offers may take the same scheme (two euro receiving accounts): the first
+        # valid verdict wins, else the first refusal is the answer.
+        first: Verdict | None = None
         for offer in self._offers_for(price):
             if offer.handles(proof):
-                return await offer.verify(proof, header, price, resource, self.http)
-        return Verdict(False, f"Unsupported payment: {proof.scheme} on {proof.network}")
+                verdict = await offer.verify(proof, header, price, resource, self.http)
+                if verdict.valid:
+                    return verdict
+                first = first or verdict
+        return first or Verdict(False, f"Unsupported payment: {proof.scheme} on {proof.network}")
 
     @staticmethod
     async def _respond(send: Any, status: int, body: Any) -> None:
