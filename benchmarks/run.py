@@ -238,14 +238,21 @@ async def _burst(server: Server, kind: str, n: int, concurrency: int) -> dict[st
     server.reset()
     remaining = n
     failures = 0
+    errors: dict[str, int] = {}
 
     async def worker() -> None:
         nonlocal remaining, failures
         while remaining > 0:
             remaining -= 1
-            response = await flow.get(url)
+            try:
+                response = await flow.get(url)
+            except Exception as exc:  # counted and reported, not fatal
+                failures += 1
+                errors[type(exc).__name__] = errors.get(type(exc).__name__, 0) + 1
+                continue
             if response.status_code != 200:
                 failures += 1
+                errors[str(response.status_code)] = errors.get(str(response.status_code), 0) + 1
 
     try:
         started = time.perf_counter()
@@ -259,6 +266,7 @@ async def _burst(server: Server, kind: str, n: int, concurrency: int) -> dict[st
         "seconds": elapsed,
         "rps": n / elapsed,
         "failures": failures,
+        "errors": errors,
         "merchant_connections": stats["merchant"]["connections"],
         "payment_api_connections": stats["payment_api"]["connections"],
         "merchant_requests": stats["merchant"]["requests"],
@@ -280,7 +288,8 @@ def fig_throughput(server: Server, quick: bool) -> Figure:
             print(
                 f"    {kind:8s} {result['rps']:7.1f} req/s  connections: merchant "
                 f"{result['merchant_connections']}, payment API "
-                f"{result['payment_api_connections']}, failures {result['failures']}",
+                f"{result['payment_api_connections']}, failures {result['failures']} "
+                f"{result['errors']}",
                 flush=True,
             )
     ratios = [s["rps"] / b["rps"] for s, b in zip(runs["sdk"], runs["baseline"], strict=True)]

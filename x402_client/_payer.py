@@ -127,6 +127,29 @@ class _Delivery:
     maybe_consumed: bool = False
 
 
+class _GuardedStream(httpx.AsyncByteStream):
+    """The body of a paid response: a transit failure while reading it becomes
+    `PaymentOutcomeUnknown` carrying the proof, so the caller learns the payment was made
+    and the resource was lost, and can re-send the proof."""
+
+    def __init__(self, stream: httpx.AsyncByteStream, unknown: Callable[[str], Exception]) -> None:
+        self._stream = stream
+        self._unknown = unknown
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        try:
+            async for chunk in self._stream:
+                yield chunk
+        except httpx.TransportError as exc:
+            raise self._unknown(
+                f"the paid response broke off in transit ({type(exc).__name__}); the payment "
+                "was made; re-sending the proof is safe"
+            ) from exc
+
+    async def aclose(self) -> None:
+        await self._stream.aclose()
+
+
 def _overrides(request: httpx.Request) -> RequestSettings:
     raw = request.extensions.get(EXTENSION)
     if raw is None:
@@ -377,9 +400,14 @@ class Payer:
             error = f"{type(exc).__name__}: {exc}"
             raise
         except PaymentOutcomeUnknown as exc:
-            outcome = "unknown"
+            # On a pay-first rail the proof exists only once the money moved: what is
+            # unknown then is the delivery, not the payment.
+            outcome = "paid" if proof is not None and moves_first else "unknown"
             record.proof = record.proof or exc.proof
             record.transaction_code = record.transaction_code or exc.transaction_code
+            record.payment_request_code = (
+                record.payment_request_code or exc.payment_request_code
+            )
             error = f"{type(exc).__name__}: {exc}"
             raise
         except PaymentVerificationFailed as exc:
@@ -429,7 +457,7 @@ class Payer:
                     continue
                 record = self.ledger.find(proof)
                 result = await self._deliver(
-                    request, body, send, intent, Paid(proof=proof), 1, record
+                    request, body, send, intent, Paid(proof=proof), 1, record, resend=True
                 )
                 if not isinstance(result, httpx.Response):
                     raise PaymentVerificationFailed(
@@ -621,6 +649,8 @@ class Payer:
         paid: Paid,
         payments: int,
         record: LedgerEntry | None = None,
+        *,
+        resend: bool = False,
     ) -> httpx.Response | _PayFresh:
         state = _Delivery(
             request=_rebuild(request, body, paid.proof),
@@ -647,9 +677,13 @@ class Payer:
             )
         except RetryError:
             reason = state.last_reason or "payment not confirmed"
+            if resend:
+                advice = "the payment behind this proof has not been confirmed (or never made)"
+            else:
+                advice = "the payment was made; re-send the proof later"
             raise PaymentNotConfirmed(
                 f"the merchant still says {reason!r} after {options.confirmation_attempts} "
-                "attempts; the payment was made, re-send the proof later",
+                f"attempts; {advice}",
                 reason=reason,
                 receipt=self._receipt(state),
                 proof=paid.proof,
@@ -726,4 +760,8 @@ class Payer:
                 )
             receipt = self._receipt(state, response)
             response.extensions = {**response.extensions, RECEIPT_EXTENSION: receipt}
+            if isinstance(response.stream, httpx.AsyncByteStream):
+                response.stream = _GuardedStream(
+                    response.stream, lambda message: self._unknown(state, message)
+                )
             return response
