@@ -26,7 +26,7 @@ from x402_client import (
     encode_proof,
     with_eur_payment,
 )
-from x402_client._rails.bridge import BridgeResumeRefused
+from x402_client import BridgeResumeRefused
 from x402_client._resume import resume_bridge_payment
 from x402_client.sandbox import Account, Fault, Price, Sandbox
 from x402_client.sandbox._chain_a import (

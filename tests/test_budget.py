@@ -211,16 +211,16 @@ AGENT = textwrap.dedent("""
 async def test_redis_budget_is_shared_by_a_fleet_of_processes(sandbox, redis_url):
     payer = sandbox.bank.open_account("100.00")
     args = [redis_url, sandbox.payment_api_url, payer.api_key, payer.code, sandbox.url("/weather")]
-    processes = [
-        await anyio.open_process([sys.executable, "-c", AGENT, *args]) for _ in range(3)
-    ]
-    results = []
-    for process in processes:
-        async with process:
-            assert process.stdout is not None
-            output = (await process.stdout.receive()).decode()
-            assert await process.wait() == 0
-        results.append(tuple(int(x) for x in output.split()))
+    results: list[tuple[int, ...]] = []
+
+    async def agent() -> None:
+        done = await anyio.run_process([sys.executable, "-c", AGENT, *args], check=False)
+        assert done.returncode == 0, done.stderr.decode()
+        results.append(tuple(int(x) for x in done.stdout.decode().split()))
+
+    async with anyio.create_task_group() as group:
+        for _ in range(3):
+            group.start_soon(agent)
     assert sum(paid for paid, _ in results) == 10
     assert sum(refused for _, refused in results) == 80
     assert len(payments(sandbox, payer)) == 10

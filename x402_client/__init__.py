@@ -15,6 +15,7 @@ from ._amounts import format_amount, from_atomic, to_atomic
 from ._budget import Budget, BudgetStore, InMemoryBudgetStore, RedisBudgetStore
 from ._exceptions import (
     AmountLimitExceeded,
+    BridgeResumeRefused,
     BridgeTransferFailed,
     BudgetExceeded,
     ChallengeError,
@@ -38,6 +39,7 @@ from ._options import EvmOptions, PaymentOptions
 from ._payer import EXTENSION, RECEIPT_EXTENSION
 from ._progress import PaymentProgress
 from ._proof import decode_proof, encode_proof
+from ._resume import resume_bridge_payment
 from ._transport import PaymentTransport, payment_ledger, with_eur_payment
 from ._types import PaymentIntent, PaymentReceipt
 
@@ -45,6 +47,7 @@ __all__ = [
     "EXTENSION",
     "RECEIPT_EXTENSION",
     "AmountLimitExceeded",
+    "BridgeResumeRefused",
     "BridgeTransferFailed",
     "Budget",
     "BudgetExceeded",
@@ -80,6 +83,7 @@ __all__ = [
     "format_amount",
     "from_atomic",
     "payment_ledger",
+    "resume_bridge_payment",
     "to_atomic",
     "with_eur_payment",
 ]

@@ -15,7 +15,8 @@ httpx.HTTPError
     │   ├── BudgetExceeded         above the cumulative budget
     │   ├── PaymentRejectedByHook  `on_before_payment` said no (or raised)
     │   ├── UnreplayableRequest    the request body cannot be sent twice
-    │   └── SpenderMismatch        EVM: `extra.spender` is not the facilitator's
+    │   ├── SpenderMismatch        EVM: `extra.spender` is not the facilitator's
+    │   └── BridgeResumeRefused    the code to resume does not pay this entry
     ├── PaymentFailed              the payment was attempted and did not happen; no money moved
     │   ├── PaymentAPIError        the payment API answered an error (code, message)
     │   │   └── InsufficientFunds
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AmountLimitExceeded",
+    "BridgeResumeRefused",
     "BridgeTransferFailed",
     "BudgetExceeded",
     "ChallengeError",
@@ -134,6 +136,28 @@ class SpenderMismatch(PaymentRefused):
     """EVM: the 402's `extra.spender` is not the facilitator's announced spender."""
 
 
+class BridgeResumeRefused(PaymentRefused):
+    """`resume_transaction_code` names a transaction that does not pay this entry.
+
+    Nothing was paid. `transaction_code` is the code given; `reason` says what did not
+    match (not found, not a blockchain-address payment, another receiver, a smaller
+    amount, another paying account).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        transaction_code: str,
+        reason: str,
+        request: httpx.Request | None = None,
+        intent: PaymentIntent | None = None,
+    ) -> None:
+        super().__init__(message, request=request, intent=intent)
+        self.transaction_code = transaction_code
+        self.reason = reason
+
+
 class PaymentFailed(X402Error):
     """The payment was attempted and did not happen. No money moved."""
 
@@ -215,10 +239,12 @@ class PaymentOutcomeUnknown(X402Error):
 
     Never pay again for the same intent. What to do instead:
 
-    - `proof`, when set: re-send it (`X-PAYMENT` header), which is safe; the merchant
-      either serves the resource or says the proof was already used.
-    - `transaction_code`, when set: resume the bridge wait with
-      `PaymentTransport.resume_bridge(...)` or look the transaction up.
+    - `proof`, when set: re-send it, which is safe: the same request with
+      `extensions={"x402": {"proof": error.proof}}`; the merchant either serves the
+      resource or says the proof was already used.
+    - `transaction_code`, when set (the bridge): resume without paying again, with
+      `resume_bridge_payment(client, error)` or by re-sending the request with
+      `extensions={"x402": {"resume_transaction_code": error.transaction_code}}`.
     - `payment_request_code`: the euro payment request that was being paid.
     """
 

@@ -116,6 +116,13 @@ class PaymentLedger:
         with self._lock:
             return next((e for e in reversed(self._entries) if e.proof == proof), None)
 
+    def find_transaction(self, transaction_code: str) -> LedgerEntry | None:
+        with self._lock:
+            return next(
+                (e for e in reversed(self._entries) if e.transaction_code == transaction_code),
+                None,
+            )
+
     def __len__(self) -> int:
         with self._lock:
             return len(self._entries)

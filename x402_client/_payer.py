@@ -55,17 +55,15 @@ from ._challenge import (
 )
 from ._exceptions import (
     AmountLimitExceeded,
-    ChallengeError,
     ConfigurationError,
     InvalidChallenge,
     NoSatisfiableOption,
-    PaymentFailed,
     PaymentNotConfirmed,
     PaymentOutcomeUnknown,
-    PaymentRefused,
     PaymentRejectedByHook,
     PaymentVerificationFailed,
     UnreplayableRequest,
+    X402Error,
 )
 from ._http import BodyTooLarge, read_bounded
 from ._ledger import LedgerEntry, Outcome, PaymentLedger
@@ -107,6 +105,7 @@ class _NotConfirmed:
 
 
 _NOT_CONFIRMED = _NotConfirmed()
+_DEFAULT_SETTINGS = RequestSettings()
 
 
 @dataclasses.dataclass
@@ -302,7 +301,7 @@ class Payer:
         payments = 0
         asked_fresh = False
         while True:
-            rail, entry, intent = await self._choose(challenge, request)
+            rail, entry, intent = await self._choose(challenge, request, settings)
             payments += 1
             outcome = await self._attempt(
                 rail, entry, intent, settings, request, body, send, payments
@@ -344,7 +343,11 @@ class Payer:
         (EVM permit); `PaymentOutcomeUnknown` anywhere -> `unknown`. Only `failed`
         gives the reservation back.
         """
-        record = self.ledger.open(intent)
+        resuming = settings.resume_transaction_code
+        found = self.ledger.find_transaction(resuming) if resuming else None
+        record = found if found is not None else self.ledger.open(intent)
+        if resuming:
+            record.step("resumed", resuming)
         moves_first = getattr(rail, "money_moves_before_proof", True)
         held: list[Reservation] = []
         proof: str | None = None
@@ -353,7 +356,8 @@ class Payer:
         try:
             self._check_limits(intent, settings, request)
             await self._ask_hook(intent, request)
-            held = await self.budgets.reserve(intent)
+            # A resumed payment was reserved (and paid) when it was made.
+            held = [] if resuming else await self.budgets.reserve(intent)
             if held:
                 record.step("reserved", ", ".join(r.budget.key for r in held))
             record.step("paying", intent.rail)
@@ -393,26 +397,10 @@ class Payer:
                 outcome = "paid" if moves_first and used else "unknown"
                 error = result.reason
             return result
-        except (ChallengeError, PaymentRefused, PaymentFailed, ConfigurationError) as exc:
-            outcome = "unknown" if proof is not None and not moves_first else "failed"
-            if proof is not None and moves_first:
-                outcome = "paid"
-            error = f"{type(exc).__name__}: {exc}"
-            raise
-        except PaymentOutcomeUnknown as exc:
-            # On a pay-first rail the proof exists only once the money moved: what is
-            # unknown then is the delivery, not the payment.
-            outcome = "paid" if proof is not None and moves_first else "unknown"
-            record.proof = record.proof or exc.proof
-            record.transaction_code = record.transaction_code or exc.transaction_code
-            record.payment_request_code = (
-                record.payment_request_code or exc.payment_request_code
-            )
-            error = f"{type(exc).__name__}: {exc}"
-            raise
-        except PaymentVerificationFailed as exc:
-            outcome = "paid" if moves_first else "unknown"
-            error = f"{type(exc).__name__}: {exc.reason}"
+        except X402Error as exc:
+            if exc._request is None:
+                exc.request = request
+            outcome, error = self._classify(exc, proof, moves_first, record)
             raise
         except BaseException as exc:
             # Cancellation or an unexpected error: before the proof, money can only have
@@ -430,6 +418,25 @@ class Payer:
             if outcome == "failed" and held:
                 with anyio.CancelScope(shield=True):
                     await self.budgets.release(held)
+
+    @staticmethod
+    def _classify(
+        exc: X402Error, proof: str | None, moves_first: bool, record: LedgerEntry
+    ) -> tuple[Outcome, str]:
+        """The ledger outcome of an attempt that raised `exc` (docs/failure-semantics.md)."""
+        error = f"{type(exc).__name__}: {exc}"
+        if isinstance(exc, PaymentOutcomeUnknown):
+            record.proof = record.proof or exc.proof
+            record.transaction_code = record.transaction_code or exc.transaction_code
+            record.payment_request_code = record.payment_request_code or exc.payment_request_code
+            # On a pay-first rail the proof exists only once the money moved: what is
+            # unknown then is the delivery, not the payment.
+            return ("paid" if proof is not None and moves_first else "unknown"), error
+        if isinstance(exc, PaymentVerificationFailed):
+            return ("paid" if moves_first else "unknown"), f"{type(exc).__name__}: {exc.reason}"
+        if proof is None:
+            return "failed", error
+        return ("paid" if moves_first else "unknown"), error
 
     async def _resend(
         self,
@@ -490,7 +497,10 @@ class Payer:
             raise
 
     async def _choose(
-        self, challenge: PaymentRequired, request: httpx.Request
+        self,
+        challenge: PaymentRequired,
+        request: httpx.Request,
+        settings: RequestSettings = _DEFAULT_SETTINGS,
     ) -> tuple[Rail, AcceptEntry, PaymentIntent]:
         """The entry to pay: by default the first payable one in the merchant's order;
         with `prefer` or `selector`, chosen among all payable ones."""
@@ -498,7 +508,9 @@ class Payer:
         reasons: list[str] = []
         readable = [0]
         found: list[tuple[Rail, AcceptEntry, PaymentIntent]] = []
-        async for candidate in self._candidates(challenge, request, reasons, readable):
+        # Resuming a bridge payment must never pay on another rail.
+        only = "bridge" if settings.resume_transaction_code is not None else None
+        async for candidate in self._candidates(challenge, request, reasons, readable, only):
             if not policy:
                 return candidate
             found.append(candidate)
@@ -530,6 +542,7 @@ class Payer:
         request: httpx.Request,
         reasons: list[str],
         readable: list[int],
+        only: str | None = None,
     ) -> AsyncIterator[tuple[Rail, AcceptEntry, PaymentIntent]]:
         """Payable entries in the merchant's order; why the others are not, in `reasons`."""
         resource = str(request.url)
@@ -545,6 +558,9 @@ class Payer:
                 continue
             why_not: list[str] = []
             for rail in self._rails:
+                if only is not None and rail.name != only:
+                    why_not.append(f"not a {only} rail (resuming a {only} payment)")
+                    continue
                 described = rail.describe(entry, resource)
                 if isinstance(described, str):
                     why_not.append(described)

@@ -41,10 +41,10 @@ from tenacity import AsyncRetrying, RetryCallState, RetryError, retry_if_result,
 from .._amounts import format_amount
 from .._challenge import CHAIN_A_ASSETS, CHAIN_A_NETWORK, CURRENCY_OF, AcceptEntry, exact_amount
 from .._exceptions import (
+    BridgeResumeRefused,
     BridgeTransferFailed,
     PaymentAPIError,
     PaymentOutcomeUnknown,
-    PaymentRefused,
 )
 from .._models import BridgePayload, ExactAcceptEntry, PaymentProof
 from .._options import PaymentOptions
@@ -71,28 +71,6 @@ BRIDGE_ASSET = next(asset for asset, symbol in CHAIN_A_ASSETS.items() if symbol 
 
 Clock = Callable[[], float]
 Sleep = Callable[[float], Awaitable[None]]
-
-
-class BridgeResumeRefused(PaymentRefused):
-    """`resume_transaction_code` names a transaction that does not pay this entry.
-
-    Nothing was paid. `transaction_code` is the code given; `reason` says what did not
-    match (not found, not a blockchain-address payment, another receiver, a smaller
-    amount, another paying account).
-    """
-
-    def __init__(
-        self,
-        message: str,
-        *,
-        transaction_code: str,
-        reason: str,
-        request: httpx.Request | None = None,
-        intent: PaymentIntent | None = None,
-    ) -> None:
-        super().__init__(message, request=request, intent=intent)
-        self.transaction_code = transaction_code
-        self.reason = reason
 
 
 # --- the poller (pure-ish: lookup, clock and sleep are injected) -------------------------------

@@ -7,6 +7,8 @@ protocol end to end.
 
 from __future__ import annotations
 
+from typing import Any
+
 try:
     import starlette  # noqa: F401
     import uvicorn  # noqa: F401
@@ -21,22 +23,56 @@ from ._merchant import DEFAULT_PRICES, EuroOffer, MerchantGate, Offer, Price, Ve
 from ._sandbox import MERCHANT_ACCOUNT, PAYER_ACCOUNT, Sandbox, SandboxPart
 from ._server import ServedApp
 
+# The EVM and chain-A parts load on first use: the EVM part imports web3.
+_LAZY = {
+    "EvmSandbox": "._evm",
+    "EvmOffer": "._evm",
+    "OnchainFacilitator": "._onchain",
+    "onchain_facilitator_app": "._onchain",
+    "ChainASandbox": "._chain_a",
+    "ChainALedger": "._chain_a",
+    "ChainABridgeOffer": "._chain_a",
+    "AssetTransfer": "._chain_a",
+    "EURQ_ASSET_ID": "._chain_a",
+    "USDQ_ASSET_ID": "._chain_a",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module, __name__), name)
+
+
 __all__ = [
     "DEFAULT_PRICES",
+    "EURQ_ASSET_ID",
     "MERCHANT_ACCOUNT",
     "PAYER_ACCOUNT",
+    "USDQ_ASSET_ID",
     "Account",
+    "AssetTransfer",
     "Bank",
     "BankError",
+    "ChainABridgeOffer",
+    "ChainALedger",
+    "ChainASandbox",
     "EuroOffer",
+    "EvmOffer",
+    "EvmSandbox",
     "Fault",
     "Faults",
     "MerchantGate",
     "Offer",
+    "OnchainFacilitator",
     "Price",
     "Sandbox",
     "SandboxPart",
     "ServedApp",
     "Verdict",
     "merchant_app",
+    "onchain_facilitator_app",
 ]
