@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from x402_client import (
+    BridgeResumeRefused,
     BridgeTransferFailed,
     NoSatisfiableOption,
     PaymentOptions,
@@ -26,7 +27,6 @@ from x402_client import (
     encode_proof,
     with_eur_payment,
 )
-from x402_client import BridgeResumeRefused
 from x402_client._resume import resume_bridge_payment
 from x402_client.sandbox import Account, Fault, Price, Sandbox
 from x402_client.sandbox._chain_a import (

@@ -29,9 +29,7 @@ def test_all_is_sorted_and_complete() -> None:
     assert names == sorted(names, key=lambda n: (kind(n), n))
     for name in names:
         assert hasattr(x402_client, name), name
-    public = {n for n in dir(x402_client) if not n.startswith("_")}
-    modules = {"cli", "sandbox"}
-    assert public - set(names) - modules == set()
+    assert set(x402_client._EXPORTS) | {"__version__"} == set(names)
 
 
 def test_every_error_is_an_httpx_error() -> None:

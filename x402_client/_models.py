@@ -102,7 +102,8 @@ _CODE_RE = re.compile(r"\A[A-Za-z0-9_\-.:]{1,128}\Z")
 
 
 class _Wire(BaseModel):
-    model_config = ConfigDict(extra="allow", populate_by_name=True, frozen=True)
+    # defer_build: validators are built on first use, not at import (start-up time).
+    model_config = ConfigDict(extra="allow", populate_by_name=True, frozen=True, defer_build=True)
 
     def to_wire(self) -> dict[str, Any]:
         """The wire form: camelCase keys, amounts as their wire strings, no unset options."""

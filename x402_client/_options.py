@@ -77,6 +77,7 @@ class _Options(BaseModel):
         alias_generator=to_camel,
         arbitrary_types_allowed=True,
         hide_input_in_errors=True,
+        defer_build=True,
     )
 
 

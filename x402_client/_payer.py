@@ -33,13 +33,6 @@ from typing import Any
 
 import anyio
 import httpx
-from tenacity import (
-    AsyncRetrying,
-    RetryError,
-    retry_if_result,
-    stop_after_attempt,
-    wait_exponential,
-)
 
 from ._amounts import AmountError, format_amount, parse_amount
 from ._budget import Budgets, Reservation
@@ -676,6 +669,14 @@ class Payer:
             paid_at=datetime.now(timezone.utc),
             record=record,
         )
+        from tenacity import (
+            AsyncRetrying,
+            RetryError,
+            retry_if_result,
+            stop_after_attempt,
+            wait_exponential,
+        )
+
         options = self.options
         retrying = AsyncRetrying(
             stop=stop_after_attempt(options.confirmation_attempts),
