@@ -4,14 +4,23 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint check bench install clean
+.PHONY: demo test lint check bench install clean redis-server
 
 $(STAMP): pyproject.toml package.json package-lock.json
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
 	npm ci --no-audit --no-fund --loglevel=error
+	@command -v redis-server >/dev/null || $(MAKE) --no-print-directory redis-server
 	touch $(STAMP)
+
+# The shared-budget tests run a real Redis (Debian's redis-server).
+redis-server:
+	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		(apt-get update -qq && apt-get install -y -qq redis-server) >/dev/null; \
+	else \
+		echo "note: install redis-server (apt-get install redis-server) for the shared-budget tests"; \
+	fi
 
 install: $(STAMP)
 

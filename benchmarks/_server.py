@@ -31,7 +31,6 @@ import asyncio
 import contextlib
 import dataclasses
 import json
-import socket
 import sys
 import threading
 import time
@@ -45,7 +44,6 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from x402_client.sandbox import Sandbox, ServedApp
-from x402_client.sandbox import _server as sandbox_server
 
 
 class _Counter:
@@ -153,30 +151,6 @@ class _RpcCounter:
         }
 
 
-class _TcpSockets:
-    """Stands in for the `socket` module inside `x402_client.sandbox._server`.
-
-    `ServedApp.start` binds `socket.socket(AF_INET, SOCK_STREAM)`, whose `proto` is 0;
-    asyncio only sets `TCP_NODELAY` on sockets whose proto is `IPPROTO_TCP`
-    (`asyncio.base_events._set_nodelay`), so every accepted connection keeps Nagle's
-    algorithm on. uvicorn writes a response's head and body separately, and the body
-    then waits for the client's delayed ACK: about 40 ms on every request after the
-    first on a kept-alive connection. That is a sandbox artefact that would swamp every
-    latency figure, so the benchmark binds with `IPPROTO_TCP`; see the README.
-    """
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(socket, name)
-
-    @staticmethod
-    def socket(
-        family: int = socket.AF_INET, type: int = socket.SOCK_STREAM, proto: int = 0
-    ) -> socket.socket:
-        if type == socket.SOCK_STREAM and family in (socket.AF_INET, socket.AF_INET6):
-            proto = proto or socket.IPPROTO_TCP
-        return socket.socket(family, type, proto)
-
-
 def _instrument(served: ServedApp, name: str) -> _Counter:
     counter = _Counter(served.app, name)
     served.app = counter
@@ -207,12 +181,7 @@ async def main() -> None:
     parser.add_argument("--chain-a", action="store_true")
     parser.add_argument("--bridge-delay", type=float, default=0.5)
     parser.add_argument("--payer-balance", default="1000000.00")
-    parser.add_argument(
-        "--as-shipped", action="store_true", help="keep Nagle on (the sandbox's 40 ms stall)"
-    )
     args = parser.parse_args()
-    if not args.as_shipped:
-        sandbox_server.socket = _TcpSockets()  # type: ignore[assignment]
 
     kwargs: dict[str, Any] = {"payer_balance": args.payer_balance, "confirmation_delay": 0.0}
     if args.evm:

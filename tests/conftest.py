@@ -3,6 +3,8 @@ accounts per test, and small scripted servers on 127.0.0.1 for hostile merchants
 
 from __future__ import annotations
 
+import logging
+import re
 from collections.abc import AsyncIterator, Callable, Iterator
 from decimal import Decimal
 from typing import Any
@@ -109,3 +111,73 @@ def payments(sandbox: Sandbox, account: Account) -> list[Any]:
 
 def dec(value: str) -> Decimal:
     return Decimal(value)
+
+
+# --- secret scan: nothing the suite logs, and no error message, may hold a secret ---------
+
+_SANDBOX_KEY = re.compile(r"sk_sandbox_[A-Za-z0-9_\-]{8,}")
+_KNOWN_SECRETS: set[str] = {"sk_live_super_secret_value", "sk_do_not_print"}
+_ERROR_MESSAGES: list[str] = []
+
+
+class _Capture(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(level=logging.DEBUG)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.lines.append(self.format(record))
+        except Exception:  # a broken log call is not this handler's business
+            self.lines.append(str(record.msg))
+
+
+def _leaks(text: str) -> list[str]:
+    found = set(_SANDBOX_KEY.findall(text))
+    found |= {s for s in _KNOWN_SECRETS if s in text or s.removeprefix("0x") in text}
+    return sorted(found)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def secret_scan() -> Iterator[None]:
+    """Capture every log record of the session (x402_client at DEBUG) and every X402Error
+    message; at the end, fail if any sandbox API key or registered private key shows up."""
+    from x402_client import X402Error
+
+    capture = _Capture()
+    capture.setFormatter(logging.Formatter("%(name)s %(levelname)s %(message)s"))
+    root = logging.getLogger()
+    root.addHandler(capture)
+    watched = {name: logging.getLogger(name).level for name in ("x402_client", "httpx")}
+    logging.getLogger("x402_client").setLevel(logging.DEBUG)
+    logging.getLogger("httpx").setLevel(logging.INFO)
+
+    original_init = X402Error.__init__
+
+    def recording_init(self: Any, message: str, *args: Any, **kwargs: Any) -> None:
+        _ERROR_MESSAGES.append(str(message))
+        original_init(self, message, *args, **kwargs)
+
+    X402Error.__init__ = recording_init  # type: ignore[method-assign]
+    try:
+        from x402_client.sandbox import EvmSandbox
+
+        original_start = EvmSandbox.start
+
+        async def registering_start(self: Any, sandbox: Any) -> None:
+            _KNOWN_SECRETS.add(self.payer_key)
+            await original_start(self, sandbox)
+
+        EvmSandbox.start = registering_start  # type: ignore[method-assign]
+    except ImportError:  # pragma: no cover - EVM extra missing
+        original_start = None
+    yield
+    X402Error.__init__ = original_init  # type: ignore[method-assign]
+    if original_start is not None:
+        EvmSandbox.start = original_start  # type: ignore[method-assign]
+    root.removeHandler(capture)
+    for name, level in watched.items():
+        logging.getLogger(name).setLevel(level)
+    leaked = _leaks("\n".join(capture.lines)) + _leaks("\n".join(_ERROR_MESSAGES))
+    if leaked:
+        raise AssertionError(f"secrets leaked into logs or error messages: {leaked}")

@@ -68,7 +68,8 @@ def _receipt_rows(receipt: Any) -> list[tuple[str, str]]:
     rows = [
         ("rail", receipt.rail),
         ("scheme / network", f"{receipt.scheme} / {receipt.network}"),
-        ("amount", f"{format_amount(receipt.amount)} {receipt.currency} ({receipt.asset})"),
+        ("amount", f"{format_amount(receipt.amount)} {receipt.currency}"),
+        ("asset", receipt.asset),
         ("paid to", receipt.pay_to),
     ]
     for label, value in (
@@ -140,7 +141,7 @@ async def _demo(args: argparse.Namespace) -> int:
         if not args.no_bridge:
             from ._cli_progress import bridge_progress_display
 
-            on_progress, progress_cm = bridge_progress_display()
+            on_progress, progress_cm = bridge_progress_display(console=out.console)
         options = sandbox.payment_options(on_progress=on_progress)
         async with with_eur_payment(httpx.AsyncClient(timeout=30), options) as client:
             steps: list[tuple[str, str]] = [("euro rail (managed account)", "/weather")]
