@@ -48,7 +48,7 @@ async def test_rolling_window_forgets_old_spending():
     now = [1000.0]
     budgets = Budgets([Budget("0.30", window=60)], InMemoryBudgetStore(clock=lambda: now[0]))
     held = [await budgets.reserve(_intent("0.10")) for _ in range(3)]
-    with pytest.raises(BudgetExceeded, match="0.30 EUR per 60 s"):
+    with pytest.raises(BudgetExceeded, match=r"0\.30 EUR per 60 s"):
         await budgets.reserve(_intent("0.10"))
     now[0] += 61
     assert await budgets.reserve(_intent("0.10"))
