@@ -21,9 +21,14 @@ from decimal import Decimal
 
 import httpx
 
-from x402_client import PaymentOutcomeUnknown, format_amount, with_eur_payment
+from x402_client import (
+    PaymentOutcomeUnknown,
+    format_amount,
+    from_atomic,
+    resume_bridge_payment,
+    with_eur_payment,
+)
 from x402_client._cli_progress import bridge_progress_display
-from x402_client._resume import resume_bridge_payment
 from x402_client.sandbox import Price, Sandbox
 
 PRICES = {
@@ -57,7 +62,7 @@ async def main(delay: float) -> None:
         print(f"transaction {receipt.transaction_code}, on chain {receipt.blockchain_tx_id}")
         print(f"payer EURO balance: {format_amount(sandbox.balance(sandbox.payer))}")
         after = chain.asset_balance(chain.merchant_address, EURQ)
-        print(f"merchant EURQ on chain A: {before / 10**6} -> {after / 10**6}")
+        print(f"merchant EURQ on chain A: {from_atomic(before)} -> {from_atomic(after)}")
 
 
 if __name__ == "__main__":

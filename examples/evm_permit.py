@@ -15,7 +15,7 @@ from decimal import Decimal
 
 import httpx
 
-from x402_client import format_amount, with_eur_payment
+from x402_client import format_amount, from_atomic, with_eur_payment
 from x402_client.sandbox import Price, Sandbox
 
 PRICES = {"/weather": Price(Decimal("0.10"), "Weather, paid on Polygon", rails=("eip155:137",))}
@@ -34,7 +34,7 @@ async def main() -> None:
             f"paid {format_amount(receipt.amount)} {receipt.currency} ({receipt.rail}) "
             f"on {receipt.network} to {receipt.pay_to}"
         )
-        print(f"payer {receipt.payer}: {before / 10**6} -> {after / 10**6} EURQ")
+        print(f"payer {receipt.payer}: {from_atomic(before)} -> {from_atomic(after)} EURQ")
         print(f"settlement tx {receipt.tx_hash}")
         print(f"payer gas coin: {await evm.native_balance(137, evm.payer_address)} wei")
 

@@ -21,7 +21,7 @@ from datetime import timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from ._amounts import AmountError, format_amount, parse_amount, to_atomic
+from ._amounts import AmountError, format_amount, from_atomic, parse_amount, to_atomic
 from ._exceptions import BudgetExceeded, ConfigurationError
 
 if TYPE_CHECKING:
@@ -239,7 +239,7 @@ class Budgets:
                 raise BudgetExceeded(
                     f"paying {format_amount(intent.amount)} {intent.currency} would exceed the "
                     f"budget {budget.name!r} of {format_amount(Decimal(budget.limit))} "
-                    f"{budget.currency} {span} ({format_amount(Decimal(spent) / 10**6)} used)",
+                    f"{budget.currency} {span} ({format_amount(from_atomic(spent))} used)",
                     intent=intent,
                 )
             held.append(Reservation(budget, rid))

@@ -34,7 +34,7 @@ from pydantic import ValidationError
 from .. import _json
 from .._amounts import format_amount, from_atomic
 from .._challenge import CURRENCY_OF, EVM_NETWORKS, AcceptEntry, exact_amount
-from .._exceptions import ConfigurationError, SpenderMismatch
+from .._exceptions import ConfigurationError, PaymentFailed, SpenderMismatch
 from .._http import BodyTooLarge, read_bounded
 from .._models import (
     EvmPermitExtra,
@@ -358,8 +358,12 @@ class EvmPermitRail:
         lock = self._locks.setdefault(key, anyio.Lock())
         # Held until the merchant has answered: the next permit must see the next nonce.
         async with lock:
-            token = await self._token_info(chain_id, entry.asset)
-            nonce = await self._read(chain_id, entry.asset, "nonces", owner, block="pending")
+            try:
+                token = await self._token_info(chain_id, entry.asset)
+                nonce = await self._read(chain_id, entry.asset, "nonces", owner, block="pending")
+            except _RpcUnavailable as exc:
+                # Nothing was signed: a typed failure, no money moved.
+                raise PaymentFailed(f"{exc}; nothing was signed", intent=intent) from None
             typed = permit_typed_data(
                 token_name=token.name,
                 chain_id=chain_id,
