@@ -17,6 +17,7 @@ Invariants checked after each run (issue 5, mirroring `tests/test_faults.py`):
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import AsyncIterator
 from decimal import Decimal
 from typing import Any
@@ -101,7 +102,7 @@ async def evm_sandbox(anyio_backend: str) -> AsyncIterator[Sandbox]:
 
 
 @dataclasses.dataclass
-class Payer:
+class EvmPayer:
     """A fresh EVM payer funded with 1 EURQ on both chains (and no gas coin)."""
 
     key: str
@@ -109,18 +110,18 @@ class Payer:
 
 
 @pytest.fixture
-async def evm_payer(evm_sandbox: Sandbox) -> AsyncIterator[Payer]:
+async def evm_payer(evm_sandbox: Sandbox) -> AsyncIterator[EvmPayer]:
     account = EthAccount.create()
     for chain in (137, 1):
         await evm_sandbox.evm.fund(chain, "EURQ", account.address, "1")
     evm_sandbox.faults.clear()
-    yield Payer("0x" + bytes(account.key).hex(), str(account.address))
+    yield EvmPayer("0x" + bytes(account.key).hex(), str(account.address))
     evm_sandbox.faults.clear()
     for offer in evm_sandbox.evm.offers:
         offer.spender_override = None
 
 
-def _evm_options(sandbox: Sandbox, payer: Payer, **evm: Any) -> PaymentOptions:
+def _evm_options(sandbox: Sandbox, payer: EvmPayer, **evm: Any) -> PaymentOptions:
     return PaymentOptions(
         evm=sandbox.evm.evm_options(private_key=payer.key, **evm),
         confirmation_attempts=3,
@@ -204,7 +205,7 @@ async def _token(sandbox: Sandbox, chain: int, address: str) -> int:
 
 
 async def _check_evm_money(
-    sandbox: Sandbox, payer: Payer, chain: int, merchant_before: int
+    sandbox: Sandbox, payer: EvmPayer, chain: int, merchant_before: int
 ) -> bool:
     """The EVM balance invariants; returns whether the payment moved money."""
     evm = sandbox.evm
@@ -220,7 +221,7 @@ async def _check_evm_money(
 
 
 @pytest.mark.parametrize("case", EVM_MATRIX, ids=[c.id for c in EVM_MATRIX])
-async def test_evm_rail_under_fault(evm_sandbox: Sandbox, evm_payer: Payer, case: EvmCase):
+async def test_evm_rail_under_fault(evm_sandbox: Sandbox, evm_payer: EvmPayer, case: EvmCase):
     sandbox = evm_sandbox
     if case.endpoint == "supported":
         # The merchant builds its 402 from /supported too: let only the client's call fail.
@@ -306,8 +307,9 @@ class _FlakyRpc:
 
     NONCES = "0x7ecebe00"  # nonces(address)
 
-    def __init__(self, upstream: str) -> None:
+    def __init__(self, upstream: str, mode: str = "http-503") -> None:
         self.upstream = upstream
+        self.mode = mode
         self.fail_selector: str | None = None
         self.failed = 0
 
@@ -326,7 +328,17 @@ class _FlakyRpc:
             " ", ""
         ):
             self.failed += 1
-            status, answer = 503, b"upstream unavailable"
+            if self.mode == "http-503":
+                status, answer = 503, b"upstream unavailable"
+            else:  # a JSON-RPC error object, as a node behind a load balancer may answer
+                request_id = json.loads(body).get("id")
+                answer = json.dumps(
+                    {
+                        "jsonrpc": "2.0",
+                        "id": request_id,
+                        "error": {"code": -32000, "message": "header not found"},
+                    }
+                ).encode()
         else:
             async with httpx.AsyncClient() as http:
                 upstream = await http.post(
@@ -343,12 +355,21 @@ class _FlakyRpc:
         await send({"type": "http.response.body", "body": answer})
 
 
-async def test_evm_rpc_failing_between_prepare_and_signing_is_a_typed_error(evm_sandbox, evm_payer):
+@pytest.mark.parametrize(
+    "mode",
+    [
+        "http-503",
+        "jsonrpc-error",
+    ],
+)
+async def test_evm_rpc_failing_between_prepare_and_signing_is_a_typed_error(
+    evm_sandbox, evm_payer, mode
+):
     # prepare() reads chain id, name, symbol, balanceOf; pay() then reads nonces(owner).
     # The RPC dies in between: nothing was signed, so this must be a typed X402Error
     # (no money moved) and the ledger entry `failed`.
     sandbox = evm_sandbox
-    proxy = _FlakyRpc(sandbox.evm.rpc_url(137))
+    proxy = _FlakyRpc(sandbox.evm.rpc_url(137), mode)
     proxy.fail_selector = _FlakyRpc.NONCES
     served = await ServedApp(proxy, "flaky-rpc").start()
     try:
@@ -366,6 +387,57 @@ async def test_evm_rpc_failing_between_prepare_and_signing_is_a_typed_error(evm_
     assert await _token(sandbox, 137, evm_payer.address) == 1_000_000
     assert [e.outcome for e in ledger] == ["failed"]
     assert isinstance(error, X402Error), f"untyped error escaped: {error!r}"
+
+
+async def test_evm_entry_whose_asset_has_no_contract_is_passed_over(evm_sandbox, evm_payer):
+    # A misconfigured (or lying) 402: the first entry's asset is an address without code
+    # on chain 137, the second is a good mainnet entry. The first must be passed over
+    # (nothing can be signed for it) and the second paid.
+    sandbox = evm_sandbox
+    async with httpx.AsyncClient() as plain:
+        polygon = (await plain.get(sandbox.url("/weather"))).json()
+        mainnet = (await plain.get(sandbox.url("/report"))).json()
+    bogus = {**polygon["accepts"][0], "asset": str(EthAccount.create().address)}
+    challenge = {**mainnet, "accepts": [bogus, mainnet["accepts"][0]]}
+    merchant = sandbox.gate
+
+    async def lying_gate(scope: Any, receive: Any, send: Any) -> None:
+        headers = dict(scope.get("headers") or [])
+        if scope["type"] == "http" and b"x-payment" not in headers:
+            raw = json.dumps(challenge).encode()
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 402,
+                    "headers": [(b"content-type", b"application/json")],
+                }
+            )
+            await send({"type": "http.response.body", "body": raw})
+            return
+        # the paid retry goes to the real gate, as if it were the 402's own merchant
+        scope = {**scope, "path": "/report", "raw_path": b"/report"}
+        await merchant(scope, receive, send)
+
+    served = await ServedApp(lying_gate, "lying-merchant").start()
+    merchant_before = await _token(sandbox, 1, sandbox.evm.merchant_address)
+    try:
+        async with with_eur_payment(
+            httpx.AsyncClient(timeout=10), _evm_options(sandbox, evm_payer)
+        ) as client:
+            error: BaseException | None = None
+            try:
+                response = await _fetch(client, served.url + "/report")
+            except Exception as exc:  # the type is what is under test
+                error = exc
+            ledger = payment_ledger(client).entries()
+    finally:
+        await served.stop()
+    assert await _token(sandbox, 137, evm_payer.address) == 1_000_000
+    assert error is None, f"{type(error).__mro__[:3]}: {error}"
+    assert response.status_code == 200
+    assert response.extensions["x402_payment"].network == "eip155:1"
+    assert await _check_evm_money(sandbox, evm_payer, 1, merchant_before)
+    assert [e.outcome for e in ledger] == ["paid"]
 
 
 # --- 2. the bridge rail ------------------------------------------------------------------------
@@ -564,7 +636,7 @@ async def test_bridge_rail_under_fault(case: BridgeCase):
                 # the payment API never gave a transaction code: nothing to resume with;
                 # the entry must stay `unknown` so the user can look for the payment.
                 assert [e.outcome for e in ledger] == ["unknown"]
-                assert error.status_code in (None, 500)
+                assert error.payment_request_code is None
             assert sandbox.bank.payments_made == before, "recovering paid again"
             _, kept = _bridge_money(sandbox)
             _check_bridge_ledger(payment_ledger(client).entries(), kept)

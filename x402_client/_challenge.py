@@ -17,7 +17,7 @@ from . import _json
 from ._amounts import from_atomic
 from ._exceptions import InvalidChallenge
 from ._models import EuroAcceptEntry, ExactAcceptEntry, PaymentRequired
-from ._types import PaymentIntent
+from ._types import PaymentIntent, Rail
 
 __all__ = [
     "CHAIN_A_ASSETS",
@@ -31,6 +31,7 @@ __all__ = [
     "VerifierReason",
     "classify_reason",
     "exact_amount",
+    "exact_intent",
     "parse_accept",
     "parse_failure_body",
     "parse_payment_required",
@@ -91,6 +92,26 @@ def parse_accept(raw: Any) -> AcceptEntry | None:
         return model.model_validate(raw)
     except ValidationError as exc:
         raise InvalidEntry(_first_error(exc)) from None
+
+
+def exact_intent(
+    entry: ExactAcceptEntry, *, rail: Rail, symbol: str, resource: str
+) -> PaymentIntent:
+    """The intent for paying an `exact` entry in `symbol` (EURQ or USDQ) on `rail`."""
+    return PaymentIntent(
+        rail=rail,
+        scheme=entry.scheme,
+        network=entry.network,
+        asset=entry.asset,
+        asset_symbol=symbol,
+        amount=exact_amount(entry),
+        currency=CURRENCY_OF[symbol],
+        pay_to=entry.pay_to,
+        resource=resource,
+        atomic_amount=entry.max_amount_required,
+        description=entry.description,
+        accept=entry.to_wire(),
+    )
 
 
 def exact_amount(entry: ExactAcceptEntry) -> Decimal:

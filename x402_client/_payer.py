@@ -142,6 +142,12 @@ class _GuardedStream(httpx.AsyncByteStream):
         await self._stream.aclose()
 
 
+async def _call(callback: Callable[[Any], Any], argument: Any) -> Any:
+    """Call a user callback that may be sync or async."""
+    result = callback(argument)
+    return await result if inspect.isawaitable(result) else result
+
+
 def _overrides(request: httpx.Request) -> RequestSettings:
     raw = request.extensions.get(EXTENSION)
     if raw is None:
@@ -257,9 +263,7 @@ class Payer:
         if callback is None:
             return
         try:
-            result = callback(event)
-            if inspect.isawaitable(result):
-                await result
+            await _call(callback, event)
         except Exception:  # a broken progress display must not break a payment
             logger.exception("on_progress callback failed")
 
@@ -593,9 +597,7 @@ class Payer:
         if hook is None:
             return
         try:
-            verdict = hook(intent)
-            if inspect.isawaitable(verdict):
-                verdict = await verdict
+            verdict = await _call(hook, intent)
         except Exception as exc:
             raise PaymentRejectedByHook(
                 f"on_before_payment raised {type(exc).__name__}; nothing was paid",

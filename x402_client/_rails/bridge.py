@@ -39,7 +39,7 @@ import httpx
 from tenacity import AsyncRetrying, RetryCallState, RetryError, retry_if_result, wait_exponential
 
 from .._amounts import format_amount
-from .._challenge import CHAIN_A_ASSETS, CHAIN_A_NETWORK, CURRENCY_OF, AcceptEntry, exact_amount
+from .._challenge import CHAIN_A_ASSETS, CHAIN_A_NETWORK, AcceptEntry, exact_amount, exact_intent
 from .._exceptions import (
     BridgeResumeRefused,
     BridgeTransferFailed,
@@ -270,20 +270,7 @@ class BridgeRail:
             )
         if not self._context.options.has_managed_account:
             return "chain-A entry needs api_key, from_account and api_url for the bridge"
-        return PaymentIntent(
-            rail="bridge",
-            scheme=entry.scheme,
-            network=entry.network,
-            asset=entry.asset,
-            asset_symbol="EURQ",
-            amount=exact_amount(entry),
-            currency=CURRENCY_OF["EURQ"],
-            pay_to=entry.pay_to,
-            resource=resource,
-            atomic_amount=entry.max_amount_required,
-            description=entry.description,
-            accept=entry.to_wire(),
-        )
+        return exact_intent(entry, rail="bridge", symbol="EURQ", resource=resource)
 
     async def prepare(self, entry: AcceptEntry, intent: PaymentIntent) -> str | None:
         return None

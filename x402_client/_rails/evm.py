@@ -33,7 +33,7 @@ from pydantic import ValidationError
 
 from .. import _json
 from .._amounts import format_amount, from_atomic
-from .._challenge import CURRENCY_OF, EVM_NETWORKS, AcceptEntry, exact_amount
+from .._challenge import EVM_NETWORKS, AcceptEntry, exact_intent
 from .._exceptions import ConfigurationError, PaymentFailed, SpenderMismatch
 from .._http import BodyTooLarge, read_bounded
 from .._models import (
@@ -302,20 +302,7 @@ class EvmPermitRail:
             return "EVM entry without a facilitator to check the spender with"
         if chain_id not in self._options.rpc_urls:
             return f"no RPC URL configured for chain {chain_id}"
-        return PaymentIntent(
-            rail="evm-permit",
-            scheme=entry.scheme,
-            network=entry.network,
-            asset=entry.asset,
-            asset_symbol=extra.symbol,
-            amount=exact_amount(entry),
-            currency=CURRENCY_OF[extra.symbol],
-            pay_to=entry.pay_to,
-            resource=resource,
-            atomic_amount=entry.max_amount_required,
-            description=entry.description,
-            accept=entry.to_wire(),
-        )
+        return exact_intent(entry, rail="evm-permit", symbol=extra.symbol, resource=resource)
 
     async def prepare(self, entry: AcceptEntry, intent: PaymentIntent) -> str | None:
         assert isinstance(entry, ExactAcceptEntry)
@@ -476,6 +463,7 @@ class EvmPermitRail:
         per URL); a mismatch is a `ConfigurationError`, never a fall-back.
         """
         import aiohttp
+        from web3.exceptions import Web3Exception
 
         urls = self._options.rpc_urls.get(chain_id, ())
         start = self._preferred.get(chain_id, 0)
@@ -494,7 +482,9 @@ class EvmPermitRail:
                         )
                     endpoint.verified = True
                 result = await call(endpoint.w3)
-            except (OSError, TimeoutError, aiohttp.ClientError) as exc:
+            except (OSError, TimeoutError, aiohttp.ClientError, Web3Exception) as exc:
+                # Web3Exception: a JSON-RPC error object, or a call with no contract behind
+                # it (BadFunctionCallOutput). Fail over; never let it escape untyped.
                 failures.append(f"{_redact(endpoint.url)}: {type(exc).__name__}")
                 continue
             self._preferred[chain_id] = index
