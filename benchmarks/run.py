@@ -152,7 +152,13 @@ class Server:
 #: The user-side pool of both flows, sized for concurrency 50. httpx's default keeps only
 #: 20 idle connections: at concurrency 50 it closes and re-opens a connection for nearly
 #: every request, in both flows alike, which would measure httpx's defaults, not the SDK.
-USER_LIMITS = httpx.Limits(max_connections=100, max_keepalive_connections=100)
+#: The 60 s keep-alive expiry (httpx: 5 s; the sandbox server keeps idle connections 65 s)
+#: outlasts a round: with 5 s, connections the first-fit pool leaves idle for a few
+#: seconds expire and are re-opened at the next peak in both flows, so the churn count
+#: would measure the user's pool, not connections the SDK itself opens. See the README.
+USER_LIMITS = httpx.Limits(
+    max_connections=100, max_keepalive_connections=100, keepalive_expiry=60.0
+)
 
 
 def make_flow(kind: str, options: dict[str, Any]) -> SDK | HandWritten:
@@ -300,6 +306,13 @@ def fig_throughput(server: Server, quick: bool) -> Figure:
         kind: max(max(r["merchant_connections"], r["payment_api_connections"]) for r in rs)
         for kind, rs in runs.items()
     }
+    per_server = {
+        kind: {
+            "merchant": max(r["merchant_connections"] for r in rs),
+            "payment_api": max(r["payment_api_connections"] for r in rs),
+        }
+        for kind, rs in runs.items()
+    }
     failures = sum(r["failures"] for rs in runs.values() for r in rs)
     no_churn = max_conn["sdk"] <= concurrency
     s = summary(ratios)
@@ -312,30 +325,44 @@ def fig_throughput(server: Server, quick: bool) -> Figure:
         med >= 0.9 and no_churn and failures == 0,
         f"IQR {s['p25']:.3f}-{s['p75']:.3f} over {rounds} interleaved rounds; "
         f"SDK {statistics.median(r['rps'] for r in runs['sdk']):.0f} req/s vs "
-        f"{statistics.median(r['rps'] for r in runs['baseline']):.0f}; new connections per "
-        f"server, most seen: SDK {max_conn['sdk']}, hand-written {max_conn['baseline']}; "
+        f"{statistics.median(r['rps'] for r in runs['baseline']):.0f}; new connections, most "
+        f"seen (merchant / payment API): SDK {per_server['sdk']['merchant']} / "
+        f"{per_server['sdk']['payment_api']}, hand-written "
+        f"{per_server['baseline']['merchant']} / {per_server['baseline']['payment_api']}; "
         f"failures {failures}",
         ratios,
         0.9,
-        {"runs": runs, "max_new_connections_per_server": max_conn},
+        {
+            "runs": runs,
+            "max_new_connections_per_server": max_conn,
+            "max_new_connections_by_server": per_server,
+        },
     )
 
 
 # --- 3. start-up --------------------------------------------------------------------------
 
+#: What each import figure runs. `import x402_client` is lazy (PEP 562): it loads
+#: neither httpx nor pydantic; the usable API (`with_eur_payment`, `PaymentOptions`) does.
+IMPORTS = {
+    "httpx": "import httpx",
+    "x402_client": "import x402_client",
+    "api": "from x402_client import with_eur_payment, PaymentOptions",
+}
+
 _IMPORT_SNIPPET = """
 import sys, time
 t = time.perf_counter()
-import {module}
+{statement}
 elapsed = time.perf_counter() - t
 heavy = sorted(m for m in ("web3", "eth_account", "eth_abi") if m in sys.modules)
 print(elapsed, ",".join(heavy))
 """
 
 
-def _import_time(module: str) -> tuple[float, list[str]]:
+def _import_time(key: str) -> tuple[float, list[str]]:
     out = subprocess.run(
-        [PY, "-c", _IMPORT_SNIPPET.format(module=module)],
+        [PY, "-c", _IMPORT_SNIPPET.format(statement=IMPORTS[key])],
         capture_output=True,
         text=True,
         check=True,
@@ -350,10 +377,10 @@ def _wall(cmd: list[str]) -> float:
     return time.perf_counter() - started
 
 
-def import_profile(module: str, top: int = 12) -> list[dict[str, Any]]:
-    """`python -X importtime -c 'import module'`: the heaviest imports (cumulative µs)."""
+def import_profile(statement: str, top: int = 12) -> list[dict[str, Any]]:
+    """`python -X importtime -c statement`: the heaviest imports (cumulative µs)."""
     err = subprocess.run(
-        [PY, "-X", "importtime", "-c", f"import {module}"],
+        [PY, "-X", "importtime", "-c", statement],
         capture_output=True,
         text=True,
         check=True,
@@ -378,50 +405,73 @@ def import_profile(module: str, top: int = 12) -> list[dict[str, Any]]:
 
 def fig_startup(quick: bool) -> list[Figure]:
     runs = 12 if quick else 30
-    for module in ("httpx", "x402_client"):  # warm the bytecode caches
-        _import_time(module)
-    httpx_t: list[float] = []
-    ours_t: list[float] = []
-    heavy_seen: set[str] = set()
+    keys = list(IMPORTS)
+    for key in keys:  # warm the bytecode caches
+        _import_time(key)
+    times: dict[str, list[float]] = {key: [] for key in keys}
+    heavy_seen: dict[str, set[str]] = {key: set() for key in keys}
     for i in range(runs):
-        order = ("httpx", "x402_client") if i % 2 == 0 else ("x402_client", "httpx")
-        for module in order:
-            elapsed, heavy = _import_time(module)
-            (httpx_t if module == "httpx" else ours_t).append(elapsed)
-            if module == "x402_client":
-                heavy_seen.update(heavy)
-    ratios = [o / h for o, h in zip(ours_t, httpx_t, strict=True)]
-    s = summary(ratios)
-    profile = import_profile("x402_client")
-    figures = [
-        Figure(
+        # Rotate the order so that no statement always runs first (or last).
+        for key in keys[i % 3 :] + keys[: i % 3]:
+            elapsed, heavy = _import_time(key)
+            times[key].append(elapsed)
+            heavy_seen[key].update(heavy)
+    httpx_t = times["httpx"]
+    figures = []
+    for key, fig_key, title, target in (
+        (
+            "x402_client",
             "import",
             "3a. Start-up: `import x402_client` / `import httpx` (fresh processes)",
-            s["median"],
-            "x",
-            "median <= 1.30",
-            s["median"] <= 1.3,
-            f"IQR {s['p25']:.2f}-{s['p75']:.2f}, {runs} interleaved pairs; median "
-            f"{statistics.median(ours_t) * 1000:.0f} ms vs {statistics.median(httpx_t) * 1000:.0f}"
-            " ms",
-            ratios,
-            1.3,
-            {
-                "x402_client_ms": summary([t * 1000 for t in ours_t]),
-                "httpx_ms": summary([t * 1000 for t in httpx_t]),
-                "importtime_top": profile,
-            },
+            True,
         ),
+        (
+            "api",
+            "import_api",
+            "3a'. Start-up: `from x402_client import with_eur_payment, PaymentOptions`"
+            " / `import httpx`",
+            False,
+        ),
+    ):
+        ours_t = times[key]
+        ratios = [o / h for o, h in zip(ours_t, httpx_t, strict=True)]
+        s = summary(ratios)
+        figures.append(
+            Figure(
+                fig_key,
+                title,
+                s["median"],
+                "x",
+                "median <= 1.30" if target else "informational (the 1.30 target is 3a's)",
+                s["median"] <= 1.3 if target else None,
+                f"IQR {s['p25']:.2f}-{s['p75']:.2f}, {runs} interleaved runs; median "
+                f"{statistics.median(ours_t) * 1000:.0f} ms vs "
+                f"{statistics.median(httpx_t) * 1000:.0f} ms",
+                ratios,
+                1.3,
+                {
+                    "statement": IMPORTS[key],
+                    "ms": summary([t * 1000 for t in ours_t]),
+                    "httpx_ms": summary([t * 1000 for t in httpx_t]),
+                    "importtime_top": import_profile(IMPORTS[key]),
+                    "importtime_httpx_top": import_profile(IMPORTS["httpx"]),
+                },
+            )
+        )
+    heavy = heavy_seen["x402_client"]
+    figures.append(
         Figure(
             "lazy_evm",
             "3b. web3 / eth-account modules loaded by `import x402_client`",
-            float(len(heavy_seen)),
+            float(len(heavy)),
             "modules",
             "0",
-            not heavy_seen,
-            ", ".join(sorted(heavy_seen)) or "none of web3, eth_account, eth_abi",
-        ),
-    ]
+            not heavy,
+            (", ".join(sorted(heavy)) or "none of web3, eth_account, eth_abi")
+            + "; with the usable API: "
+            + (", ".join(sorted(heavy_seen["api"])) or "none"),
+        )
+    )
     if importlib.util.find_spec("x402_client.cli") is None:
         figures.append(
             skipped(
@@ -830,6 +880,7 @@ def main() -> None:
         "latency",
         "throughput",
         "import",
+        "import_api",
         "lazy_evm",
         "cli",
         "evm_rpc",

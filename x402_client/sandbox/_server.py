@@ -50,6 +50,11 @@ class ServedApp:
             access_log=False,
             lifespan="off",
             timeout_graceful_shutdown=1,
+            # Longer than httpx's default keepalive_expiry (5 s), so the client always
+            # retires an idle connection first. At uvicorn's default (5 s, the same as
+            # httpx's) the server closes idle connections just as a client may reuse
+            # them: a request sent on one fails with ReadError (seen under load).
+            timeout_keep_alive=65,
         )
         self._server = _QuietServer(config)
         self._task = asyncio.create_task(self._server.serve(sockets=[sock]), name=self.name)
