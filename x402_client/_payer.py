@@ -671,30 +671,35 @@ class Payer:
             paid_at=datetime.now(timezone.utc),
             record=record,
         )
-        from tenacity import (
-            AsyncRetrying,
-            RetryError,
-            retry_if_result,
-            stop_after_attempt,
-            wait_exponential,
-        )
-
         options = self.options
-        retrying = AsyncRetrying(
-            stop=stop_after_attempt(options.confirmation_attempts),
-            wait=wait_exponential(
-                multiplier=options.confirmation_wait,
-                min=options.confirmation_wait,
-                max=options.confirmation_max_wait,
-            ),
-            retry=retry_if_result(lambda outcome: outcome is _NOT_CONFIRMED),
-            sleep=anyio.sleep,
-        )
-        try:
-            outcome: httpx.Response | _PayFresh | _NotConfirmed = await retrying(
-                self._send_proof, state, send
+        # The common case needs no retry machinery: the first answer settles it.
+        outcome: httpx.Response | _PayFresh | _NotConfirmed = await self._send_proof(state, send)
+        if outcome is _NOT_CONFIRMED and options.confirmation_attempts > 1:
+            from tenacity import (
+                AsyncRetrying,
+                RetryError,
+                retry_if_result,
+                stop_after_attempt,
+                wait_exponential,
             )
-        except RetryError:
+
+            # Waits double from `confirmation_wait` up to `confirmation_max_wait`.
+            await anyio.sleep(options.confirmation_wait)
+            retrying = AsyncRetrying(
+                stop=stop_after_attempt(options.confirmation_attempts - 1),
+                wait=wait_exponential(
+                    multiplier=2 * options.confirmation_wait,
+                    min=options.confirmation_wait,
+                    max=options.confirmation_max_wait,
+                ),
+                retry=retry_if_result(lambda result: result is _NOT_CONFIRMED),
+                sleep=anyio.sleep,
+            )
+            try:
+                outcome = await retrying(self._send_proof, state, send)
+            except RetryError:
+                outcome = _NOT_CONFIRMED
+        if isinstance(outcome, _NotConfirmed):
             reason = state.last_reason or "payment not confirmed"
             if resend:
                 advice = "the payment behind this proof has not been confirmed (or never made)"
@@ -708,8 +713,7 @@ class Payer:
                 proof=paid.proof,
                 request=request,
                 intent=intent,
-            ) from None
-        assert not isinstance(outcome, _NotConfirmed)
+            )
         return outcome
 
     async def _send_proof(
