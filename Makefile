@@ -40,7 +40,9 @@ lint: $(STAMP)
 
 check: test lint
 
+## The benchmarks: table, chart and JSON in benchmarks/results/.
 bench: $(STAMP)
+	$(PY) -m pip install --quiet -e '.[dev,bench]'
 	$(PY) benchmarks/run.py
 
 clean:

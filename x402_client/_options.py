@@ -167,6 +167,8 @@ class PaymentOptions(_Options):
     max_body_bytes: int = Field(default=64 * 1024, ge=1024)
     #: Timeout of each payment-API call, in seconds.
     payment_api_timeout: float = Field(default=30.0, gt=0)
+    #: Connections the payment-API client may open (and keeps alive) at once.
+    payment_api_max_connections: int = Field(default=100, ge=1)
     #: How long the bridge may take to expose `blockchainTxId`, in seconds.
     bridge_deadline: float = Field(default=300.0, gt=0)
     #: First and largest interval between bridge polls, in seconds.

@@ -255,6 +255,7 @@ class Payer:
                 options.api_key,
                 timeout=options.payment_api_timeout,
                 max_body_bytes=options.max_body_bytes,
+                max_connections=options.payment_api_max_connections,
             )
         return self._api
 

@@ -62,6 +62,7 @@ class PaymentAPI:
         *,
         timeout: float = 30.0,
         max_body_bytes: int = 64 * 1024,
+        max_connections: int = 100,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.api_url = api_url
@@ -74,6 +75,11 @@ class PaymentAPI:
             },
             timeout=timeout,
             follow_redirects=False,
+            # Keep every connection it opens: httpx's default keeps 20 idle ones, so a
+            # burst of more concurrent payments would close and re-open connections.
+            limits=httpx.Limits(
+                max_connections=max_connections, max_keepalive_connections=max_connections
+            ),
             transport=transport,
         )
 
