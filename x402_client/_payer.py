@@ -338,8 +338,10 @@ class Payer:
         exists -> `failed`, reservation released; after the proof exists -> `paid` when
         the merchant served, else `paid` (undelivered) on rails where the proof means the
         money already moved (euro, bridge) and `unknown` where the merchant settles it
-        (EVM permit); `PaymentOutcomeUnknown` anywhere -> `unknown`. Only `failed`
-        gives the reservation back.
+        (EVM permit); `PaymentOutcomeUnknown` before the proof -> `unknown`. Only `failed`
+        gives the reservation back. A resumed bridge payment reuses the entry of the
+        payment it resumes and never downgrades it to `failed`: a refused resume says
+        nothing about whether that earlier money moved.
         """
         resuming = settings.resume_transaction_code
         found = self.ledger.find_transaction(resuming) if resuming else None
@@ -412,6 +414,8 @@ class Payer:
                 logger.warning("x402: payment interrupted; its outcome is unknown (%s)", error)
             raise
         finally:
+            if resuming and outcome == "failed":
+                outcome = "unknown"
             record.finish(outcome, error=error)
             if outcome == "failed" and held:
                 with anyio.CancelScope(shield=True):
