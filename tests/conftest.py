@@ -6,7 +6,6 @@ from __future__ import annotations
 import logging
 import re
 from collections.abc import AsyncIterator, Callable, Iterator
-from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -107,10 +106,6 @@ def scripted_402(body: bytes | str, status: int = 402, headers: dict[str, str] |
 def payments(sandbox: Sandbox, account: Account) -> list[Any]:
     """The payments `account` made (moved money), in order."""
     return [t for t in sandbox.bank.payments_made if t.from_account == account.code]
-
-
-def dec(value: str) -> Decimal:
-    return Decimal(value)
 
 
 # --- secret scan: nothing the suite logs, and no error message, may hold a secret ---------

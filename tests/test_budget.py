@@ -36,9 +36,15 @@ pytestmark = pytest.mark.anyio
 
 def _intent(amount: str, currency: str = "EUR", **kw: Any) -> PaymentIntent:
     fields: dict[str, Any] = {
-        "rail": "euro", "scheme": "euro", "network": "provider:mainnet", "asset": "EURO",
-        "asset_symbol": "EURO", "amount": Decimal(amount), "currency": currency,
-        "pay_to": "ACC_X", "resource": "http://x/",
+        "rail": "euro",
+        "scheme": "euro",
+        "network": "provider:mainnet",
+        "asset": "EURO",
+        "asset_symbol": "EURO",
+        "amount": Decimal(amount),
+        "currency": currency,
+        "pay_to": "ACC_X",
+        "resource": "http://x/",
     }
     fields.update(kw)
     return PaymentIntent(**fields)
@@ -140,10 +146,17 @@ async def test_selector_and_preference_choose_among_payable_entries():
 
 def test_prefer_order_is_stable_and_matches_rail_network_or_symbol():
     euro = _intent("0.10")
-    evm = _intent("0.10", rail="evm-permit", scheme="exact", network="eip155:137",
-                  asset_symbol="EURQ")
-    usd = _intent("0.10", rail="evm-permit", scheme="exact", network="eip155:1",
-                  asset_symbol="USDQ", currency="USD")
+    evm = _intent(
+        "0.10", rail="evm-permit", scheme="exact", network="eip155:137", asset_symbol="EURQ"
+    )
+    usd = _intent(
+        "0.10",
+        rail="evm-permit",
+        scheme="exact",
+        network="eip155:1",
+        asset_symbol="USDQ",
+        currency="USD",
+    )
     intents = [euro, evm, usd]
     assert prefer_order(intents, []) == [0, 1, 2]
     assert prefer_order(intents, ["eip155:1"]) == [2, 0, 1]
@@ -169,9 +182,21 @@ def redis_url(tmp_path):
         pytest.skip("redis-server is not installed (apt-get install redis-server)")
     port = _free_port()
     process = subprocess.Popen(
-        [server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-         "--dir", str(tmp_path)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [
+            server,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(tmp_path),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
     )
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
@@ -202,6 +227,7 @@ AGENT = textwrap.dedent("""
                 except BudgetExceeded:
                     refused += 1
             await asyncio.gather(*(fetch() for _ in range(30)))
+        await store.aclose()
         print(paid, refused)
 
     asyncio.run(main(*sys.argv[1:]))

@@ -164,6 +164,8 @@ class RedisBudgetStore:
     ```python
     store = RedisBudgetStore("redis://127.0.0.1:6379/0")
     options = PaymentOptions(..., budgets=[Budget("5", window=86400)], budget_store=store)
+    ...
+    await store.aclose()   # yours to close: several clients may share one store
     ```
     """
 
@@ -248,8 +250,3 @@ class Budgets:
     async def release(self, held: Sequence[Reservation]) -> None:
         for reservation in held:
             await self.store.release(reservation.budget.key, reservation.id)
-
-    async def aclose(self) -> None:
-        close = getattr(self.store, "aclose", None)
-        if close is not None:
-            await close()

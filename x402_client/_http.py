@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import httpx
 
-__all__ = ["BodyTooLarge", "origin", "read_bounded"]
+__all__ = ["BodyTooLarge", "read_bounded"]
 
 
 class BodyTooLarge(ValueError):
@@ -31,11 +31,3 @@ async def read_bounded(response: httpx.Response, limit: int) -> bytes:
         return b"".join(chunks)
     finally:
         await response.aclose()
-
-
-def origin(url: httpx.URL) -> tuple[str, str, int | None]:
-    """Scheme, host and effective port: what "the same origin" compares."""
-    port = url.port
-    if port is None:
-        port = {"http": 80, "https": 443}.get(url.scheme)
-    return (url.scheme, url.host, port)

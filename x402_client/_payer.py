@@ -276,7 +276,7 @@ class Payer:
         if self._api is not None:
             await self._api.aclose()
             self._api = None
-        await self.budgets.aclose()
+        # The budget store is the user's (it may be shared by several clients): not closed.
 
     # --- the flow ----------------------------------------------------------------------------
 

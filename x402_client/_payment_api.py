@@ -36,6 +36,7 @@ from ._exceptions import (
 )
 from ._http import BodyTooLarge, read_bounded
 from ._provider import (
+    ProviderError,
     TransactionRecord,
     find_transaction,
     is_insufficient_funds,
@@ -50,6 +51,19 @@ __all__ = ["PaymentAPI"]
 logger = logging.getLogger("x402_client")
 
 _NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol)
+
+
+def _decode(raw: bytes) -> Any:
+    """A body as JSON, or None when empty or not JSON (the status still tells)."""
+    try:
+        return _json.loads(raw) if raw else None
+    except _json.JSONError:
+        return None
+
+
+def _first_error(errors: list[ProviderError]) -> tuple[str | None, str | None]:
+    """The provider's first error `code` and `message`, if the body carried any."""
+    return (errors[0].code, errors[0].message) if errors else (None, None)
 
 
 class PaymentAPI:
@@ -180,15 +194,11 @@ class PaymentAPI:
                 f"payment API answered {status} but its body could not be read",
                 status_code=status,
             ) from exc
-        try:
-            answer: Any = _json.loads(raw) if raw else None
-        except _json.JSONError:
-            answer = None
+        answer = _decode(raw)
         if 200 <= status < 300:
             return answer
         errors = provider_errors(answer)
-        code = errors[0].code if errors else None
-        provider_message = errors[0].message if errors else None
+        code, provider_message = _first_error(errors)
         described = f"{code or 'error'}: {provider_message or 'no message'}"
         if status >= 500:
             raise unknown(
@@ -221,17 +231,14 @@ class PaymentAPI:
             raw = await read_bounded(response, self._max_body)
         except BodyTooLarge as exc:
             raise PaymentAPIError(str(exc), status_code=status) from None
-        try:
-            answer: Any = _json.loads(raw) if raw else None
-        except _json.JSONError:
-            answer = None
+        answer = _decode(raw)
         if not 200 <= status < 300:
-            errors = provider_errors(answer)
+            code, provider_message = _first_error(provider_errors(answer))
             raise PaymentAPIError(
                 f"payment API answered {status} to GET {path}",
                 status_code=status,
-                code=errors[0].code if errors else None,
-                provider_message=errors[0].message if errors else None,
+                code=code,
+                provider_message=provider_message,
             )
         return answer
 
