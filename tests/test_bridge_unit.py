@@ -322,16 +322,24 @@ def test_the_payer_lists_the_bridge_rail_last():
 async def test_chain_a_entries_the_client_cannot_bridge_are_explained():
     """A USDQ entry is a direct chain-A payment (manual): the client says so, pays nothing."""
     from x402_client import NoSatisfiableOption
-    from x402_client._models import PaymentRequired
+    from x402_client._policy import no_candidate_error, select
+    from x402_client._rails import RequestSettings
 
-    payer = Payer(managed())
-    challenge = PaymentRequired.model_validate(
-        {"x402Version": 2, "accepts": [exact_entry(asset=USDQ).to_wire()]}
+    options = managed()
+    payer = Payer(options)
+    selection = select(
+        [exact_entry(asset=USDQ).to_wire()],
+        rails=payer.rails,
+        options=options,
+        settings=RequestSettings(),
+        headroom={},
+        now=0,
+        resource="https://merchant.example/weather",
     )
-    request = httpx.Request("GET", "https://merchant.example/weather")
-    with pytest.raises(NoSatisfiableOption) as caught:
-        await payer._choose(challenge, request)
-    assert "USDQ" in str(caught.value) and "manual" in str(caught.value)
+    assert selection.candidates == []
+    error = no_candidate_error(selection.skipped, selection.readable)
+    assert isinstance(error, NoSatisfiableOption)
+    assert "USDQ" in str(error) and "manual" in str(error)
     await payer.aclose()
 
 

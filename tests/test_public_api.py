@@ -98,8 +98,26 @@ def test_options_from_mapping_and_env() -> None:
     assert options.max_amount_per_payment == {"EUR": Decimal("0.25"), "USD": Decimal("1.00")}
     assert options.evm is not None and options.evm.rpc_urls == {137: ("http://a", "http://b")}
     assert options.has_managed_account
-    assert PaymentOptions.from_env({"QUANTOZ_API_KEY": "q"}).api_key.get_secret_value() == "q"
-    assert not PaymentOptions.from_env({}).has_managed_account
+    spec_names = {
+        "QUANTOZ_API_KEY": "q",
+        "QUANTOZ_ACCOUNT_CODE": "A",
+        "QUANTOZ_API_URL": "https://a",
+    }
+    assert PaymentOptions.from_env(spec_names).api_key.get_secret_value() == "q"
+
+
+def test_from_env_with_nothing_usable_names_the_variables() -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        PaymentOptions.from_env({})
+    assert all(
+        name in str(caught.value)
+        for name in ("X402_EUR_API_KEY", "X402_EUR_ACCOUNT", "X402_EUR_API_URL")
+    )
+    assert "X402_EUR_EVM_PRIVATE_KEY" in str(caught.value)
+    with pytest.raises(ConfigurationError, match="X402_EUR_API_URL is not set"):
+        PaymentOptions.from_env({"X402_EUR_API_KEY": "k", "X402_EUR_ACCOUNT": "ACC_1"})
+    # An EVM key alone is usable configuration.
+    assert PaymentOptions.from_env({"X402_EUR_EVM_PRIVATE_KEY": "22" * 32}).evm is not None
 
 
 @pytest.mark.parametrize(
@@ -126,15 +144,12 @@ def test_with_eur_payment_needs_an_async_client() -> None:
 
 
 def test_per_request_settings_are_validated() -> None:
-    from x402_client._payer import _overrides
+    from x402_client._payer import _parse_settings
 
-    request = httpx.Request("GET", "https://x", extensions={"x402": {"pay": "no"}})
     with pytest.raises(ConfigurationError):
-        _overrides(request)
-    request = httpx.Request("GET", "https://x", extensions={"x402": {"typo": 1}})
+        _parse_settings({"pay": "no"})
     with pytest.raises(ConfigurationError):
-        _overrides(request)
-    request = httpx.Request(
-        "GET", "https://x", extensions={"x402": {"max_amount_per_payment": {"usd": "0.5"}}}
-    )
-    assert _overrides(request).limits == {"USD": Decimal("0.5")}
+        _parse_settings({"typo": 1})
+    assert _parse_settings({"max_amount_per_payment": {"usd": "0.5"}}).limits == {
+        "USD": Decimal("0.5")
+    }

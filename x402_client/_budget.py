@@ -7,7 +7,18 @@ overshoot: 500 concurrent paid requests against a budget of 10 payments pay exac
 
 Stores implement `BudgetStore`. `InMemoryBudgetStore` (the default) serves one process;
 `RedisBudgetStore` (extra `redis`) lets a fleet of agent processes share one budget,
-atomically, through a Lua script. Amounts are kept as integer atomic units (10^-6).
+atomically, through a Lua script; `SqliteStore` (in `_sqlite`) shares one through a file
+on one machine. Amounts are kept as integer atomic units (10^-6).
+
+How stores keep what they must, and no more:
+
+- a total budget (`window=None`) is one running total per key. Reserving adds to it if the
+  sum stays within the limit; the reservation id carries the amount
+  (`t:<atomic amount>:<random>`), so releasing subtracts exactly that. Nothing is kept per
+  payment, so the store stays the same size however many payments it has seen. Release
+  each reservation at most once (`Budgets` does): a total cannot tell a repeat.
+- a windowed budget keeps one entry per reservation (`w:<random>`) with its time; entries
+  older than the window are dropped, so its size is bounded by the payments of one window.
 """
 
 from __future__ import annotations
@@ -16,10 +27,12 @@ import dataclasses
 import secrets
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+import anyio
 
 from ._amounts import AmountError, format_amount, from_atomic, parse_amount, to_atomic
 from ._exceptions import BudgetExceeded, ConfigurationError
@@ -27,7 +40,15 @@ from ._exceptions import BudgetExceeded, ConfigurationError
 if TYPE_CHECKING:
     from ._types import PaymentIntent
 
-__all__ = ["Budget", "BudgetStore", "Budgets", "InMemoryBudgetStore", "RedisBudgetStore"]
+__all__ = [
+    "Budget",
+    "BudgetStatus",
+    "BudgetStore",
+    "Budgets",
+    "InMemoryBudgetStore",
+    "RedisBudgetStore",
+    "Reservation",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,6 +91,16 @@ class Budget:
         return self.window
 
 
+@dataclasses.dataclass(frozen=True)
+class BudgetStatus:
+    """Where one budget stands: `spent` (reserved or committed) and `remaining`
+    (never negative), both in the budget's currency."""
+
+    budget: Budget
+    spent: Decimal
+    remaining: Decimal
+
+
 @runtime_checkable
 class BudgetStore(Protocol):
     """Where reservations live. All three calls must be atomic per key."""
@@ -87,70 +118,130 @@ class BudgetStore(Protocol):
         ...
 
 
-class InMemoryBudgetStore:
-    """A process-local store (thread-safe)."""
+def total_reservation_id(amount: int) -> str:
+    """The id of a reservation in a total budget: it carries what releasing subtracts."""
+    return f"t:{amount}:{secrets.token_hex(8)}"
 
-    def __init__(self, clock: Any = time.time) -> None:
+
+def window_reservation_id() -> str:
+    return f"w:{secrets.token_hex(8)}"
+
+
+def total_reservation_amount(reservation: str) -> int | None:
+    """The amount a total-budget reservation id carries; None for any other id."""
+    kind, _, rest = reservation.partition(":")
+    amount, _, nonce = rest.partition(":")
+    if kind != "t" or not nonce or not amount.isascii() or not amount.isdigit():
+        return None
+    return int(amount)
+
+
+class InMemoryBudgetStore:
+    """A process-local store (thread-safe). `clock` (seconds) is for tests."""
+
+    def __init__(self, clock: Callable[[], float] = time.time) -> None:
         self._lock = threading.Lock()
+        self._totals: dict[str, int] = {}
         self._entries: dict[str, dict[str, tuple[float, int]]] = {}
         self._clock = clock
 
-    def _live(self, key: str, window: float | None) -> dict[str, tuple[float, int]]:
+    def _live(self, key: str, window: float) -> dict[str, tuple[float, int]]:
         entries = self._entries.setdefault(key, {})
-        if window is not None:
-            horizon = self._clock() - window
-            for rid in [r for r, (at, _) in entries.items() if at < horizon]:
-                del entries[rid]
+        horizon = self._clock() - window
+        for rid in [r for r, (at, _) in entries.items() if at < horizon]:
+            del entries[rid]
+        if not entries:
+            del self._entries[key]
         return entries
 
     async def reserve(self, key: str, amount: int, limit: int, window: float | None) -> str | None:
         with self._lock:
+            if window is None:
+                total = self._totals.get(key, 0)
+                if total + amount > limit:
+                    return None
+                self._totals[key] = total + amount
+                return total_reservation_id(amount)
             entries = self._live(key, window)
             if sum(a for _, a in entries.values()) + amount > limit:
                 return None
-            rid = secrets.token_hex(8)
-            entries[rid] = (self._clock(), amount)
+            rid = window_reservation_id()
+            self._entries.setdefault(key, entries)[rid] = (self._clock(), amount)
             return rid
 
     async def release(self, key: str, reservation: str) -> None:
+        amount = total_reservation_amount(reservation)
         with self._lock:
-            self._entries.get(key, {}).pop(reservation, None)
+            if amount is not None:
+                if key in self._totals:
+                    self._totals[key] = max(self._totals[key] - amount, 0)
+                return
+            entries = self._entries.get(key)
+            if entries is not None:
+                entries.pop(reservation, None)
 
     async def spent(self, key: str, window: float | None) -> int:
         with self._lock:
+            if window is None:
+                return self._totals.get(key, 0)
             return sum(a for _, a in self._live(key, window).values())
 
 
-_RESERVE_LUA = """
+# KEYS: total, at (zset), amount (hash); ARGV: amount, limit. Amounts are passed to INCRBY
+# as the strings they arrived as, never through a Lua number.
+_RESERVE_TOTAL_LUA = """
+local tkey, zkey, hkey = KEYS[1], KEYS[2], KEYS[3]
+if redis.call('EXISTS', hkey) == 1 then
+  -- reservations kept one per payment by an earlier version: fold them into the total
+  for _, value in ipairs(redis.call('HVALS', hkey)) do redis.call('INCRBY', tkey, value) end
+  redis.call('DEL', hkey, zkey)
+end
+local total = tonumber(redis.call('GET', tkey) or '0')
+if total + tonumber(ARGV[1]) > tonumber(ARGV[2]) then return 0 end
+redis.call('INCRBY', tkey, ARGV[1])
+return 1
+"""
+
+_RELEASE_TOTAL_LUA = """
+if redis.call('DECRBY', KEYS[1], ARGV[1]) < 0 then redis.call('SET', KEYS[1], 0) end
+return 0
+"""
+
+# KEYS: at (zset), amount (hash); ARGV: now, window, amount, limit, id.
+_RESERVE_WINDOW_LUA = """
 local zkey, hkey = KEYS[1], KEYS[2]
 local now, window = tonumber(ARGV[1]), tonumber(ARGV[2])
 local amount, limit, id = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
-if window > 0 then
-  local old = redis.call('ZRANGEBYSCORE', zkey, '-inf', '(' .. tostring(now - window))
-  for i = 1, #old do
-    redis.call('ZREM', zkey, old[i])
-    redis.call('HDEL', hkey, old[i])
-  end
+local old = redis.call('ZRANGEBYSCORE', zkey, '-inf', '(' .. tostring(now - window))
+for i = 1, #old do
+  redis.call('ZREM', zkey, old[i])
+  redis.call('HDEL', hkey, old[i])
 end
 local total = 0
 for _, value in ipairs(redis.call('HVALS', hkey)) do total = total + tonumber(value) end
-if total + amount > limit then return false end
+if total + amount > limit then return 0 end
 redis.call('ZADD', zkey, now, id)
-redis.call('HSET', hkey, id, amount)
-return id
+redis.call('HSET', hkey, id, ARGV[3])
+-- every entry is stale one window after the newest: an idle budget leaves nothing behind
+local ttl = math.ceil(window * 1000) + 1000
+redis.call('PEXPIRE', zkey, ttl)
+redis.call('PEXPIRE', hkey, ttl)
+return 1
 """
 
+# KEYS: total, at (zset), amount (hash); ARGV: now, window (0 for a total).
 _SPENT_LUA = """
-local zkey, hkey = KEYS[1], KEYS[2]
+local tkey, zkey, hkey = KEYS[1], KEYS[2], KEYS[3]
 local now, window = tonumber(ARGV[1]), tonumber(ARGV[2])
 local total = 0
 if window > 0 then
   for _, id in ipairs(redis.call('ZRANGEBYSCORE', zkey, tostring(now - window), '+inf')) do
     total = total + tonumber(redis.call('HGET', hkey, id) or '0')
   end
-else
-  for _, value in ipairs(redis.call('HVALS', hkey)) do total = total + tonumber(value) end
+  return total
 end
+total = tonumber(redis.call('GET', tkey) or '0')
+for _, value in ipairs(redis.call('HVALS', hkey)) do total = total + tonumber(value) end
 return total
 """
 
@@ -158,8 +249,10 @@ return total
 class RedisBudgetStore:
     """A budget shared by every process that points at the same Redis (extra `redis`).
 
-    Reservations are a sorted set (by time) and a hash (amounts) per budget key; reserving
-    is one Lua script, so it is atomic across processes.
+    A total budget is one integer per key (`<prefix><key>:total`, `INCRBY`); a windowed
+    one is a sorted set (by time) and a hash (amounts) of its reservations, which expire
+    with the window. Reserving is one Lua script, so it is atomic across processes.
+    Totals are Redis 64-bit integers: up to about 9.2 million million EUR.
 
     ```python
     store = RedisBudgetStore("redis://127.0.0.1:6379/0")
@@ -169,7 +262,9 @@ class RedisBudgetStore:
     ```
     """
 
-    def __init__(self, redis: Any, *, prefix: str = "x402:budget:") -> None:
+    def __init__(
+        self, redis: Any, *, prefix: str = "x402:budget:", clock: Callable[[], float] = time.time
+    ) -> None:
         try:
             import redis.asyncio as aioredis
         except ImportError as exc:  # pragma: no cover - depends on the environment
@@ -179,24 +274,38 @@ class RedisBudgetStore:
         self._redis = aioredis.from_url(redis) if isinstance(redis, str) else redis
         self._owned = isinstance(redis, str)
         self._prefix = prefix
-        self._reserve = self._redis.register_script(_RESERVE_LUA)
+        self._clock = clock
+        self._reserve_total = self._redis.register_script(_RESERVE_TOTAL_LUA)
+        self._release_total = self._redis.register_script(_RELEASE_TOTAL_LUA)
+        self._reserve_window = self._redis.register_script(_RESERVE_WINDOW_LUA)
         self._spent = self._redis.register_script(_SPENT_LUA)
 
     def __repr__(self) -> str:
         return f"RedisBudgetStore(prefix={self._prefix!r})"
 
     def _keys(self, key: str) -> list[str]:
-        return [f"{self._prefix}{key}:at", f"{self._prefix}{key}:amount"]
+        """The total, the reservation times (zset) and amounts (hash) of `key`."""
+        base = f"{self._prefix}{key}"
+        return [f"{base}:total", f"{base}:at", f"{base}:amount"]
 
     async def reserve(self, key: str, amount: int, limit: int, window: float | None) -> str | None:
-        rid = secrets.token_hex(8)
-        result = await self._reserve(
-            keys=self._keys(key), args=[repr(time.time()), repr(window or 0), amount, limit, rid]
+        keys = self._keys(key)
+        if window is None:
+            ok = await self._reserve_total(keys=keys, args=[str(amount), str(limit)])
+            return total_reservation_id(amount) if int(ok) else None
+        rid = window_reservation_id()
+        ok = await self._reserve_window(
+            keys=keys[1:], args=[repr(self._clock()), repr(window), amount, limit, rid]
         )
-        return rid if result else None
+        return rid if int(ok) else None
 
     async def release(self, key: str, reservation: str) -> None:
-        at, amount = self._keys(key)
+        total, at, amount = self._keys(key)
+        atomic = total_reservation_amount(reservation)
+        if atomic is not None:
+            await self._release_total(keys=[total], args=[str(atomic)])
+            return
+        # a windowed reservation (or one an earlier version kept per payment)
         async with self._redis.pipeline(transaction=True) as pipe:
             pipe.zrem(at, reservation)
             pipe.hdel(amount, reservation)
@@ -204,7 +313,7 @@ class RedisBudgetStore:
 
     async def spent(self, key: str, window: float | None) -> int:
         return int(
-            await self._spent(keys=self._keys(key), args=[repr(time.time()), repr(window or 0)])
+            await self._spent(keys=self._keys(key), args=[repr(self._clock()), repr(window or 0)])
         )
 
     async def aclose(self) -> None:
@@ -229,24 +338,53 @@ class Budgets:
         """Reserve the intent's amount in every budget of its currency, or raise."""
         held: list[Reservation] = []
         amount = to_atomic(intent.amount)
-        for budget in self.budgets:
-            if budget.currency != intent.currency:
-                continue
-            limit = to_atomic(Decimal(budget.limit))
-            rid = await self.store.reserve(budget.key, amount, limit, budget.window_seconds)
-            if rid is None:
+        refused: Budget | None = None
+        try:
+            for budget in self.budgets:
+                if budget.currency != intent.currency:
+                    continue
+                limit = to_atomic(Decimal(budget.limit))
+                rid = await self.store.reserve(budget.key, amount, limit, budget.window_seconds)
+                if rid is None:
+                    refused = budget
+                    break
+                held.append(Reservation(budget, rid))
+        except BaseException:
+            # cancelled or broken half-way: what this call holds goes back, no money moved
+            with anyio.CancelScope(shield=True):
                 await self.release(held)
-                spent = await self.store.spent(budget.key, budget.window_seconds)
-                span = "in total" if budget.window is None else f"per {budget.window:g} s"
-                raise BudgetExceeded(
-                    f"paying {format_amount(intent.amount)} {intent.currency} would exceed the "
-                    f"budget {budget.name!r} of {format_amount(Decimal(budget.limit))} "
-                    f"{budget.currency} {span} ({format_amount(from_atomic(spent))} used)",
-                    intent=intent,
-                )
-            held.append(Reservation(budget, rid))
-        return held
+            raise
+        if refused is None:
+            return held
+        await self.release(held)
+        spent = await self.store.spent(refused.key, refused.window_seconds)
+        span = "in total" if refused.window is None else f"per {refused.window:g} s"
+        raise BudgetExceeded(
+            f"paying {format_amount(intent.amount)} {intent.currency} would exceed the "
+            f"budget {refused.name!r} of {format_amount(Decimal(refused.limit))} "
+            f"{refused.currency} {span} ({format_amount(from_atomic(spent))} used)",
+            intent=intent,
+        )
 
     async def release(self, held: Sequence[Reservation]) -> None:
         for reservation in held:
             await self.store.release(reservation.budget.key, reservation.id)
+
+    async def status(self) -> list[BudgetStatus]:
+        """Each budget with what it has spent and what remains, in the order given."""
+        result: list[BudgetStatus] = []
+        for budget in self.budgets:
+            spent = from_atomic(await self.store.spent(budget.key, budget.window_seconds))
+            remaining = max(Decimal(budget.limit) - spent, Decimal(0))
+            result.append(BudgetStatus(budget, spent, remaining))
+        return result
+
+    async def headroom(self) -> dict[str, Decimal]:
+        """Per currency with a budget, the most one more payment may cost now: the
+        smallest `remaining` of that currency's budgets. Currencies without one are absent.
+        """
+        room: dict[str, Decimal] = {}
+        for status in await self.status():
+            currency = status.budget.currency
+            room[currency] = min(room.get(currency, status.remaining), status.remaining)
+        return room

@@ -35,7 +35,7 @@ no money moved. `PaymentVerificationFailed` means money moved (its `receipt` say
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -69,6 +69,9 @@ class X402Error(httpx.HTTPError):
     """Base class of every error raised by x402_client.
 
     `intent` is the payment the client was about to make or made, when there was one.
+    `response` is the merchant's 402 when the error is about it (its body stays readable).
+    `skipped` lists, for a 402 none of whose entries was paid, each entry and why it was
+    skipped (`SkippedEntry`: `index`, `reason`, `message`).
     """
 
     def __init__(
@@ -77,11 +80,20 @@ class X402Error(httpx.HTTPError):
         *,
         request: httpx.Request | None = None,
         intent: PaymentIntent | None = None,
+        response: httpx.Response | None = None,
+        skipped: Sequence[Any] = (),
     ) -> None:
         super().__init__(message)
         if request is not None:
             self.request = request
         self.intent = intent
+        self.response = response
+        self.skipped = list(skipped)
+
+    @property
+    def money_moved(self) -> bool | None:
+        """False: no money moved. True: it did. None: it may have (`PaymentOutcomeUnknown`)."""
+        return False
 
 
 class ConfigurationError(X402Error):
@@ -103,10 +115,16 @@ class NoSatisfiableOption(ChallengeError):
     """
 
     def __init__(
-        self, message: str, *, reasons: Sequence[str] = (), request: httpx.Request | None = None
+        self,
+        message: str,
+        *,
+        reasons: Sequence[str] = (),
+        request: httpx.Request | None = None,
+        response: httpx.Response | None = None,
+        skipped: Sequence[Any] = (),
     ) -> None:
-        super().__init__(message, request=request)
-        self.reasons = list(reasons)
+        super().__init__(message, request=request, response=response, skipped=skipped)
+        self.reasons = list(reasons) or [str(s) for s in skipped]
 
 
 class PaymentRefused(X402Error):
@@ -206,9 +224,11 @@ class BridgeTransferFailed(PaymentFailed):
 
 
 class PaymentVerificationFailed(X402Error):
-    """The client paid, but the merchant refused the proof with `reason`.
+    """The client paid, but the request did not end in the paid resource: the merchant
+    refused the proof with `reason`, or a later step of the same request failed.
 
-    Money moved: `receipt` records the payment and `proof` is the X-PAYMENT value sent.
+    Money moved: `receipt` records the (last) payment, `receipts` every payment this
+    request made, and `proof` is the X-PAYMENT value sent.
     """
 
     def __init__(
@@ -217,14 +237,20 @@ class PaymentVerificationFailed(X402Error):
         *,
         reason: str,
         receipt: PaymentReceipt | None = None,
+        receipts: Sequence[PaymentReceipt] = (),
         proof: str | None = None,
         request: httpx.Request | None = None,
         intent: PaymentIntent | None = None,
     ) -> None:
         super().__init__(message, request=request, intent=intent)
         self.reason = reason
-        self.receipt = receipt
+        self.receipts = list(receipts) or ([receipt] if receipt is not None else [])
+        self.receipt = receipt if receipt is not None else (self.receipts[-1] if receipts else None)
         self.proof = proof
+
+    @property
+    def money_moved(self) -> bool | None:
+        return True
 
 
 class PaymentNotConfirmed(PaymentVerificationFailed):
@@ -256,6 +282,7 @@ class PaymentOutcomeUnknown(X402Error):
         payment_request_code: str | None = None,
         transaction_code: str | None = None,
         receipt: PaymentReceipt | None = None,
+        receipts: Sequence[PaymentReceipt] = (),
         status_code: int | None = None,
         code: str | None = None,
         provider_message: str | None = None,
@@ -266,7 +293,12 @@ class PaymentOutcomeUnknown(X402Error):
         self.proof = proof
         self.payment_request_code = payment_request_code
         self.transaction_code = transaction_code
-        self.receipt = receipt
+        self.receipts = list(receipts) or ([receipt] if receipt is not None else [])
+        self.receipt = receipt if receipt is not None else (self.receipts[-1] if receipts else None)
         self.status_code = status_code
         self.code = code
         self.provider_message = provider_message
+
+    @property
+    def money_moved(self) -> bool | None:
+        return None

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 import httpx
 
-__all__ = ["BodyTooLarge", "read_bounded"]
+__all__ = ["BodyTooLarge", "read_bounded", "read_upto", "redact_url"]
 
 
 class BodyTooLarge(ValueError):
@@ -31,3 +33,34 @@ async def read_bounded(response: httpx.Response, limit: int) -> bytes:
         return b"".join(chunks)
     finally:
         await response.aclose()
+
+
+async def read_upto(
+    response: httpx.Response, limit: int
+) -> tuple[bytes, AsyncIterator[bytes] | None]:
+    """Read a response body (decoded) up to `limit` bytes.
+
+    Returns the bytes read and None when that was the whole body; when the body is larger,
+    the bytes read so far and an iterator over the rest (the caller must close `response`).
+    Nothing past the first chunk beyond `limit` is read.
+    """
+    chunks: list[bytes] = []
+    size = 0
+    iterator = response.aiter_bytes()
+    async for chunk in iterator:
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > limit:
+            return b"".join(chunks), iterator
+    return b"".join(chunks), None
+
+
+def redact_url(url: str) -> str:
+    """A URL without its path, query and user info, which often carry an API key."""
+    try:
+        parsed = httpx.URL(url)
+    except (httpx.InvalidURL, TypeError):
+        return "<invalid URL>"
+    port = f":{parsed.port}" if parsed.port else ""
+    hidden = "/..." if parsed.path not in ("", "/") or parsed.query else ""
+    return f"{parsed.scheme}://{parsed.host}{port}{hidden}"

@@ -21,11 +21,12 @@ Nothing secret is recorded: no API key, no private key.
 from __future__ import annotations
 
 import dataclasses
+import json
 import threading
 from collections.abc import Iterator
 from datetime import datetime, timezone
 from decimal import Decimal
-from typing import Literal
+from typing import IO, Any, Literal
 from uuid import uuid4
 
 from ._types import PaymentIntent
@@ -73,6 +74,34 @@ class LedgerEntry:
         self.finished_at = _now()
         self.step(outcome, error or "")
 
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict: amounts as decimal strings, times in ISO 8601 (UTC)."""
+        intent = self.intent
+        return {
+            "id": self.id,
+            "outcome": self.outcome,
+            "delivered": self.delivered,
+            "rail": intent.rail,
+            "scheme": intent.scheme,
+            "network": intent.network,
+            "asset": intent.asset_symbol,
+            "amount": str(intent.amount),
+            "currency": intent.currency,
+            "payTo": intent.pay_to,
+            "resource": intent.resource,
+            "paymentRequestCode": self.payment_request_code,
+            "transactionCode": self.transaction_code,
+            "blockchainTxId": self.blockchain_tx_id,
+            "txHash": self.tx_hash,
+            "proof": self.proof,
+            "error": self.error,
+            "startedAt": self.started_at.isoformat(),
+            "finishedAt": self.finished_at.isoformat() if self.finished_at else None,
+            "steps": [
+                {"at": s.at.isoformat(), "step": s.step, "detail": s.detail} for s in self.steps
+            ],
+        }
+
 
 class PaymentLedger:
     """An append-only, thread-safe list of `LedgerEntry`, newest last.
@@ -111,6 +140,16 @@ class PaymentLedger:
             (e.intent.amount for e in self.entries(outcome) if e.intent.currency == currency),
             Decimal(0),
         )
+
+    def to_jsonl(self, file: IO[str] | None = None, *, outcome: Outcome | None = None) -> str:
+        """The entries as JSON lines (one `LedgerEntry.to_json()` a line), oldest first;
+        written to `file` too when given."""
+        text = "".join(
+            json.dumps(e.to_json(), separators=(",", ":")) + "\n" for e in self.entries(outcome)
+        )
+        if file is not None:
+            file.write(text)
+        return text
 
     def find(self, proof: str) -> LedgerEntry | None:
         with self._lock:

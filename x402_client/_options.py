@@ -7,16 +7,19 @@ silently leave the default in force. Secrets are `SecretStr`: they print as `***
 
 from __future__ import annotations
 
+import difflib
+import ipaddress
 import os
 import re
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    PrivateAttr,
     SecretStr,
     ValidationError,
     field_validator,
@@ -25,16 +28,22 @@ from pydantic.alias_generators import to_camel
 
 from ._amounts import AmountError, parse_amount
 from ._budget import Budget, BudgetStore
-from ._exceptions import ConfigurationError
+from ._exceptions import ConfigurationError, X402Error
+from ._http import redact_url
 from ._ledger import PaymentLedger
 from ._progress import PaymentProgress
-from ._types import PaymentIntent
+from ._types import PaymentIntent, PaymentReceipt
+
+if TYPE_CHECKING:
+    from ._state import PaymentState
 
 __all__ = [
     "DEFAULT_MAX_AMOUNT_PER_PAYMENT",
     "ENV_VARS",
     "BeforePaymentHook",
     "EvmOptions",
+    "PaymentCallback",
+    "PaymentErrorCallback",
     "PaymentOptions",
     "ProgressCallback",
     "Selector",
@@ -42,12 +51,17 @@ __all__ = [
 ]
 
 HookResult = bool | None
-#: `on_before_payment(intent)`: return False (or raise) to refuse; sync or async.
+#: `on_before_payment(intent)`: return True to approve; anything else (False, None, a
+#: forgotten return, an exception) refuses. Sync or async.
 BeforePaymentHook = Callable[[PaymentIntent], HookResult | Awaitable[HookResult]]
 #: `selector(candidates)`: choose among the payable intents (merchant order); None: pay none.
 Selector = Callable[[list[PaymentIntent]], PaymentIntent | None]
 #: `on_progress(event)`: told about long waits (the bridge); sync or async.
 ProgressCallback = Callable[[PaymentProgress], Awaitable[None] | None]
+#: `on_payment(receipt)`: a payment was made and the paid response arrived; sync or async.
+PaymentCallback = Callable[[PaymentReceipt], Awaitable[None] | None]
+#: `on_payment_error(error)`: a request failed after money moved or may have; sync or async.
+PaymentErrorCallback = Callable[[X402Error], Awaitable[None] | None]
 
 #: Per-payment caps by currency when the user sets none: one euro, one dollar.
 DEFAULT_MAX_AMOUNT_PER_PAYMENT: Mapping[str, Decimal] = {
@@ -69,7 +83,28 @@ ENV_VARS = {
 _KEY_RE = re.compile(r"\A(0x)?[0-9a-fA-F]{64}\Z")
 
 
+def _config_error(exc: ValidationError, cls: type[BaseModel]) -> ConfigurationError:
+    """A `ConfigurationError` from pydantic's: locations and messages only (input values may
+    be secrets), with "did you mean" for unknown keys."""
+    names = set(cls.model_fields)
+    names |= {f.alias for f in cls.model_fields.values() if f.alias}
+    problems = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err["loc"]) or "options"
+        message = err["msg"]
+        if err["type"] == "extra_forbidden" and len(err["loc"]) == 1:
+            key = str(err["loc"][0])
+            close = sorted(n for n in names if n.startswith(key) or key.startswith(n))
+            close = close or difflib.get_close_matches(key, sorted(names), n=1, cutoff=0.5)
+            message = "unknown option" + (f"; did you mean {close[0]!r}?" if close else "")
+        problems.append(f"{where}: {message}")
+    return ConfigurationError(f"invalid {cls.__name__}: " + "; ".join(problems))
+
+
 class _Options(BaseModel):
+    """Options raise `ConfigurationError` (an `X402Error`) for bad values, never pydantic's
+    `ValidationError`, and never show the values given (they may be secrets)."""
+
     model_config = ConfigDict(
         frozen=True,
         extra="forbid",
@@ -80,11 +115,26 @@ class _Options(BaseModel):
         defer_build=True,
     )
 
+    def __init__(self, /, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise _config_error(exc, type(self)) from None
+
 
 def _check_url(value: str) -> str:
     if not re.match(r"\Ahttps?://[^/\s]+", value):
         raise ValueError("must be an http(s) URL")
     return value.rstrip("/")
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost" or host.endswith(".localhost"):
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 class EvmOptions(_Options):
@@ -97,6 +147,13 @@ class EvmOptions(_Options):
     private_key: SecretStr
     rpc_urls: dict[int, tuple[str, ...]] = Field(default_factory=dict)
     supported_cache_seconds: float = Field(default=60.0, ge=0)
+
+    def __repr_args__(self) -> Iterable[tuple[str | None, Any]]:
+        # RPC URLs often carry an API key in their path or query: shown redacted.
+        for name, value in super().__repr_args__():
+            if name == "rpc_urls":
+                value = {chain: tuple(redact_url(u) for u in urls) for chain, urls in value.items()}
+            yield name, value
 
     @field_validator("private_key")
     @classmethod
@@ -142,6 +199,11 @@ class PaymentOptions(_Options):
     evm: EvmOptions | None = None
     on_before_payment: BeforePaymentHook | None = None
     on_progress: ProgressCallback | None = None
+    #: Told after every paid response (`PaymentReceipt`): logging, metrics, an agent's memory.
+    on_payment: PaymentCallback | None = None
+    #: Told about every error after which money moved or may have (`money_moved` is not
+    #: False). A callback that raises is logged and never breaks the payment.
+    on_payment_error: PaymentErrorCallback | None = None
     max_amount_per_payment: dict[str, Decimal] = Field(
         default_factory=lambda: dict(DEFAULT_MAX_AMOUNT_PER_PAYMENT)
     )
@@ -169,6 +231,9 @@ class PaymentOptions(_Options):
     payment_api_timeout: float = Field(default=30.0, gt=0)
     #: Connections the payment-API client may open (and keeps alive) at once.
     payment_api_max_connections: int = Field(default=100, ge=1)
+    #: How many payable entries of one 402 may be prepared (RPC reads, the facilitator's
+    #: `/supported`: URLs the merchant writes) before the client gives up on it.
+    max_candidates: int = Field(default=3, ge=1, le=20)
     #: How long the bridge may take to expose `blockchainTxId`, in seconds.
     bridge_deadline: float = Field(default=300.0, gt=0)
     #: First and largest interval between bridge polls, in seconds.
@@ -185,10 +250,20 @@ class PaymentOptions(_Options):
     def _prefer(cls, value: Any) -> Any:
         return (value,) if isinstance(value, str) else value
 
+    _state: PaymentState | None = PrivateAttr(default=None)
+
     @field_validator("api_url")
     @classmethod
     def _api_url(cls, value: str | None) -> str | None:
-        return None if value is None else _check_url(value)
+        if value is None:
+            return None
+        value = _check_url(value)
+        # The API key travels to this URL: plain http only where it cannot leave the machine.
+        if not value.startswith("https://") and not _is_loopback(
+            re.sub(r"\Ahttps?://(\[[^\]]+\]|[^/:]+).*", r"\1", value)
+        ):
+            raise ValueError("must be https:// (plain http:// only for a loopback address)")
+        return value
 
     @field_validator("max_amount_per_payment", mode="before")
     @classmethod
@@ -240,6 +315,17 @@ class PaymentOptions(_Options):
                     rpc[chain] = [u.strip() for u in urls.split(",") if u.strip()]
             values["evm"] = {"private_key": key, "rpc_urls": rpc}
         values.update(overrides)
+        managed = ("api_key", "from_account", "api_url")
+        present = [name for name in managed if values.get(name)]
+        if "evm" not in values and len(present) < len(managed):
+            missing = [name for name in managed if name not in present]
+            variables = ", ".join(ENV_VARS[name][0] for name in missing)
+            what = "is" if len(missing) == 1 else "are"
+            hint = "" if present else f", or {ENV_VARS['evm_private_key'][0]} for EVM permits"
+            raise ConfigurationError(
+                f"no usable payment configuration in the environment: {variables} {what} "
+                f"not set (set them for the managed account{hint})"
+            )
         return coerce_options(values)
 
 
@@ -256,8 +342,4 @@ def coerce_options(options: PaymentOptions | Mapping[str, Any] | None) -> Paymen
     try:
         return PaymentOptions.model_validate(dict(options))
     except ValidationError as exc:
-        # Built from locations and messages only: input values may be secrets.
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc'])}: {err['msg']}" for err in exc.errors()
-        )
-        raise ConfigurationError(f"invalid payment options: {problems}") from None
+        raise _config_error(exc, PaymentOptions) from None

@@ -1,24 +1,24 @@
 """The payer: what happens between a 402 and the response it unlocks.
 
-`Payer.handle_402` is called by `PaymentTransport` with the 402 response and the inner
-transport's `send`. All state of one payment lives in local variables and in the
-request's extensions, never on the shared instance, so concurrent requests cannot see
-each other's payments.
+Three pieces, each with one job:
 
-The flow for one request:
+- `_policy.select` (pure) decides which entries may be paid and in which order;
+- `_delivery.Delivery` (pure) decides what to do after each answer to the paid retry;
+- this module wires them to I/O: it reads the 402, prepares the chosen candidate, asks
+  the hook, reserves the budget, pays through the rail, and delivers the proof.
 
-1. read the 402 body (bounded) and parse it; refuse a one-shot request body;
-2. pick the first `accepts` entry a rail can pay, build the `PaymentIntent`;
-3. enforce `max_amount_per_payment` (and the per-request override), ask
-   `on_before_payment`;
-4. pay (`rail.pay`), re-send the same request with `X-PAYMENT`;
-5. on the merchant's answer: "not confirmed" -> re-send the same proof after a backoff;
-   "already used" / "expired" -> ask for a fresh 402 and pay it, once per request;
-   5xx -> re-send the same proof (bounded); any other 402 -> `PaymentVerificationFailed`;
-   anything else -> the response, with the receipt in `extensions["x402_payment"]`.
+**The unit is the caller's logical request**, all its redirect hops included. Its state
+(`LogicalRequest`: payments made, their receipts, the origin that per-request recovery
+settings belong to) rides in `request.extensions`, which httpx copies from hop to hop, so
+every hop sees the same object. Nothing per-request is kept on the shared `Payer`. One
+logical request makes at most one payment, plus the one fresh payment that the spec's
+"already used" / "expired" rule allows; once money moved, every error it raises is of the
+"money moved" family (`PaymentVerificationFailed`, `PaymentOutcomeUnknown`) and carries
+the receipts.
 
-Money moves at most once per intent: a proof the merchant may already have consumed
-(after a 5xx or a transit failure) is never followed by a second payment.
+Only x402 402s are challenges: a 402 whose body is not a JSON object with `x402Version`
+(and that has no `PAYMENT-REQUIRED` header) is handed back to the caller untouched, with
+its body readable, and nothing is paid.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import logging
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from datetime import datetime, timezone
 from decimal import Decimal
@@ -34,41 +35,45 @@ from typing import Any
 import anyio
 import httpx
 
+from . import _json
 from ._amounts import AmountError, format_amount, parse_amount
-from ._budget import Budgets, Reservation
+from ._budget import Reservation
 from ._challenge import (
-    AcceptEntry,
     InvalidEntry,
     VerifierReason,
     classify_reason,
     parse_accept,
     parse_failure_body,
     parse_payment_required,
-    prefer_order,
 )
+from ._delivery import Delivery, Step
 from ._exceptions import (
-    AmountLimitExceeded,
+    BudgetExceeded,
+    ChallengeError,
     ConfigurationError,
     InvalidChallenge,
     NoSatisfiableOption,
     PaymentNotConfirmed,
     PaymentOutcomeUnknown,
+    PaymentRefused,
     PaymentRejectedByHook,
     PaymentVerificationFailed,
     UnreplayableRequest,
     X402Error,
 )
-from ._http import BodyTooLarge, read_bounded
-from ._ledger import LedgerEntry, Outcome, PaymentLedger
+from ._http import read_upto
+from ._ledger import LedgerEntry, Outcome
 from ._models import PaymentRequired
 from ._options import PaymentOptions
 from ._payment_api import PaymentAPI
+from ._policy import Candidate, SkippedEntry, SkipReason, no_candidate_error, select
 from ._progress import PaymentProgress
 from ._proof import ProofError, b64_json_decode, decode_proof
 from ._rails import Paid, Rail, RequestSettings
+from ._state import KeyedLocks, PaymentState, state_of
 from ._types import PaymentIntent, PaymentReceipt
 
-__all__ = ["EXTENSION", "RECEIPT_EXTENSION", "Payer"]
+__all__ = ["EXTENSION", "RECEIPT_EXTENSION", "LogicalRequest", "Payer"]
 
 logger = logging.getLogger("x402_client")
 
@@ -78,45 +83,164 @@ logger = logging.getLogger("x402_client")
 EXTENSION = "x402"
 #: `response.extensions[RECEIPT_EXTENSION]`: the `PaymentReceipt` of a paid response.
 RECEIPT_EXTENSION = "x402_payment"
+#: Where the `LogicalRequest` of a request rides (private; shared by all its hops).
+_GUARD = "x402_logical_request"
 
 Send = Callable[[httpx.Request], Awaitable[httpx.Response]]
 
 _NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 _SETTLEMENT_HEADERS = ("X-PAYMENT-RESPONSE", "PAYMENT-RESPONSE")
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})
+_SETTINGS = frozenset({"pay", "max_amount_per_payment", "resume_transaction_code", "proof"})
 
 
-@dataclasses.dataclass(frozen=True)
+# --- the logical request ---------------------------------------------------------------------
+
+
+def _origin(url: httpx.URL) -> tuple[str, str, int | None]:
+    return (url.scheme, url.host, url.port)
+
+
+def _parse_settings(raw: Any) -> RequestSettings:
+    if raw is None:
+        return RequestSettings()
+    if not isinstance(raw, Mapping):
+        raise ConfigurationError(f"request.extensions[{EXTENSION!r}] must be a mapping")
+    unknown = set(raw) - _SETTINGS
+    if unknown:
+        raise ConfigurationError(f"unknown per-request x402 settings: {sorted(unknown)}")
+    pay = raw.get("pay", True)
+    if not isinstance(pay, bool):
+        raise ConfigurationError("request.extensions['x402']['pay'] must be a bool")
+    limits: dict[str, Decimal] | None = None
+    cap = raw.get("max_amount_per_payment")
+    if cap is not None:
+        items = cap.items() if isinstance(cap, Mapping) else [("EUR", cap)]
+        try:
+            limits = {str(k).upper(): parse_amount(v, allow_zero=True) for k, v in items}
+        except AmountError as exc:
+            raise ConfigurationError(f"per-request max_amount_per_payment: {exc}") from None
+    resume = raw.get("resume_transaction_code")
+    if resume is not None and not isinstance(resume, str):
+        raise ConfigurationError("resume_transaction_code must be a string")
+    proof = raw.get("proof")
+    if proof is not None and not isinstance(proof, str):
+        raise ConfigurationError("proof must be the X-PAYMENT string")
+    return RequestSettings(pay=pay, limits=limits, resume_transaction_code=resume, proof=proof)
+
+
+@dataclasses.dataclass(eq=False)
+class LogicalRequest:
+    """One `client.send` of the caller's, across all its redirect hops.
+
+    Made at the first hop and put into `request.extensions`; httpx copies the extensions
+    into each redirect request, so later hops find the same object. A request object seen
+    again (the caller re-sends it) or a logical request that already ended starts a new one.
+    """
+
+    origin: tuple[str, str, int | None]
+    raw_settings: Any
+    hops: list[httpx.Request] = dataclasses.field(default_factory=list)
+    #: Receipts of the payments made, in order; `uncertain[i]`: money may not have moved yet
+    #: (a permit handed over that the merchant has not settled for sure).
+    receipts: list[PaymentReceipt] = dataclasses.field(default_factory=list)
+    uncertain: list[bool] = dataclasses.field(default_factory=list)
+    fresh_used: bool = False
+    done: bool = False
+    _settings: RequestSettings | None = None
+
+    @classmethod
+    def of(cls, request: httpx.Request) -> LogicalRequest:
+        found = request.extensions.get(_GUARD)
+        if (
+            isinstance(found, LogicalRequest)
+            and not found.done
+            and not any(hop is request for hop in found.hops)
+        ):
+            found.hops.append(request)
+            return found
+        made = cls(_origin(request.url), request.extensions.get(EXTENSION), [request])
+        request.extensions[_GUARD] = made
+        return made
+
+    @property
+    def settings(self) -> RequestSettings:
+        """The caller's per-request settings (`extensions["x402"]`), parsed once."""
+        if self._settings is None:
+            self._settings = _parse_settings(self.raw_settings)
+        return self._settings
+
+    @property
+    def payments(self) -> int:
+        return len(self.receipts)
+
+    def is_first_origin(self, request: httpx.Request) -> bool:
+        return _origin(request.url) == self.origin
+
+    def paid(self, receipt: PaymentReceipt, *, certain: bool) -> None:
+        self.receipts.append(receipt)
+        self.uncertain.append(not certain)
+
+    def settled(self, receipt: PaymentReceipt) -> None:
+        """The merchant served the last payment: its receipt, and money surely moved."""
+        self.receipts[-1] = receipt
+        self.uncertain[-1] = False
+
+    def finish_hop(self, response: httpx.Response) -> httpx.Response:
+        """Pass a non-402 answer on; the last hop of a paid request carries the receipt."""
+        if response.status_code not in _REDIRECTS or "location" not in response.headers:
+            self.done = True
+        if self.receipts and RECEIPT_EXTENSION not in response.extensions:
+            response.extensions = {**response.extensions, RECEIPT_EXTENSION: self.receipts[-1]}
+        return response
+
+    def truthful(self, exc: X402Error) -> X402Error:
+        """`exc`, or, when this request already paid, a "money moved" error wrapping it."""
+        self.done = True
+        if not self.receipts:
+            return exc
+        if isinstance(exc, (PaymentVerificationFailed, PaymentOutcomeUnknown)):
+            known = {id(r) for r in exc.receipts}
+            exc.receipts = [r for r in self.receipts if id(r) not in known] + exc.receipts
+            return exc
+        last = self.receipts[-1]
+        what = (
+            f"{self.payments} payment(s) were made for this request "
+            f"(last: {format_amount(last.amount)} {last.currency} on {last.rail})"
+        )
+        message = f"{what}, then: {type(exc).__name__}: {exc}"
+        wrapped: X402Error
+        if any(self.uncertain):
+            wrapped = PaymentOutcomeUnknown(
+                message,
+                proof=last.proof,
+                payment_request_code=last.payment_request_code,
+                transaction_code=last.transaction_code,
+                receipts=self.receipts,
+                intent=exc.intent,
+            )
+        else:
+            wrapped = PaymentVerificationFailed(
+                message,
+                reason=str(exc),
+                receipts=self.receipts,
+                proof=last.proof,
+                intent=exc.intent,
+            )
+        if exc._request is not None:
+            wrapped.request = exc._request
+        return wrapped
+
+
+# --- small helpers -----------------------------------------------------------------------------
+
+
 class _PayFresh:
     """The merchant said the proof is used or expired: pay a fresh 402."""
 
-    reason: str
-    proof: str
-
-
-class _NotConfirmed:
-    """The verifier said "not confirmed": wait, then re-send the same proof."""
-
-
-_NOT_CONFIRMED = _NotConfirmed()
-_DEFAULT_SETTINGS = RequestSettings()
-
-
-@dataclasses.dataclass
-class _Delivery:
-    """Mutable state of delivering one proof; lives for one `_deliver` call."""
-
-    request: httpx.Request
-    intent: PaymentIntent
-    paid: Paid
-    payments: int
-    paid_at: datetime
-    record: LedgerEntry | None = None
-    last_reason: str | None = None
-    merchant_errors: int = 0
-    connect_failures: int = 0
-    # Once the merchant may have consumed the proof (it answered 5xx), a later "already
-    # used" is no reason to pay again: it may mean our own earlier delivery.
-    maybe_consumed: bool = False
+    def __init__(self, reason: str, proof: str) -> None:
+        self.reason = reason
+        self.proof = proof
 
 
 class _GuardedStream(httpx.AsyncByteStream):
@@ -142,50 +266,49 @@ class _GuardedStream(httpx.AsyncByteStream):
         await self._stream.aclose()
 
 
+class _Replay(httpx.AsyncByteStream):
+    """A body we read part of (`head`), then the rest of the original stream, if any."""
+
+    def __init__(self, head: bytes, rest: AsyncIterator[bytes] | None, close: Any) -> None:
+        self._head = head
+        self._rest = rest
+        self._close = close
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        if self._head:
+            yield self._head
+        if self._rest is not None:
+            async for chunk in self._rest:
+                yield chunk
+
+    async def aclose(self) -> None:
+        await self._close()
+
+
 async def _call(callback: Callable[[Any], Any], argument: Any) -> Any:
     """Call a user callback that may be sync or async."""
     result = callback(argument)
     return await result if inspect.isawaitable(result) else result
 
 
-def _overrides(request: httpx.Request) -> RequestSettings:
-    raw = request.extensions.get(EXTENSION)
-    if raw is None:
-        return RequestSettings()
-    if not isinstance(raw, Mapping):
-        raise ConfigurationError(f"request.extensions[{EXTENSION!r}] must be a mapping")
-    unknown = set(raw) - {"pay", "max_amount_per_payment", "resume_transaction_code", "proof"}
-    if unknown:
-        raise ConfigurationError(f"unknown per-request x402 settings: {sorted(unknown)}")
-    pay = raw.get("pay", True)
-    if not isinstance(pay, bool):
-        raise ConfigurationError("request.extensions['x402']['pay'] must be a bool")
-    limits: dict[str, Decimal] | None = None
-    cap = raw.get("max_amount_per_payment")
-    if cap is not None:
-        items = cap.items() if isinstance(cap, Mapping) else [("EUR", cap)]
-        try:
-            limits = {str(k).upper(): parse_amount(v, allow_zero=True) for k, v in items}
-        except AmountError as exc:
-            raise ConfigurationError(f"per-request max_amount_per_payment: {exc}") from None
-    resume = raw.get("resume_transaction_code")
-    if resume is not None and not isinstance(resume, str):
-        raise ConfigurationError("resume_transaction_code must be a string")
-    proof = raw.get("proof")
-    if proof is not None and not isinstance(proof, str):
-        raise ConfigurationError("proof must be the X-PAYMENT string")
-    return RequestSettings(pay=pay, limits=limits, resume_transaction_code=resume, proof=proof)
-
-
 def _replayable_body(request: httpx.Request) -> bytes | None:
+    """The request body as bytes, when it can be sent again; None for a one-shot stream.
+
+    A redirect hop carries the original request's stream unread: a `ByteStream` (bytes,
+    or no body at all) can be replayed as it is.
+    """
     try:
         return request.content
     except httpx.RequestNotRead:
+        stream = request.stream
+        if isinstance(stream, httpx.ByteStream):
+            return b"".join(stream)
         return None
 
 
 def _rebuild(request: httpx.Request, body: bytes, proof: str | None = None) -> httpx.Request:
     headers = request.headers.copy()
+    headers.pop("X-PAYMENT", None)
     if proof is not None:
         headers["X-PAYMENT"] = proof
     return httpx.Request(
@@ -209,18 +332,60 @@ def _settlement(response: httpx.Response) -> Mapping[str, Any] | None:
     return None
 
 
+def _is_x402(raw: bytes, response: httpx.Response) -> bool:
+    """Does this 402 speak x402? A `PAYMENT-REQUIRED` header, or a JSON object body with
+    `x402Version`. Anything else (a card-declined message, a quota notice) is not ours."""
+    if "payment-required" in response.headers:
+        return True
+    if b"x402Version" not in raw:
+        return False
+    try:
+        data = _json.loads(raw)
+    except _json.JSONError:
+        # Broken JSON that names the protocol's field is a malformed challenge, not a
+        # stranger's 402.
+        return raw.lstrip().startswith(b"{")
+    return isinstance(data, dict) and "x402Version" in data
+
+
+def _hand_back(
+    response: httpx.Response, head: bytes, rest: AsyncIterator[bytes] | None
+) -> httpx.Response:
+    """The 402 as the caller would have had it, with the body we read put back in front
+    (decoded: `Content-Encoding` no longer applies)."""
+    headers = [
+        (k, v)
+        for k, v in response.headers.multi_items()
+        if k.lower() not in ("content-encoding", "content-length")
+    ]
+    if rest is None:
+        # The whole body is known: readable sync and async (`read()`, `aread()`).
+        return httpx.Response(
+            response.status_code, headers=headers, content=head, extensions=response.extensions
+        )
+    return httpx.Response(
+        response.status_code,
+        headers=headers,
+        stream=_Replay(head, rest, response.aclose),
+        extensions=response.extensions,
+    )
+
+
+# --- the payer ---------------------------------------------------------------------------------
+
+
 class Payer:
-    """Pays 402 challenges with the rails that `options` enable. Shared by the transports
-    of one client; holds no per-request state.
+    """Pays 402 challenges with the rails that `options` enable.
+
+    One per installed client: it holds that client's connections (the payment API, RPC
+    endpoints). What must hold across clients (budgets, ledger, nonce locks) is the
+    options' (`state`). No per-request state lives here.
     """
 
     def __init__(self, options: PaymentOptions) -> None:
         self.options = options
+        self.state: PaymentState = state_of(options)
         self._api: PaymentAPI | None = None
-        self.ledger: PaymentLedger = (
-            options.ledger if options.ledger is not None else PaymentLedger()
-        )
-        self.budgets = Budgets(options.budgets, options.budget_store)
         self._rails: list[Rail] = self._build_rails()
 
     def __repr__(self) -> str:
@@ -243,7 +408,19 @@ class Payer:
     def rails(self) -> list[Rail]:
         return list(self._rails)
 
+    @property
+    def ledger(self) -> Any:
+        return self.state.ledger
+
+    @property
+    def budgets(self) -> Any:
+        return self.state.budgets
+
     # --- RailContext ------------------------------------------------------------------------
+
+    @property
+    def locks(self) -> KeyedLocks:
+        return self.state.locks
 
     def payment_api(self) -> PaymentAPI:
         if self._api is None:
@@ -260,13 +437,19 @@ class Payer:
         return self._api
 
     async def report(self, event: PaymentProgress) -> None:
-        callback = self.options.on_progress
+        await self._notify("on_progress", event)
+
+    async def _notify(self, name: str, argument: Any) -> None:
+        """Call the user's `on_progress` / `on_payment` / `on_payment_error`, if set. A
+        callback that raises is logged and never breaks (or un-breaks) a payment."""
+        callback = getattr(self.options, name)
         if callback is None:
             return
         try:
-            await _call(callback, event)
-        except Exception:  # a broken progress display must not break a payment
-            logger.exception("on_progress callback failed")
+            with anyio.CancelScope(shield=name == "on_payment_error"):
+                await _call(callback, argument)
+        except Exception:
+            logger.exception("%s callback failed", name)
 
     async def aclose(self) -> None:
         for rail in self._rails:
@@ -281,56 +464,180 @@ class Payer:
     # --- the flow ----------------------------------------------------------------------------
 
     async def handle_402(
-        self, request: httpx.Request, response: httpx.Response, send: Send
+        self,
+        guard: LogicalRequest,
+        request: httpx.Request,
+        response: httpx.Response,
+        send: Send,
     ) -> httpx.Response:
-        settings = _overrides(request)
+        """Answer one 402 hop of the logical request `guard`."""
+        try:
+            return await self._handle(guard, request, response, send)
+        except X402Error as exc:
+            if exc._request is None:
+                exc.request = request
+            error = guard.truthful(exc)
+            if error.money_moved is not False:
+                await self._notify("on_payment_error", error)
+            if error is exc:
+                raise
+            raise error from exc
+
+    async def _handle(
+        self,
+        guard: LogicalRequest,
+        request: httpx.Request,
+        response: httpx.Response,
+        send: Send,
+    ) -> httpx.Response:
+        settings = guard.settings
         if not settings.pay:
+            guard.done = True
             return response
+        challenge, as_read = await self._read_challenge(response, request)
+        if challenge is None:
+            return guard.finish_hop(as_read)
+        recovery = settings.proof is not None or settings.resume_transaction_code is not None
+        if recovery and not guard.is_first_origin(request):
+            # Recovery settings belong to the origin they were given for: never carried to
+            # another one, and a recovery request pays nothing new anywhere.
+            logger.info("x402: a redirect led a recovery request to another origin; not paying")
+            return guard.finish_hop(as_read)
+        if guard.payments:
+            raise PaymentVerificationFailed(
+                f"the merchant asked for payment again (at {request.url.host}) after this "
+                "request was paid; not paying twice for one request",
+                reason="payment required again after payment",
+                proof=guard.receipts[-1].proof,
+                receipts=guard.receipts,
+            )
         body = _replayable_body(request)
-        challenge = await self._read_challenge(response, request)
         if body is None:
             raise UnreplayableRequest(
                 "the request body is a one-shot stream and could not be re-sent with the "
                 "payment; nothing was paid. Send it as bytes (content=, json=, data=).",
                 request=request,
+                response=as_read,
             )
         if settings.proof is not None:
-            return await self._resend(request, body, send, challenge, settings.proof)
-        payments = 0
-        asked_fresh = False
-        while True:
-            rail, entry, intent = await self._choose(challenge, request, settings)
-            payments += 1
-            outcome = await self._attempt(
-                rail, entry, intent, settings, request, body, send, payments
+            return guard.finish_hop(
+                await self._resend(guard, request, body, send, challenge, settings.proof)
             )
+        while True:
+            try:
+                outcome = await self._pay_one(guard, challenge, request, body, send)
+            except (ChallengeError, PaymentRefused) as exc:
+                # Nothing was paid for this 402: the caller gets it along, body readable.
+                if exc.response is None:
+                    exc.response = as_read
+                raise
             if isinstance(outcome, httpx.Response):
-                return outcome
-            if asked_fresh:
+                return guard.finish_hop(outcome)
+            if guard.fresh_used:
                 raise PaymentVerificationFailed(
                     f"the merchant refused the fresh payment too: {outcome.reason}",
                     reason=outcome.reason,
                     proof=outcome.proof,
+                    receipts=guard.receipts,
                     request=request,
-                    intent=intent,
                 )
-            asked_fresh = True
+            guard.fresh_used = True
             logger.info("x402: proof %s; asking for a fresh 402", outcome.reason)
             fresh = await send(_rebuild(request, body))
             if fresh.status_code != 402:
-                return fresh
-            challenge = await self._read_challenge(fresh, request)
+                return guard.finish_hop(fresh)
+            read, as_read = await self._read_challenge(fresh, request)
+            if read is None:
+                return guard.finish_hop(as_read)
+            challenge = read
 
-    async def _attempt(
+    async def _read_challenge(
+        self, response: httpx.Response, request: httpx.Request
+    ) -> tuple[PaymentRequired | None, httpx.Response]:
+        """The challenge of a 402 (None when it is not an x402 one), and the 402 as the caller
+        would have had it, body readable."""
+        limit = self.options.max_body_bytes
+        head, rest = await read_upto(response, limit)
+        if rest is not None:
+            # Larger than any challenge we read. Ours only if it says so up front.
+            if b"x402Version" in head[:4096]:
+                await response.aclose()
+                raise InvalidChallenge(f"402 body exceeds the {limit}-byte limit", request=request)
+            return None, _hand_back(response, head, rest)
+        await response.aclose()
+        as_read = _hand_back(response, head, None)
+        if not _is_x402(head, response):
+            return None, as_read
+        try:
+            return parse_payment_required(head), as_read
+        except InvalidChallenge as exc:
+            exc.request = request
+            exc.response = as_read
+            raise
+
+    async def _pay_one(
         self,
-        rail: Rail,
-        entry: AcceptEntry,
-        intent: PaymentIntent,
-        settings: RequestSettings,
+        guard: LogicalRequest,
+        challenge: PaymentRequired,
         request: httpx.Request,
         body: bytes,
         send: Send,
-        payments: int,
+    ) -> httpx.Response | _PayFresh:
+        """Pay the first candidate that preparation, the hook and the budget allow."""
+        settings = guard.settings
+        budgets = self.state.budgets
+        headroom = await budgets.headroom() if budgets.budgets else {}
+        selection = select(
+            challenge.accepts,
+            rails=self._rails,
+            options=self.options,
+            settings=settings,
+            headroom=headroom,
+            now=time.time(),
+            resource=str(request.url),
+        )
+        skipped: list[SkippedEntry] = list(selection.skipped)
+        tried = 0
+        for candidate in selection.candidates:
+            if tried >= self.options.max_candidates:
+                skipped.append(
+                    SkippedEntry(
+                        candidate.index,
+                        SkipReason.NOT_TRIED,
+                        f"not tried: {self.options.max_candidates} candidates were prepared "
+                        "already (max_candidates)",
+                        candidate.intent,
+                    )
+                )
+                continue
+            tried += 1
+            problem = await candidate.rail.prepare(candidate.entry, candidate.intent)
+            if problem is not None:
+                skipped.append(
+                    SkippedEntry(
+                        candidate.index, SkipReason.PREPARE_FAILED, problem, candidate.intent
+                    )
+                )
+                continue
+            try:
+                return await self._attempt(guard, candidate, request, body, send)
+            except BudgetExceeded as exc:
+                # Another request took the headroom meanwhile: a cheaper entry may still fit.
+                skipped.append(
+                    SkippedEntry(
+                        candidate.index, SkipReason.OVER_BUDGET, str(exc), candidate.intent
+                    )
+                )
+        skipped.sort(key=lambda s: s.index)
+        raise no_candidate_error(skipped, selection.readable, request)
+
+    async def _attempt(
+        self,
+        guard: LogicalRequest,
+        candidate: Candidate,
+        request: httpx.Request,
+        body: bytes,
+        send: Send,
     ) -> httpx.Response | _PayFresh:
         """One payment of one intent, with its ledger entry and budget reservation.
 
@@ -343,21 +650,23 @@ class Payer:
         payment it resumes and never downgrades it to `failed`: a refused resume says
         nothing about whether that earlier money moved.
         """
+        rail, entry, intent = candidate.rail, candidate.entry, candidate.intent
+        settings = guard.settings
+        ledger = self.state.ledger
         resuming = settings.resume_transaction_code
-        found = self.ledger.find_transaction(resuming) if resuming else None
-        record = found if found is not None else self.ledger.open(intent)
+        found = ledger.find_transaction(resuming) if resuming else None
+        record = found if found is not None else ledger.open(intent)
         if resuming:
             record.step("resumed", resuming)
-        moves_first = getattr(rail, "money_moves_before_proof", True)
+        moves_first = rail.money_moves_before_proof
         held: list[Reservation] = []
         proof: str | None = None
         outcome: Outcome = "unknown"
         error: str | None = None
         try:
-            self._check_limits(intent, settings, request)
             await self._ask_hook(intent, request)
             # A resumed payment was reserved (and paid) when it was made.
-            held = [] if resuming else await self.budgets.reserve(intent)
+            held = [] if resuming else await self.state.budgets.reserve(intent)
             if held:
                 record.step("reserved", ", ".join(r.budget.key for r in held))
             record.step("paying", intent.rail)
@@ -368,38 +677,44 @@ class Payer:
                 record.transaction_code = paid.transaction_code
                 record.blockchain_tx_id = paid.blockchain_tx_id
                 record.step("proof", paid.transaction_code or paid.payment_request_code or "")
-                logger.debug(
-                    "x402: proving %s %s on %s (%s) to %s for %s",
-                    format_amount(intent.amount),
-                    intent.currency,
-                    intent.network,
-                    intent.rail,
-                    intent.pay_to,
-                    intent.resource,
+                paid_at = datetime.now(timezone.utc)
+                guard.paid(
+                    self._receipt(intent, paid, paid_at, guard.payments + 1),
+                    certain=moves_first,
                 )
-                result = await self._deliver(request, body, send, intent, paid, payments, record)
+                if logger.isEnabledFor(logging.DEBUG):
+                    logger.debug(
+                        "x402: proving %s %s on %s (%s) to %s for %s",
+                        format_amount(intent.amount),
+                        intent.currency,
+                        intent.network,
+                        intent.rail,
+                        intent.pay_to,
+                        intent.resource,
+                    )
+                result = await self._deliver(guard, request, body, send, intent, paid, record)
             if isinstance(result, httpx.Response):
                 outcome = "paid"
                 record.delivered = True
                 receipt = result.extensions.get(RECEIPT_EXTENSION)
                 record.tx_hash = getattr(receipt, "tx_hash", None)
-                logger.info(
-                    "x402: paid %s %s on %s (%s) to %s for %s",
-                    format_amount(intent.amount),
-                    intent.currency,
-                    intent.network,
-                    intent.rail,
-                    intent.pay_to,
-                    intent.resource,
-                )
+                await self._notify("on_payment", receipt)
+                if logger.isEnabledFor(logging.INFO):
+                    logger.info(
+                        "x402: paid %s %s on %s (%s) to %s for %s",
+                        format_amount(intent.amount),
+                        intent.currency,
+                        intent.network,
+                        intent.rail,
+                        intent.pay_to,
+                        intent.resource,
+                    )
             else:
                 used = classify_reason(result.reason) is VerifierReason.USED
                 outcome = "paid" if moves_first and used else "unknown"
                 error = result.reason
             return result
         except X402Error as exc:
-            if exc._request is None:
-                exc.request = request
             outcome, error = self._classify(exc, proof, moves_first, record)
             raise
         except BaseException as exc:
@@ -419,7 +734,7 @@ class Payer:
             record.finish(outcome, error=error)
             if outcome == "failed" and held:
                 with anyio.CancelScope(shield=True):
-                    await self.budgets.release(held)
+                    await self.state.budgets.release(held)
 
     @staticmethod
     def _classify(
@@ -440,8 +755,31 @@ class Payer:
             return "failed", error
         return ("paid" if moves_first else "unknown"), error
 
+    async def _ask_hook(self, intent: PaymentIntent, request: httpx.Request) -> None:
+        """`on_before_payment` approves with `True` only: the hook fails closed."""
+        hook = self.options.on_before_payment
+        if hook is None:
+            return
+        try:
+            verdict = await _call(hook, intent)
+        except Exception as exc:
+            raise PaymentRejectedByHook(
+                f"on_before_payment raised {type(exc).__name__}; nothing was paid",
+                request=request,
+                intent=intent,
+            ) from exc
+        if verdict is not True:
+            shown = repr(verdict) if len(repr(verdict)) <= 60 else type(verdict).__name__
+            raise PaymentRejectedByHook(
+                f"on_before_payment returned {shown}; only True approves a payment; "
+                "nothing was paid",
+                request=request,
+                intent=intent,
+            )
+
     async def _resend(
         self,
+        guard: LogicalRequest,
         request: httpx.Request,
         body: bytes,
         send: Send,
@@ -464,9 +802,9 @@ class Payer:
                 intent = rail.describe(entry, str(request.url))
                 if isinstance(intent, str):
                     continue
-                record = self.ledger.find(proof)
+                record = self.state.ledger.find(proof)
                 result = await self._deliver(
-                    request, body, send, intent, Paid(proof=proof), 1, record, resend=True
+                    guard, request, body, send, intent, Paid(proof=proof), record, resend=True
                 )
                 if not isinstance(result, httpx.Response):
                     raise PaymentVerificationFailed(
@@ -485,141 +823,16 @@ class Payer:
             request=request,
         )
 
-    async def _read_challenge(
-        self, response: httpx.Response, request: httpx.Request
-    ) -> PaymentRequired:
-        try:
-            raw = await read_bounded(response, self.options.max_body_bytes)
-        except BodyTooLarge as exc:
-            raise InvalidChallenge(f"402 body too large: {exc}", request=request) from None
-        try:
-            return parse_payment_required(raw)
-        except InvalidChallenge as exc:
-            exc.request = request
-            raise
-
-    async def _choose(
-        self,
-        challenge: PaymentRequired,
-        request: httpx.Request,
-        settings: RequestSettings = _DEFAULT_SETTINGS,
-    ) -> tuple[Rail, AcceptEntry, PaymentIntent]:
-        """The entry to pay: by default the first payable one in the merchant's order;
-        with `prefer` or `selector`, chosen among all payable ones."""
-        policy = bool(self.options.prefer) or self.options.selector is not None
-        reasons: list[str] = []
-        readable = [0]
-        found: list[tuple[Rail, AcceptEntry, PaymentIntent]] = []
-        # Resuming a bridge payment must never pay on another rail.
-        only = "bridge" if settings.resume_transaction_code is not None else None
-        async for candidate in self._candidates(challenge, request, reasons, readable, only):
-            if not policy:
-                return candidate
-            found.append(candidate)
-        if found:
-            intents = [intent for _, _, intent in found]
-            selector = self.options.selector
-            if selector is not None:
-                chosen = selector(intents)
-                for candidate in found:
-                    if candidate[2] is chosen:
-                        return candidate
-                reasons.append("the selector chose none of the payable entries")
-            else:
-                return found[prefer_order(intents, self.options.prefer)[0]]
-        if readable[0] == 0:
-            raise InvalidChallenge(
-                "no accepts entry of the 402 could be read: " + " | ".join(reasons),
-                request=request,
-            )
-        raise NoSatisfiableOption(
-            "no accepts entry can be paid by this client: " + " | ".join(reasons),
-            reasons=reasons,
-            request=request,
-        )
-
-    async def _candidates(
-        self,
-        challenge: PaymentRequired,
-        request: httpx.Request,
-        reasons: list[str],
-        readable: list[int],
-        only: str | None = None,
-    ) -> AsyncIterator[tuple[Rail, AcceptEntry, PaymentIntent]]:
-        """Payable entries in the merchant's order; why the others are not, in `reasons`."""
-        resource = str(request.url)
-        for index, raw in enumerate(challenge.accepts):
-            try:
-                entry = parse_accept(raw)
-            except InvalidEntry as exc:
-                reasons.append(f"accepts[{index}] is malformed: {exc}")
-                continue
-            readable[0] += 1
-            if entry is None:
-                reasons.append(f"accepts[{index}]: unknown scheme {str(raw.get('scheme'))[:40]!r}")
-                continue
-            why_not: list[str] = []
-            for rail in self._rails:
-                if only is not None and rail.name != only:
-                    why_not.append(f"not a {only} rail (resuming a {only} payment)")
-                    continue
-                described = rail.describe(entry, resource)
-                if isinstance(described, str):
-                    why_not.append(described)
-                    continue
-                problem = await rail.prepare(entry, described)
-                if problem is None:
-                    yield rail, entry, described
-                    break
-                why_not.append(problem)
-            else:
-                specific = [w for w in why_not if not w.startswith("not a")]
-                reasons.append(f"accepts[{index}]: {'; '.join(specific or why_not)}")
-
-    def _check_limits(
-        self, intent: PaymentIntent, overrides: RequestSettings, request: httpx.Request
-    ) -> None:
-        limit = self.options.max_amount_per_payment.get(intent.currency)
-        if overrides.limits is not None and intent.currency in overrides.limits:
-            requested = overrides.limits[intent.currency]
-            limit = requested if limit is None else min(limit, requested)
-        if limit is None:
-            raise AmountLimitExceeded(
-                f"no max_amount_per_payment is set for {intent.currency}; refusing to pay",
-                request=request,
-                intent=intent,
-            )
-        if intent.amount > limit:
-            raise AmountLimitExceeded(
-                f"price {format_amount(intent.amount)} {intent.currency} is above "
-                f"max_amount_per_payment {format_amount(limit)} {intent.currency}",
-                request=request,
-                intent=intent,
-            )
-
-    async def _ask_hook(self, intent: PaymentIntent, request: httpx.Request) -> None:
-        hook = self.options.on_before_payment
-        if hook is None:
-            return
-        try:
-            verdict = await _call(hook, intent)
-        except Exception as exc:
-            raise PaymentRejectedByHook(
-                f"on_before_payment raised {type(exc).__name__}; nothing was paid",
-                request=request,
-                intent=intent,
-            ) from exc
-        if verdict is False:
-            raise PaymentRejectedByHook(
-                "on_before_payment refused the payment; nothing was paid",
-                request=request,
-                intent=intent,
-            )
-
     # --- delivering the proof ----------------------------------------------------------------
 
-    def _receipt(self, state: _Delivery, response: httpx.Response | None = None) -> PaymentReceipt:
-        intent, paid = state.intent, state.paid
+    @staticmethod
+    def _receipt(
+        intent: PaymentIntent,
+        paid: Paid,
+        paid_at: datetime,
+        payments: int,
+        response: httpx.Response | None = None,
+    ) -> PaymentReceipt:
         settlement = _settlement(response) if response is not None else None
         tx_hash = None
         if settlement:
@@ -634,7 +847,7 @@ class Payer:
             currency=intent.currency,
             pay_to=intent.pay_to,
             resource=intent.resource,
-            paid_at=state.paid_at,
+            paid_at=paid_at,
             proof=paid.proof,
             payment_request_code=paid.payment_request_code,
             transaction_code=paid.transaction_code,
@@ -642,154 +855,112 @@ class Payer:
             tx_hash=tx_hash,
             payer=paid.payer,
             settlement=settlement,
-            payments=state.payments,
-        )
-
-    def _unknown(self, state: _Delivery, message: str) -> PaymentOutcomeUnknown:
-        return PaymentOutcomeUnknown(
-            message,
-            proof=state.paid.proof,
-            payment_request_code=state.paid.payment_request_code,
-            transaction_code=state.paid.transaction_code,
-            receipt=self._receipt(state),
-            request=state.request,
-            intent=state.intent,
+            payments=payments,
         )
 
     async def _deliver(
         self,
+        guard: LogicalRequest,
         request: httpx.Request,
         body: bytes,
         send: Send,
         intent: PaymentIntent,
         paid: Paid,
-        payments: int,
         record: LedgerEntry | None = None,
         *,
         resend: bool = False,
     ) -> httpx.Response | _PayFresh:
-        state = _Delivery(
-            request=_rebuild(request, body, paid.proof),
-            intent=intent,
-            paid=paid,
-            payments=payments,
-            paid_at=datetime.now(timezone.utc),
-            record=record,
-        )
+        """Send the proof and act on the answers (`_delivery.Delivery` decides)."""
         options = self.options
-        # The common case needs no retry machinery: the first answer settles it.
-        outcome: httpx.Response | _PayFresh | _NotConfirmed = await self._send_proof(state, send)
-        if outcome is _NOT_CONFIRMED and options.confirmation_attempts > 1:
-            from tenacity import (
-                AsyncRetrying,
-                RetryError,
-                retry_if_result,
-                stop_after_attempt,
-                wait_exponential,
-            )
+        machine = Delivery(
+            confirmation_attempts=options.confirmation_attempts,
+            confirmation_wait=options.confirmation_wait,
+            confirmation_max_wait=options.confirmation_max_wait,
+            merchant_error_retries=options.merchant_error_retries,
+            resend=resend,
+        )
+        paid_request = _rebuild(request, body, paid.proof)
+        paid_at = datetime.now(timezone.utc)
+        payments = max(guard.payments, 1)
 
-            # Waits double from `confirmation_wait` up to `confirmation_max_wait`.
-            await anyio.sleep(options.confirmation_wait)
-            retrying = AsyncRetrying(
-                stop=stop_after_attempt(options.confirmation_attempts - 1),
-                wait=wait_exponential(
-                    multiplier=2 * options.confirmation_wait,
-                    min=options.confirmation_wait,
-                    max=options.confirmation_max_wait,
-                ),
-                retry=retry_if_result(lambda result: result is _NOT_CONFIRMED),
-                sleep=anyio.sleep,
-            )
-            try:
-                outcome = await retrying(self._send_proof, state, send)
-            except RetryError:
-                outcome = _NOT_CONFIRMED
-        if isinstance(outcome, _NotConfirmed):
-            reason = state.last_reason or "payment not confirmed"
-            if resend:
-                advice = "the payment behind this proof has not been confirmed (or never made)"
-            else:
-                advice = "the payment was made; re-send the proof later"
-            raise PaymentNotConfirmed(
-                f"the merchant still says {reason!r} after {options.confirmation_attempts} "
-                f"attempts; {advice}",
-                reason=reason,
-                receipt=self._receipt(state),
+        def receipt(response: httpx.Response | None = None) -> PaymentReceipt:
+            return self._receipt(intent, paid, paid_at, payments, response)
+
+        def unknown(message: str) -> PaymentOutcomeUnknown:
+            return PaymentOutcomeUnknown(
+                message,
                 proof=paid.proof,
-                request=request,
+                payment_request_code=paid.payment_request_code,
+                transaction_code=paid.transaction_code,
+                receipt=receipt(),
+                request=paid_request,
                 intent=intent,
             )
-        return outcome
 
-    async def _send_proof(
-        self, state: _Delivery, send: Send
-    ) -> httpx.Response | _PayFresh | _NotConfirmed:
-        options = self.options
-        record = state.record
         while True:
+            machine.sending()
             if record is not None:
-                record.step("sent", str(state.request.url))
+                record.step("sent", str(paid_request.url))
             try:
-                response = await send(state.request)
+                response = await send(paid_request)
             except httpx.TransportError as exc:
-                never_sent = isinstance(exc, _NOT_SENT)
-                if never_sent and state.connect_failures < options.merchant_error_retries:
-                    state.connect_failures += 1
-                    await anyio.sleep(0.2 * state.connect_failures)
+                decision = machine.failed_in_transit(
+                    never_sent=isinstance(exc, _NOT_SENT), error=type(exc).__name__
+                )
+                if decision.step is Step.RETRY:
+                    await anyio.sleep(decision.wait)
                     continue
-                raise self._unknown(
-                    state,
-                    f"the paid request failed in transit ({type(exc).__name__}); the payment "
-                    "was made; re-sending the proof is safe",
-                ) from exc
+                raise unknown(decision.reason or "lost in transit") from exc
             status = response.status_code
             if record is not None:
                 record.step("answer", str(status))
+            reason: str | None = None
             if status == 402:
-                try:
-                    raw = await read_bounded(response, options.max_body_bytes)
-                except (BodyTooLarge, httpx.TransportError):
-                    raw = b""
-                reason, _ = parse_failure_body(raw)
-                kind = classify_reason(reason)
-                state.last_reason = reason
-                if kind is VerifierReason.NOT_CONFIRMED:
-                    logger.debug("x402: %s; re-sending the same proof", reason)
-                    return _NOT_CONFIRMED
-                if kind in (VerifierReason.USED, VerifierReason.EXPIRED):
-                    assert reason is not None
-                    if state.maybe_consumed:
-                        raise self._unknown(
-                            state,
-                            f"the merchant says {reason!r} after an earlier attempt failed on "
-                            "its side; it may have consumed the proof. Not paying again.",
-                        )
-                    return _PayFresh(reason, state.paid.proof)
-                shown = reason or "402 without a reason"
-                raise PaymentVerificationFailed(
-                    f"the merchant refused the payment proof: {shown}",
-                    reason=shown,
-                    receipt=self._receipt(state),
-                    proof=state.paid.proof,
-                    request=state.request,
-                    intent=state.intent,
-                )
-            if status >= 500:
+                head, rest = await read_upto(response, options.max_body_bytes)
                 await response.aclose()
-                state.maybe_consumed = True
-                if state.merchant_errors < options.merchant_error_retries:
-                    state.merchant_errors += 1
-                    await anyio.sleep(0.2 * state.merchant_errors)
-                    continue
-                raise self._unknown(
-                    state,
-                    f"the merchant answered {status} to the paid request; the payment was made; "
-                    "re-sending the proof is safe",
+                reason, _ = parse_failure_body(head if rest is None else b"")
+            elif status >= 500:
+                await response.aclose()
+            decision = machine.answered(status, reason)
+            step = decision.step
+            if step is Step.RETRY:
+                if reason is not None:
+                    logger.debug("x402: %s; re-sending the same proof", reason)
+                await anyio.sleep(decision.wait)
+                continue
+            if step is Step.SERVED:
+                served = receipt(response)
+                if not resend:
+                    guard.settled(served)
+                response.extensions = {**response.extensions, RECEIPT_EXTENSION: served}
+                if isinstance(response.stream, httpx.AsyncByteStream):
+                    response.stream = _GuardedStream(response.stream, unknown)
+                return response
+            shown = decision.reason or "402 without a reason"
+            if step is Step.PAY_FRESH:
+                return _PayFresh(shown, paid.proof)
+            if step is Step.UNKNOWN:
+                raise unknown(shown if resend else f"{shown}; the payment was made")
+            if step is Step.NOT_CONFIRMED:
+                advice = (
+                    "the payment behind this proof has not been confirmed (or never made)"
+                    if resend
+                    else "the payment was made; re-send the proof later"
                 )
-            receipt = self._receipt(state, response)
-            response.extensions = {**response.extensions, RECEIPT_EXTENSION: receipt}
-            if isinstance(response.stream, httpx.AsyncByteStream):
-                response.stream = _GuardedStream(
-                    response.stream, lambda message: self._unknown(state, message)
+                raise PaymentNotConfirmed(
+                    f"the merchant still says {shown!r} after "
+                    f"{options.confirmation_attempts} attempts; {advice}",
+                    reason=shown,
+                    receipt=receipt(),
+                    proof=paid.proof,
+                    request=request,
+                    intent=intent,
                 )
-            return response
+            raise PaymentVerificationFailed(
+                f"the merchant refused the payment proof: {shown}",
+                reason=shown,
+                receipt=receipt(),
+                proof=paid.proof,
+                request=paid_request,
+                intent=intent,
+            )

@@ -2,7 +2,9 @@
 
 It owns its own `httpx.AsyncClient`, so the API key (`X-API-KEY`) can only ever reach
 `api_url`'s origin: never the merchant, never a redirect target (redirects are not
-followed).
+followed). The key is added by the innermost transport to the copy of each request that
+goes on the wire, so no request object a caller can reach (an exception's `.request`, a
+response's `.request`, anything in a traceback) ever holds it.
 
 The money-moving call (`POST /transaction/payment`) is never retried. How its failures
 are classified:
@@ -66,6 +68,36 @@ def _first_error(errors: list[ProviderError]) -> tuple[str | None, str | None]:
     return (errors[0].code, errors[0].message) if errors else (None, None)
 
 
+class _KeyedTransport(httpx.AsyncBaseTransport):
+    """Adds `X-API-KEY` to a copy of each request, just before it goes on the wire."""
+
+    def __init__(self, inner: httpx.AsyncBaseTransport, api_key: SecretStr) -> None:
+        self._inner = inner
+        self._key = api_key
+
+    def __repr__(self) -> str:
+        return "_KeyedTransport(X-API-KEY=**********)"
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        headers = request.headers.copy()
+        headers["X-API-KEY"] = self._key.get_secret_value()
+        keyed = httpx.Request(
+            request.method,
+            request.url,
+            headers=headers,
+            stream=request.stream,
+            extensions=request.extensions,
+        )
+        try:
+            return await self._inner.handle_async_request(keyed)
+        except httpx.RequestError as exc:
+            exc.request = request
+            raise
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
 class PaymentAPI:
     """The payment API calls the client makes, with the field notes' lenient parsing."""
 
@@ -81,20 +113,20 @@ class PaymentAPI:
     ) -> None:
         self.api_url = api_url
         self._max_body = max_body_bytes
+        if transport is None:
+            transport = httpx.AsyncHTTPTransport(
+                # Keep every connection it opens: httpx's default keeps 20 idle ones, so a
+                # burst of more concurrent payments would close and re-open connections.
+                limits=httpx.Limits(
+                    max_connections=max_connections, max_keepalive_connections=max_connections
+                )
+            )
         self._client = httpx.AsyncClient(
             base_url=api_url,
-            headers={
-                "X-API-KEY": api_key.get_secret_value(),
-                "Accept": "application/json",
-            },
+            headers={"Accept": "application/json"},
             timeout=timeout,
             follow_redirects=False,
-            # Keep every connection it opens: httpx's default keeps 20 idle ones, so a
-            # burst of more concurrent payments would close and re-open connections.
-            limits=httpx.Limits(
-                max_connections=max_connections, max_keepalive_connections=max_connections
-            ),
-            transport=transport,
+            transport=_KeyedTransport(transport, api_key),
         )
 
     def __repr__(self) -> str:

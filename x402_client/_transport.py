@@ -5,7 +5,9 @@ mounts), below httpx's redirect, auth and event-hook layers. Why a transport and
 response hook: a hook cannot hand the caller a new response, so the paid response
 would never reach `await client.get(url)`. Being below the redirect layer means the
 `X-PAYMENT` header is added to one hop only and never follows a redirect; the user's
-`auth=` and event hooks run as before. See `docs/design.md`.
+`auth=` and event hooks run as before. What must hold for the caller's whole request (at
+most one payment, receipts, truthful errors) rides in the request's extensions, which all
+hops share (`_payer.LogicalRequest`). See `docs/design.md`.
 """
 
 from __future__ import annotations
@@ -15,10 +17,11 @@ from typing import Any
 
 import httpx
 
-from ._exceptions import ConfigurationError
+from ._exceptions import ConfigurationError, PaymentOutcomeUnknown
 from ._ledger import PaymentLedger
 from ._options import PaymentOptions, coerce_options
-from ._payer import Payer
+from ._payer import LogicalRequest, Payer
+from ._state import state_of
 
 __all__ = ["PaymentTransport", "payment_ledger", "with_eur_payment"]
 
@@ -69,10 +72,26 @@ class PaymentTransport(httpx.AsyncBaseTransport):
             self._payer = payer
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        response = await self._transport.handle_async_request(request)
+        guard = LogicalRequest.of(request)
+        try:
+            response = await self._transport.handle_async_request(request)
+        except httpx.TransportError as exc:
+            if not guard.receipts:
+                raise
+            # A hop after the paid one failed (a redirect the paid answer asked for).
+            error = guard.truthful(
+                PaymentOutcomeUnknown(
+                    f"a later hop of this request failed in transit ({type(exc).__name__})",
+                    request=request,
+                )
+            )
+            await self._payer._notify("on_payment_error", error)
+            raise error from exc
         if response.status_code != 402:
-            return response
-        return await self._payer.handle_402(request, response, self._transport.handle_async_request)
+            return guard.finish_hop(response)
+        return await self._payer.handle_402(
+            guard, request, response, self._transport.handle_async_request
+        )
 
     async def aclose(self) -> None:
         await self._transport.aclose()
@@ -93,6 +112,11 @@ def with_eur_payment(
 
     Calling it again on the same client does not wrap twice: it replaces the options of
     the installed transports (in-flight requests finish with the old ones).
+
+    Budgets, the ledger and EVM nonce locks belong to the `options` object: every client
+    built from the same `PaymentOptions` shares them (within this process; a
+    `RedisBudgetStore` shares budgets across processes). A mapping or None makes new
+    options, so new state, on every call.
 
     ```python
     client = with_eur_payment(httpx.AsyncClient(), {"api_key": "...", "from_account": "ACC_...",
@@ -129,17 +153,22 @@ def with_eur_payment(
     return client
 
 
-def payment_ledger(client: httpx.AsyncClient | PaymentTransport) -> PaymentLedger:
-    """The ledger of every payment made through `client` (or a `PaymentTransport`).
+def payment_ledger(
+    client: httpx.AsyncClient | PaymentTransport | PaymentOptions,
+) -> PaymentLedger:
+    """The ledger of every payment made with the options of `client` (or of a
+    `PaymentTransport`, or of a `PaymentOptions` object itself).
 
     ```python
     for entry in payment_ledger(client).entries(outcome="unknown"):
         print(entry.intent.amount, entry.proof)
     ```
     """
+    if isinstance(client, PaymentOptions):
+        return state_of(client).ledger
     transport = (
         client if isinstance(client, PaymentTransport) else getattr(client, "_transport", None)
     )
     if not isinstance(transport, PaymentTransport):
         raise ConfigurationError("this client has no payment handling: call with_eur_payment first")
-    return transport.payer.ledger
+    return transport.payer.state.ledger

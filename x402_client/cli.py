@@ -8,6 +8,11 @@
   the `export` lines that make `fetch` pay from the sandbox payer.
 
 Heavy imports happen inside the commands, so `x402-eur --help` stays fast.
+
+Exit codes: 0 success; 1 an error (network, configuration); 2 a usage mistake; 3 the
+payment was refused or failed (an `X402Error`: the message says whether money moved); 22
+the server answered an HTTP error status (as curl's `--fail`). Every mistake is answered
+in one or two lines; `--debug` shows the traceback.
 """
 
 from __future__ import annotations
@@ -206,7 +211,6 @@ async def _fetch(args: argparse.Namespace) -> int:
 
         overrides["on_before_payment"] = confirm
     options = PaymentOptions.from_env(**overrides)
-    headers = dict(h.split(":", 1) for h in args.header)
     content = args.data.encode() if args.data is not None else None
     async with with_eur_payment(
         httpx.AsyncClient(follow_redirects=True, timeout=60), options
@@ -215,7 +219,7 @@ async def _fetch(args: argparse.Namespace) -> int:
             async with client.stream(
                 args.method,
                 args.url,
-                headers={k.strip(): v.strip() for k, v in headers.items()},
+                headers=args.header,
                 content=content,
             ) as response:
                 async for chunk in response.aiter_bytes():
@@ -229,6 +233,8 @@ async def _fetch(args: argparse.Namespace) -> int:
                 return 0 if response.status_code < 400 else 22
         except X402Error as exc:
             sys.stderr.write(f"x402-eur: {type(exc).__name__}: {exc}\n")
+            if exc.money_moved is not False:
+                sys.stderr.write("x402-eur: money moved (or may have): see the ledger\n")
             return 3
 
 
@@ -265,11 +271,52 @@ async def _sandbox(args: argparse.Namespace) -> int:
     return 0
 
 
+class _UsageError(Exception):
+    """A mistake in how the command was called: exit code 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, answering a mistake in two short lines (its default prints the whole usage,
+    which wraps to many)."""
+
+    def error(self, message: str) -> Any:
+        raise _UsageError(f"{self.prog}: {message}\nTry '{self.prog} --help'.")
+
+
+def _header(value: str) -> tuple[str, str]:
+    name, colon, text = value.partition(":")
+    if not colon or not name.strip():
+        raise argparse.ArgumentTypeError(f"{value!r} is not a header: write 'Name: value'")
+    return name.strip(), text.strip()
+
+
+def _amount(value: str) -> str:
+    from ._amounts import AmountError, parse_amount
+
+    try:
+        parse_amount(value, allow_zero=True)
+    except AmountError as exc:
+        raise argparse.ArgumentTypeError(f"{value!r} is not an amount: {exc}") from None
+    return value
+
+
+def _url(value: str) -> str:
+    if not value.startswith(("http://", "https://")):
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not an http(s) URL (did you mean https://{value}?)"
+        )
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="x402-eur", description="Pay x402-gated HTTP resources in euros."
+    parser = _Parser(
+        prog="x402-eur",
+        description="Pay x402-gated HTTP resources in euros.",
+        epilog="Exit codes: 0 ok, 1 error, 2 usage, 3 payment refused or failed, "
+        "22 HTTP error status.",
     )
-    commands = parser.add_subparsers(dest="command", required=True)
+    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     demo = commands.add_parser("demo", help="start the sandbox and pay on every rail")
     demo.add_argument("--no-evm", action="store_true", help="skip the EVM permit rail")
@@ -281,11 +328,13 @@ def _parser() -> argparse.ArgumentParser:
     )
 
     fetch = commands.add_parser("fetch", help="fetch a URL, paying if asked (curl-like)")
-    fetch.add_argument("url")
+    fetch.add_argument("url", type=_url)
     fetch.add_argument("-X", "--request", dest="method", default="GET")
-    fetch.add_argument("-H", "--header", action="append", default=[], help="'Name: value'")
+    fetch.add_argument(
+        "-H", "--header", action="append", default=[], type=_header, help="'Name: value'"
+    )
     fetch.add_argument("-d", "--data", help="request body")
-    fetch.add_argument("--max-amount", help="cap per payment in euros (default 1.00)")
+    fetch.add_argument("--max-amount", type=_amount, help="cap per payment in euros (default 1.00)")
     fetch.add_argument("--confirm", action="store_true", help="ask before paying")
 
     sandbox = commands.add_parser("sandbox", help="run the sandbox until Ctrl-C")
@@ -297,12 +346,34 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    command = {"demo": _demo, "fetch": _fetch, "sandbox": _sandbox}[args.command]
+    debug = "--debug" in (sys.argv[1:] if argv is None else argv)
     try:
+        args = _parser().parse_args(argv)
+        command = {"demo": _demo, "fetch": _fetch, "sandbox": _sandbox}[args.command]
         return asyncio.run(command(args))
     except KeyboardInterrupt:
         return 130
+    except _UsageError as exc:
+        sys.stderr.write(f"{exc}\n")
+        return 2
+    except Exception as exc:
+        if debug:
+            raise
+        sys.stderr.write(f"x402-eur: {_one_line(exc)}\n(run with --debug for the traceback)\n")
+        return 1
+
+
+def _one_line(exc: BaseException) -> str:
+    """What went wrong, in one line a person can act on."""
+    import httpx
+
+    if isinstance(exc, httpx.ConnectError):
+        where = exc.request.url if exc._request is not None else "the server"
+        return f"cannot connect to {where}: {exc or 'connection refused'}"
+    if isinstance(exc, httpx.TimeoutException):
+        return f"timed out: {type(exc).__name__}"
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return f"{type(exc).__name__}: {text}"
 
 
 if __name__ == "__main__":  # pragma: no cover

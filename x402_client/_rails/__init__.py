@@ -6,6 +6,9 @@ rail, in order, whether it can pay an entry; the first that can describes the
 proof and stays open until the merchant has answered the paid retry (the EVM rail holds
 its permit-nonce lock that long).
 
+Which entry is paid is decided before any rail does I/O, by the pure policy (`_policy`),
+from each rail's `describe`; `prepare` then runs for the chosen candidate only.
+
 To add a rail, implement `Rail` and list it in `_payer.Payer._build_rails`.
 """
 
@@ -24,6 +27,7 @@ if TYPE_CHECKING:
     from .._options import PaymentOptions
     from .._payment_api import PaymentAPI
     from .._progress import PaymentProgress
+    from .._state import KeyedLocks
 
 __all__ = ["Paid", "Rail", "RailContext", "RequestSettings"]
 
@@ -60,6 +64,11 @@ class RailContext(Protocol):
 
     @property
     def options(self) -> PaymentOptions: ...
+
+    @property
+    def locks(self) -> KeyedLocks:
+        """Locks shared by every client of the same options (EVM permit nonces)."""
+        ...
 
     def payment_api(self) -> PaymentAPI: ...
 

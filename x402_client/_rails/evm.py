@@ -9,7 +9,8 @@ token's `name()` and `symbol()` are read once per chain and token, and the facil
 Permit nonces are sequential per owner and token, so two permits signed with the same
 nonce cannot both settle. This rail therefore serializes payments per (chain, token,
 owner): the lock is taken before `nonces(owner)` is read and released only when the
-merchant has answered the paid retry (the payer keeps `pay()` open that long).
+merchant has answered the paid retry (the payer keeps `pay()` open that long). The locks
+are the options' (`_state.KeyedLocks`), shared by every client built from them.
 
 web3 and eth-account (the `evm` extra) are imported inside the methods that use them;
 `import x402_client` stays free of them. The pure pieces (typed data, deadline, proof)
@@ -27,7 +28,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
-import anyio
 import httpx
 from pydantic import ValidationError
 
@@ -35,7 +35,7 @@ from .. import _json
 from .._amounts import format_amount, from_atomic
 from .._challenge import EVM_NETWORKS, AcceptEntry, exact_intent
 from .._exceptions import ConfigurationError, PaymentFailed, SpenderMismatch
-from .._http import BodyTooLarge, read_bounded
+from .._http import BodyTooLarge, read_bounded, redact_url
 from .._models import (
     EvmPermitExtra,
     EvmPermitPayload,
@@ -264,7 +264,6 @@ class EvmPermitRail:
         self._preferred: dict[int, int] = {}
         self._tokens: dict[tuple[int, str], _TokenInfo] = {}
         self._supported: dict[str, tuple[float, dict[tuple[str, str | None], str]]] = {}
-        self._locks: dict[tuple[int, str, str], anyio.Lock] = {}
         self._http: httpx.AsyncClient | None = None
 
     def __repr__(self) -> str:
@@ -342,9 +341,9 @@ class EvmPermitRail:
         chain_id = EVM_NETWORKS[entry.network]
         owner = self.owner
         key = (chain_id, entry.asset.lower(), owner.lower())
-        lock = self._locks.setdefault(key, anyio.Lock())
-        # Held until the merchant has answered: the next permit must see the next nonce.
-        async with lock:
+        # Held until the merchant has answered: the next permit must see the next nonce. The
+        # locks belong to the options, so every client built from them waits on the same one.
+        async with self._context.locks.hold(key):
             try:
                 token = await self._token_info(chain_id, entry.asset)
                 nonce = await self._read(chain_id, entry.asset, "nonces", owner, block="pending")
@@ -476,7 +475,7 @@ class EvmPermitRail:
                     reported = int(await endpoint.w3.eth.chain_id)
                     if reported != chain_id:
                         raise ConfigurationError(
-                            f"the RPC endpoint {_redact(endpoint.url)} reports chain id "
+                            f"the RPC endpoint {redact_url(endpoint.url)} reports chain id "
                             f"{reported}, but it is configured for chain id {chain_id} "
                             f"(eip155:{chain_id})"
                         )
@@ -485,7 +484,7 @@ class EvmPermitRail:
             except (OSError, TimeoutError, aiohttp.ClientError, Web3Exception) as exc:
                 # Web3Exception: a JSON-RPC error object, or a call with no contract behind
                 # it (BadFunctionCallOutput). Fail over; never let it escape untyped.
-                failures.append(f"{_redact(endpoint.url)}: {type(exc).__name__}")
+                failures.append(f"{redact_url(endpoint.url)}: {type(exc).__name__}")
                 continue
             self._preferred[chain_id] = index
             return result
@@ -509,9 +508,3 @@ class EvmPermitRail:
             endpoint = _Endpoint(url, provider, AsyncWeb3(provider, middleware=[]))
             self._endpoints[url] = endpoint
         return endpoint
-
-
-def _redact(url: str) -> str:
-    """An RPC URL without its path and query, which often carry an API key."""
-    parsed = httpx.URL(url)
-    return f"{parsed.scheme}://{parsed.host}" + (f":{parsed.port}" if parsed.port else "")

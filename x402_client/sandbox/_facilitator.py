@@ -1,7 +1,8 @@
 """The managed-account facilitator (`{mcp_url}/x402`): `POST /x402/pay`, `POST /x402/verify`.
 
 Both calls carry the merchant's `X-API-KEY`. A payment request can be verified valid
-once; the reasons are the spec's.
+once; the reasons are the spec's. The same origin serves the hosted tool server at
+`{mcp_url}/mcp` when one is given (`_hosted_mcp`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
+from starlette.types import ASGIApp
 
 from .._amounts import AmountError, parse_amount
 from .._proof import ProofError, decode_proof
@@ -25,9 +27,14 @@ __all__ = ["facilitator_app"]
 
 
 def facilitator_app(
-    bank: Bank, base_url: Callable[[], str], faults: Faults | None = None
+    bank: Bank,
+    base_url: Callable[[], str],
+    faults: Faults | None = None,
+    *,
+    tool_server: ASGIApp | None = None,
 ) -> Starlette:
-    """`base_url()` is this service's own URL, known once it is served."""
+    """`base_url()` is this service's own URL, known once it is served; `tool_server`, an
+    ASGI app, is mounted at `/mcp`."""
     faults = faults or Faults()
 
     async def pay(request: Request) -> Response:
@@ -81,12 +88,15 @@ def facilitator_app(
         assert isinstance(exc, BankError)
         return json_response(exc.body(), exc.status)
 
+    routes = [
+        Route("/x402/pay", pay, methods=["POST"]),
+        Route("/x402/verify", verify, methods=["POST"]),
+        Route("/health", lambda request: json_response({"ok": True}), methods=["GET"]),
+    ]
+    if tool_server is not None:
+        routes.append(Route("/mcp", tool_server))
     return Starlette(
-        routes=[
-            Route("/x402/pay", pay, methods=["POST"]),
-            Route("/x402/verify", verify, methods=["POST"]),
-            Route("/health", lambda request: json_response({"ok": True}), methods=["GET"]),
-        ],
+        routes=routes,
         exception_handlers={BankError: bank_error},
         middleware=[Middleware(FaultMiddleware)],
     )

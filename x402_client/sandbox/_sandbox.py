@@ -10,7 +10,8 @@ with Sandbox.run_in_thread() as sandbox:              # scripts, sync code, shar
 ```
 
 Services, each a real uvicorn server on its own free port: the payment API, the
-managed-account facilitator (`mcp_url`, endpoints under `/x402`), and the merchant.
+managed-account facilitator (`mcp_url`, endpoints under `/x402`; the hosted MCP tool
+server at `/mcp` when the `mcp` package is installed), and the merchant.
 `Sandbox(evm=True)` adds anvil chains 1 and 137 with EURQ/USDQ and the on-chain
 facilitator; `Sandbox(chain_a=True)` adds the chain-A ledger, its indexer and the bridge.
 Those parts plug in as `SandboxPart`s.
@@ -30,6 +31,7 @@ from .._options import PaymentOptions
 from ._bank import Account, Bank
 from ._facilitator import facilitator_app
 from ._faults import Faults
+from ._hosted_mcp import HostedToolServer, mcp_available
 from ._merchant import DEFAULT_PRICES, EuroOffer, MerchantGate, Offer, Price, merchant_app
 from ._payment_api import payment_api_app
 from ._server import ServedApp
@@ -72,8 +74,13 @@ class Sandbox:
         self.prices: dict[str, Price] = dict(DEFAULT_PRICES if prices is None else prices)
         self.offers: list[Offer] = []
         self._payment_api = ServedApp(payment_api_app(self.bank, self.faults), "payment-api")
+        #: `{mcp_url}/mcp`; imports `mcp` on its first request only.
+        self.tool_server = HostedToolServer(self.bank)
         self._mcp = ServedApp(
-            facilitator_app(self.bank, lambda: self._mcp.url, self.faults), "facilitator"
+            facilitator_app(
+                self.bank, lambda: self._mcp.url, self.faults, tool_server=self.tool_server
+            ),
+            "facilitator",
         )
         self.gate: MerchantGate = merchant_app(
             prices=self.prices, offers=self.offers, faults=self.faults
@@ -112,6 +119,16 @@ class Sandbox:
     def mcp_url(self) -> str:
         """`{mcp_url}`: the managed-account facilitator lives under `{mcp_url}/x402`."""
         return self._mcp.url
+
+    @property
+    def tool_server_url(self) -> str:
+        """`{mcp_url}/mcp`: the hosted tool server (MCP over streamable HTTP)."""
+        if not mcp_available():
+            raise RuntimeError(
+                "the hosted tool server needs the `mcp` package: pip install mcp "
+                "(without it the sandbox does not serve /mcp)"
+            )
+        return self.mcp_url + "/mcp"
 
     @property
     def merchant_url(self) -> str:
@@ -154,6 +171,9 @@ class Sandbox:
             for served in (self._payment_api, self._mcp, self._merchant):
                 await served.start()
                 self._started.append(served)
+            # Its MCP session manager runs from the first /mcp request until this stops it.
+            await self.tool_server.start(self)
+            self._started.append(self.tool_server)
             for part in self.parts:
                 await part.start(self)
                 self._started.append(part)

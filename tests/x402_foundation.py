@@ -1,0 +1,550 @@
+"""The x402 foundation's own facilitator and merchant, on a local anvil chain (test helper).
+
+`foundation_stack()` starts, all on 127.0.0.1:
+
+* an anvil chain (the project's `AnvilNode`) with `SandboxEip3009Token` deployed: a six-decimal
+  EIP-3009 token shaped like Circle's EURC (EIP-712 domain `{name, version "2"}`);
+* a fresh payer key holding tokens and no ETH, and a fresh merchant (`payTo`) address;
+* the foundation's facilitator (`x402FacilitatorSync` + its EVM `exact` scheme with
+  `FacilitatorWeb3Signer`, an anvil-funded dev key paying the gas) behind a small Starlette
+  app with the standard `/supported`, `/verify` and `/settle` endpoints;
+* the foundation's v2 merchant: `x402ResourceServer` + its FastAPI/Starlette payment middleware,
+  talking to that facilitator through its own `HTTPFacilitatorClient`, guarding `GET /paid`;
+* when the chain id has an x402 v1 network name in the package's table (84532 is
+  `base-sepolia`, the default here), a v1 merchant written from the v1 HTTP transport spec,
+  because the package's resource server no longer serves v1 (`register_exact_evm_server`
+  registers v2 only); it settles through the same foundation facilitator.
+
+Nothing here is our client: it is the yardstick our client is measured against. The package
+calls web3 synchronously, so the facilitator runs its calls in worker threads and the
+merchant's start-up `/supported` fetch (a blocking httpx call) runs off the event loop.
+
+Needs the `x402` package with its `evm` and `httpx` extras plus `fastapi`.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+import anyio
+import httpx
+from eth_account import Account
+from pydantic import ValidationError
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.middleware.base import BaseHTTPMiddleware
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+from web3 import Web3
+from x402 import AssetAmount, x402Client, x402FacilitatorSync, x402ResourceServer
+from x402.http import FacilitatorConfig, HTTPFacilitatorClient, x402HTTPResourceServer
+from x402.http.middleware.fastapi import payment_middleware
+from x402.http.types import PaymentOption, RouteConfig
+from x402.mechanisms.evm import FacilitatorWeb3Signer
+from x402.mechanisms.evm.exact import (
+    register_exact_evm_client,
+    register_exact_evm_facilitator,
+    register_exact_evm_server,
+)
+from x402.mechanisms.evm.v1.constants import V1_NETWORK_CHAIN_IDS
+from x402.schemas import SchemeNotFoundError, parse_payment_payload, parse_payment_requirements
+
+from x402_client.sandbox import ServedApp
+from x402_client.sandbox._anvil import (
+    ANVIL_DEV_KEYS,
+    AnvilNode,
+    _sign_and_send,
+    _web3,
+    mint,
+    native_balance,
+    token_balance,
+)
+
+__all__ = [
+    "DEFAULT_CHAIN_ID",
+    "DEFAULT_PRICE_ATOMIC",
+    "PAID_PATH",
+    "TOKEN_NAME",
+    "TOKEN_SYMBOL",
+    "TOKEN_VERSION",
+    "FacilitatorService",
+    "FoundationStack",
+    "V1Merchant",
+    "authorization_state",
+    "b64_json",
+    "deploy_eip3009_token",
+    "eip3009_call",
+    "eip3009_transact",
+    "foundation_client",
+    "foundation_stack",
+    "load_eip3009_artifact",
+    "v1_network_for",
+]
+
+#: Base Sepolia's chain id: the only kind of id for which the package can also speak v1,
+#: since its v1 network names map to chain ids through a fixed table.
+DEFAULT_CHAIN_ID = 84532
+#: EIP-712 domain of the sandbox token (the name is the constructor's `name`).
+TOKEN_NAME = "Sandbox EURC"
+TOKEN_SYMBOL = "sEURC"
+TOKEN_VERSION = "2"
+#: 0.01 token (six decimals).
+DEFAULT_PRICE_ATOMIC = 10_000
+PAID_PATH = "/paid"
+_ARTIFACT_FILE = "SandboxEip3009Token.json"
+_DEPLOYER_KEY = ANVIL_DEV_KEYS[0]
+#: Pays the facilitator's gas. A different dev key from the project's own hot wallet.
+_FACILITATOR_KEY = ANVIL_DEV_KEYS[2]
+_MAX_TIMEOUT_SECONDS = 300
+
+
+def load_eip3009_artifact() -> dict[str, Any]:
+    """The compiled `SandboxEip3009Token` artifact (abi, bytecode, compiler)."""
+    package = resources.files("x402_client.sandbox.contracts")
+    data: dict[str, Any] = json.loads(package.joinpath(_ARTIFACT_FILE).read_text("utf-8"))
+    return data
+
+
+async def deploy_eip3009_token(
+    rpc_url: str, deployer_key: str, name: str = TOKEN_NAME, symbol: str = TOKEN_SYMBOL
+) -> str:
+    """Deploy a `SandboxEip3009Token` (owner: `deployer_key`) and return its checksum address."""
+    artifact = load_eip3009_artifact()
+    sender = Account.from_key(deployer_key).address
+    async with _web3(rpc_url) as w3:
+        factory = w3.eth.contract(abi=artifact["abi"], bytecode=artifact["bytecode"])
+        tx = await factory.constructor(name, symbol).build_transaction(
+            {"from": sender, "nonce": await w3.eth.get_transaction_count(sender, "pending")}
+        )
+        receipt = await _sign_and_send(w3, deployer_key, dict(tx))
+    address = receipt.get("contractAddress")
+    if not address:
+        raise RuntimeError("deployment receipt has no contract address")
+    return str(Web3.to_checksum_address(address))
+
+
+async def eip3009_call(rpc_url: str, token: str, signature: str, *args: Any) -> Any:
+    """`eth_call` a token function by its full signature, e.g. `"version()"` (the token has
+    overloads, so functions are named by signature)."""
+    artifact = load_eip3009_artifact()
+    async with _web3(rpc_url) as w3:
+        contract = w3.eth.contract(address=Web3.to_checksum_address(token), abi=artifact["abi"])
+        return await contract.get_function_by_signature(signature)(*args).call()
+
+
+async def eip3009_transact(
+    rpc_url: str, token: str, sender_key: str, signature: str, *args: Any
+) -> dict[str, Any]:
+    """Send a token transaction as `sender_key` (who pays the gas); return the receipt.
+
+    Raises `web3.exceptions.ContractLogicError` (with the revert string) if it would revert.
+    """
+    artifact = load_eip3009_artifact()
+    sender = Account.from_key(sender_key).address
+    async with _web3(rpc_url) as w3:
+        contract = w3.eth.contract(address=Web3.to_checksum_address(token), abi=artifact["abi"])
+        tx = await contract.get_function_by_signature(signature)(*args).build_transaction(
+            {"from": sender, "nonce": await w3.eth.get_transaction_count(sender, "pending")}
+        )
+        return await _sign_and_send(w3, sender_key, dict(tx))
+
+
+async def authorization_state(rpc_url: str, token: str, authorizer: str, nonce: str) -> bool:
+    """EIP-3009 `authorizationState(authorizer, nonce)`: True once the nonce is used."""
+    return bool(
+        await eip3009_call(
+            rpc_url,
+            token,
+            "authorizationState(address,bytes32)",
+            Web3.to_checksum_address(authorizer),
+            bytes.fromhex(nonce.removeprefix("0x")),
+        )
+    )
+
+
+def v1_network_for(chain_id: int) -> str | None:
+    """The package's v1 network name for `chain_id`, or None (then no v1 on that chain)."""
+    return next((name for name, cid in V1_NETWORK_CHAIN_IDS.items() if cid == chain_id), None)
+
+
+def b64_json(value: str) -> Any:
+    """Decode a standard-base64 JSON header value (as every x402 header is)."""
+    return json.loads(base64.b64decode(value, validate=True))
+
+
+def _b64_json_encode(value: Any) -> str:
+    return base64.b64encode(json.dumps(value, separators=(",", ":")).encode()).decode()
+
+
+# --- the facilitator -------------------------------------------------------------------------
+
+
+class FacilitatorService:
+    """The foundation's `x402FacilitatorSync` behind `/supported`, `/verify`, `/settle`.
+
+    Request and response bodies are those of the package's own `HTTPFacilitatorClient`:
+    `{"x402Version", "paymentPayload", "paymentRequirements"}` in, the camelCase
+    `VerifyResponse` / `SettleResponse` out (200 even when invalid). Every verify/settle
+    request body is kept in `requests` as `(path, body)` for tests to inspect.
+    """
+
+    def __init__(self, facilitator: x402FacilitatorSync) -> None:
+        self.facilitator = facilitator
+        self.requests: list[tuple[str, dict[str, Any]]] = []
+        self.app = Starlette(
+            routes=[
+                Route("/supported", self._supported, methods=["GET"]),
+                Route("/verify", self._verify, methods=["POST"]),
+                Route("/settle", self._settle, methods=["POST"]),
+            ]
+        )
+
+    async def _supported(self, request: Request) -> Response:
+        supported = self.facilitator.get_supported()
+        return JSONResponse(supported.model_dump(by_alias=True, exclude_none=True))
+
+    async def _verify(self, request: Request) -> Response:
+        return await self._handle(request, "/verify", self.facilitator.verify)
+
+    async def _settle(self, request: Request) -> Response:
+        return await self._handle(request, "/settle", self.facilitator.settle)
+
+    async def _handle(self, request: Request, path: str, operation: Callable[..., Any]) -> Response:
+        try:
+            body = json.loads(await request.body())
+            self.requests.append((path, body))
+            payload = parse_payment_payload(body["paymentPayload"])
+            requirements = parse_payment_requirements(
+                payload.x402_version, body["paymentRequirements"]
+            )
+        except (ValueError, KeyError, TypeError, ValidationError) as exc:
+            return JSONResponse({"error": f"invalid request: {exc}"}, status_code=400)
+        try:
+            # The package's EVM scheme calls web3 synchronously: keep it off the event loop.
+            result = await anyio.to_thread.run_sync(operation, payload, requirements)
+        except SchemeNotFoundError as exc:
+            return JSONResponse({"error": str(exc)}, status_code=400)
+        return JSONResponse(result.model_dump(by_alias=True, exclude_none=True))
+
+
+# --- our v1 merchant (the package no longer serves v1) ---------------------------------------
+
+
+class V1Merchant:
+    """A v1 merchant from `specs/transports-v1/http.md`, paid through the foundation facilitator.
+
+    `GET /paid` without `X-PAYMENT` answers 402 with the JSON body
+    `{"x402Version": 1, "error", "accepts": [PaymentRequirementsV1]}`. With one it decodes the
+    standard-base64 JSON `PaymentPayloadV1`, matches scheme + network, calls the facilitator's
+    `/verify`, runs the handler, then `/settle`, and returns the handler's 200 with
+    `X-PAYMENT-RESPONSE` (standard base64 of the settle response), like the package's legacy
+    v1 FastAPI middleware did. Failures answer 402 with the same body shape and an `error`.
+    """
+
+    def __init__(
+        self,
+        *,
+        network: str,
+        asset: str,
+        pay_to: str,
+        price_atomic: int,
+        facilitator_url: str,
+        extra: dict[str, Any],
+    ) -> None:
+        self.network = network
+        self.asset = asset
+        self.pay_to = pay_to
+        self.price_atomic = price_atomic
+        self.facilitator_url = facilitator_url
+        self.extra = dict(extra)
+        self.settlements: list[dict[str, Any]] = []
+        self._http = httpx.AsyncClient(timeout=60, trust_env=False)
+        self.app = Starlette(routes=[Route(PAID_PATH, self._paid, methods=["GET"])])
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    def requirements(self, resource: str) -> dict[str, Any]:
+        return {
+            "scheme": "exact",
+            "network": self.network,
+            "maxAmountRequired": str(self.price_atomic),
+            "resource": resource,
+            "description": "a paid sandbox resource (x402 v1)",
+            "mimeType": "application/json",
+            "outputSchema": None,
+            "payTo": self.pay_to,
+            "maxTimeoutSeconds": _MAX_TIMEOUT_SECONDS,
+            "asset": self.asset,
+            "extra": dict(self.extra),
+        }
+
+    def _payment_required(self, requirements: dict[str, Any], error: str) -> Response:
+        body = {"x402Version": 1, "error": error, "accepts": [requirements]}
+        return JSONResponse(body, status_code=402)
+
+    async def _facilitator(
+        self, path: str, payment: dict[str, Any], requirements: dict[str, Any]
+    ) -> dict[str, Any]:
+        response = await self._http.post(
+            f"{self.facilitator_url}{path}",
+            json={"x402Version": 1, "paymentPayload": payment, "paymentRequirements": requirements},
+        )
+        response.raise_for_status()
+        result: dict[str, Any] = response.json()
+        return result
+
+    async def _paid(self, request: Request) -> Response:
+        requirements = self.requirements(str(request.url))
+        header = request.headers.get("x-payment")
+        if not header:
+            return self._payment_required(requirements, "X-PAYMENT header is required")
+        try:
+            payment = b64_json(header)
+            if not isinstance(payment, dict) or payment.get("x402Version") != 1:
+                raise ValueError("not an x402 v1 payment payload")
+        except ValueError:
+            return self._payment_required(requirements, "Invalid payment header format")
+        if payment.get("scheme") != "exact" or payment.get("network") != self.network:
+            return self._payment_required(requirements, "No matching payment requirements found")
+        verified = await self._facilitator("/verify", payment, requirements)
+        if not verified.get("isValid"):
+            reason = verified.get("invalidReason") or "Unknown error"
+            return self._payment_required(requirements, f"Invalid payment: {reason}")
+        settled = await self._facilitator("/settle", payment, requirements)
+        self.settlements.append(settled)
+        if not settled.get("success"):
+            reason = settled.get("errorReason") or "Unknown error"
+            return self._payment_required(requirements, f"Settle failed: {reason}")
+        return JSONResponse(
+            {"paid": True, "version": 1},
+            headers={"X-PAYMENT-RESPONSE": _b64_json_encode(settled)},
+        )
+
+
+# --- the v2 merchant (the package's own middleware) ------------------------------------------
+
+
+async def _paid_handler(request: Request) -> Response:
+    return JSONResponse({"paid": True, "version": 2})
+
+
+async def _free_handler(request: Request) -> Response:
+    return JSONResponse({"free": True})
+
+
+def _v2_routes(
+    *, network: str, asset: str, pay_to: str, price_atomic: int
+) -> dict[str, RouteConfig]:
+    # A price in a token the package has no default-asset entry for must be an AssetAmount
+    # in atomic units, carrying the EIP-712 domain in `extra` (or come from a money parser
+    # registered on the server scheme): see docs/x402-standard.md.
+    price = AssetAmount(
+        amount=str(price_atomic),
+        asset=asset,
+        extra={"name": TOKEN_NAME, "version": TOKEN_VERSION},
+    )
+    option = PaymentOption(
+        scheme="exact",
+        pay_to=pay_to,
+        price=price,
+        network=network,
+        max_timeout_seconds=_MAX_TIMEOUT_SECONDS,
+    )
+    return {
+        f"GET {PAID_PATH}": RouteConfig(
+            accepts=option,
+            description="a paid sandbox resource (x402 v2)",
+            mime_type="application/json",
+        )
+    }
+
+
+def _v2_merchant_middleware(
+    routes: dict[str, RouteConfig], server: x402ResourceServer
+) -> Callable[[Request, Callable[[Request], Awaitable[Response]]], Awaitable[Response]]:
+    """Initialize the resource server, validate the routes, return the package's middleware.
+
+    Blocking (the package fetches `/supported` with a sync httpx client): run it in a worker
+    thread while the facilitator is served by the event loop. The middleware is created with
+    `sync_facilitator_on_start=False` because its own start-up path calls `os._exit(1)` on a
+    route or capability error; here those raise instead.
+    """
+    x402HTTPResourceServer(server, routes).initialize()
+    return payment_middleware(routes, server, sync_facilitator_on_start=False)
+
+
+# --- the whole stack -------------------------------------------------------------------------
+
+
+@dataclass
+class FoundationStack:
+    """A running chain + token + foundation facilitator + merchants (see `foundation_stack`)."""
+
+    node: AnvilNode
+    chain_id: int
+    network: str
+    v1_network: str | None
+    token: str
+    payer_key: str
+    payer_address: str
+    merchant_address: str
+    facilitator_address: str
+    price_atomic: int
+    facilitator: FacilitatorService
+    facilitator_url: str
+    merchant_url: str
+    v1_merchant: V1Merchant | None = None
+    v1_merchant_url: str | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __repr__(self) -> str:  # never print the payer key
+        return (
+            f"FoundationStack(chain_id={self.chain_id}, token={self.token!r}, "
+            f"facilitator_url={self.facilitator_url!r}, merchant_url={self.merchant_url!r})"
+        )
+
+    @property
+    def rpc_url(self) -> str:
+        return self.node.rpc_url
+
+    @property
+    def paid_url(self) -> str:
+        """The v2 merchant's paid resource."""
+        return f"{self.merchant_url}{PAID_PATH}"
+
+    @property
+    def v1_paid_url(self) -> str:
+        """The v1 merchant's paid resource (only on a chain with a v1 network name)."""
+        if self.v1_merchant_url is None:
+            raise RuntimeError(f"chain {self.chain_id} has no x402 v1 network name")
+        return f"{self.v1_merchant_url}{PAID_PATH}"
+
+    async def balance(self, address: str) -> int:
+        """Atomic token balance of `address`."""
+        return await token_balance(self.rpc_url, self.token, address)
+
+    async def native_balance(self, address: str) -> int:
+        """ETH balance of `address`, in wei."""
+        return await native_balance(self.rpc_url, address)
+
+    async def fund(self, address: str, amount_atomic: int) -> None:
+        """Mint `amount_atomic` sandbox tokens to `address`."""
+        await mint(self.rpc_url, self.token, _DEPLOYER_KEY, address, amount_atomic)
+
+    async def authorization_used(self, authorizer: str, nonce: str) -> bool:
+        return await authorization_state(self.rpc_url, self.token, authorizer, nonce)
+
+    async def transaction(self, tx_hash: str) -> dict[str, Any]:
+        """The transaction `tx_hash` as the node returns it (`from`, `to`, `input`, ...)."""
+        async with _web3(self.rpc_url) as w3:
+            return dict(await w3.eth.get_transaction(tx_hash))  # type: ignore[arg-type]
+
+
+def foundation_client(stack: FoundationStack, private_key: str | None = None) -> x402Client:
+    """The foundation's own async `x402Client`, with its EVM `exact` scheme (v2 on every
+    `eip155:*` network, v1 on its named networks) signing with `private_key` (default: the
+    stack's payer), and the sandbox token opted in to its spend controls.
+
+    Out of the box the package's client only pays assets in its default-asset table (capped at
+    $1); any other token must be listed in `allowed_assets`.
+    """
+    account = Account.from_key(private_key or stack.payer_key)
+    client = x402Client()
+    register_exact_evm_client(client, account)
+    allowed: list[Any] = [{"network": stack.network, "asset": stack.token}]
+    if stack.v1_network is not None:
+        allowed.append({"network": stack.v1_network, "asset": stack.token})
+    client.set_spend_controls({"allowed_assets": allowed})
+    return client
+
+
+@contextlib.asynccontextmanager
+async def foundation_stack(
+    *,
+    chain_id: int = DEFAULT_CHAIN_ID,
+    price_atomic: int = DEFAULT_PRICE_ATOMIC,
+    payer_funding_atomic: int = 100 * DEFAULT_PRICE_ATOMIC,
+) -> AsyncIterator[FoundationStack]:
+    """Start the chain, token, facilitator and merchants; stop them all on exit."""
+    network = f"eip155:{chain_id}"
+    v1_network = v1_network_for(chain_id)
+    extra = {"name": TOKEN_NAME, "version": TOKEN_VERSION}
+    async with contextlib.AsyncExitStack() as stack:
+        node = await stack.enter_async_context(AnvilNode(chain_id))
+        token = await deploy_eip3009_token(node.rpc_url, _DEPLOYER_KEY)
+        payer = Account.create()
+        payer_key = "0x" + bytes(payer.key).hex()
+        merchant_address = str(Account.create().address)
+        if payer_funding_atomic > 0:
+            await mint(node.rpc_url, token, _DEPLOYER_KEY, payer.address, payer_funding_atomic)
+
+        # (a) the facilitator: the package's EVM exact scheme, gas paid by a dev key.
+        signer = FacilitatorWeb3Signer(private_key=_FACILITATOR_KEY, rpc_url=node.rpc_url)
+        facilitator = x402FacilitatorSync()
+        register_exact_evm_facilitator(facilitator, signer, networks=network)
+        service = FacilitatorService(facilitator)
+        served_facilitator = await ServedApp(service.app, "x402-foundation-facilitator").start()
+        stack.push_async_callback(served_facilitator.stop)
+
+        # (b) the v2 merchant: the package's resource server and middleware.
+        facilitator_client = HTTPFacilitatorClient(FacilitatorConfig(url=served_facilitator.url))
+        stack.push_async_callback(facilitator_client.aclose)
+        server = x402ResourceServer(facilitator_client)
+        register_exact_evm_server(server, networks=network)
+        routes = _v2_routes(
+            network=network, asset=token, pay_to=merchant_address, price_atomic=price_atomic
+        )
+        middleware = await anyio.to_thread.run_sync(_v2_merchant_middleware, routes, server)
+        merchant_app = Starlette(
+            routes=[
+                Route(PAID_PATH, _paid_handler, methods=["GET"]),
+                Route("/free", _free_handler, methods=["GET"]),
+            ],
+            middleware=[Middleware(BaseHTTPMiddleware, dispatch=middleware)],
+        )
+        served_merchant = await ServedApp(merchant_app, "x402-foundation-merchant").start()
+        stack.push_async_callback(served_merchant.stop)
+
+        # (c) our v1 merchant, when the chain has a v1 name.
+        v1_merchant: V1Merchant | None = None
+        v1_url: str | None = None
+        if v1_network is not None:
+            v1_merchant = V1Merchant(
+                network=v1_network,
+                asset=token,
+                pay_to=merchant_address,
+                price_atomic=price_atomic,
+                facilitator_url=served_facilitator.url,
+                extra=extra,
+            )
+            stack.push_async_callback(v1_merchant.aclose)
+            served_v1 = await ServedApp(v1_merchant.app, "x402-v1-merchant").start()
+            stack.push_async_callback(served_v1.stop)
+            v1_url = served_v1.url
+
+        yield FoundationStack(
+            node=node,
+            chain_id=chain_id,
+            network=network,
+            v1_network=v1_network,
+            token=token,
+            payer_key=payer_key,
+            payer_address=str(payer.address),
+            merchant_address=merchant_address,
+            facilitator_address=signer.address,
+            price_atomic=price_atomic,
+            facilitator=service,
+            facilitator_url=served_facilitator.url,
+            merchant_url=served_merchant.url,
+            v1_merchant=v1_merchant,
+            v1_merchant_url=v1_url,
+            extra=extra,
+        )

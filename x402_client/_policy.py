@@ -1,0 +1,291 @@
+"""The selection policy: which entries of a 402 this client may pay, in which order. No I/O.
+
+`select()` is a function of data: the raw `accepts` entries, what each rail can describe
+(`Rail.describe` is pure), the options' caps and preferences, the per-request settings,
+each currency's budget headroom and the clock. It returns the payable candidates, most
+preferred first, and for every other entry the reason it was skipped. Only then does the
+payer touch the network, and only for the candidate it is about to pay (`Rail.prepare`:
+RPC reads, the facilitator's `/supported`), moving to the next candidate when preparation
+says it cannot pay. Budget reservation stays atomic at pay time; headroom here only spares
+the I/O of preparing an entry the budget could not take anyway.
+
+Rules, in the order they are applied to each entry:
+
+1. unreadable (wrong types, bad amounts) -> `malformed`; unknown scheme -> `unknown_scheme`;
+2. no rail can pay it (rail not configured, unknown asset, other network) -> `unpayable`;
+   while resuming a bridge payment only the bridge rail may -> `not_resumable`;
+3. a `euro` entry whose `expiresAt` passed more than `EXPIRY_SKEW` seconds ago -> `expired`;
+4. no cap for its currency -> `no_cap`; above the cap (the options' or a lower per-request
+   one) -> `over_cap`;
+5. above the remaining budget of its currency -> `over_budget` (not while resuming: that
+   payment was reserved when it was made);
+6. `prefer` orders what is left (ties keep the merchant's order); a `selector` picks one,
+   and the others are `not_chosen`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+from collections.abc import Mapping, Sequence
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any, Protocol
+
+from ._amounts import format_amount
+from ._challenge import AcceptEntry, InvalidEntry, parse_accept, prefer_order
+from ._exceptions import (
+    AmountLimitExceeded,
+    BudgetExceeded,
+    InvalidChallenge,
+    NoSatisfiableOption,
+    X402Error,
+)
+from ._models import EuroAcceptEntry
+from ._types import PaymentIntent
+
+if TYPE_CHECKING:
+    import httpx
+
+    from ._options import PaymentOptions
+    from ._rails import RequestSettings
+
+__all__ = [
+    "EXPIRY_SKEW",
+    "Candidate",
+    "Describer",
+    "Selection",
+    "SkipReason",
+    "SkippedEntry",
+    "effective_cap",
+    "no_candidate_error",
+    "select",
+]
+
+#: Seconds an entry's `expiresAt` may lie in the past and still be paid: our clock may be
+#: ahead of the merchant's by this much. Past it, the merchant would answer "expired".
+EXPIRY_SKEW = 30
+
+
+class SkipReason(str, enum.Enum):
+    """Why an entry was not a candidate (`SkippedEntry.reason`)."""
+
+    MALFORMED = "malformed"
+    UNKNOWN_SCHEME = "unknown_scheme"
+    UNPAYABLE = "unpayable"
+    NOT_RESUMABLE = "not_resumable"
+    EXPIRED = "expired"
+    NO_CAP = "no_cap"
+    OVER_CAP = "over_cap"
+    OVER_BUDGET = "over_budget"
+    NOT_CHOSEN = "not_chosen"
+    #: Set by the payer, not by `select`: preparing the entry (I/O) said it cannot be paid.
+    PREPARE_FAILED = "prepare_failed"
+    #: Set by the payer: the candidate limit (`PaymentOptions.max_candidates`) was reached.
+    NOT_TRIED = "not_tried"
+
+
+#: Reasons that mean "payable, but the user's limits say no".
+LIMIT_REASONS = frozenset({SkipReason.NO_CAP, SkipReason.OVER_CAP, SkipReason.OVER_BUDGET})
+
+
+@dataclasses.dataclass(frozen=True)
+class SkippedEntry:
+    """One `accepts` entry that will not be paid, and why (`reason`, `message`)."""
+
+    index: int
+    reason: SkipReason
+    message: str
+    intent: PaymentIntent | None = None
+
+    def __str__(self) -> str:
+        return f"accepts[{self.index}]: {self.message}"
+
+
+class Describer(Protocol):
+    """The pure half of a rail (`Rail.describe`)."""
+
+    name: str
+
+    def describe(self, entry: AcceptEntry, resource: str) -> PaymentIntent | str: ...
+
+
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+    """A payable entry: the rail that pays it, the parsed entry and the intent."""
+
+    index: int
+    rail: Any
+    entry: AcceptEntry
+    intent: PaymentIntent
+
+
+@dataclasses.dataclass(frozen=True)
+class Selection:
+    """What `select` decided: `candidates` in the order to try, `skipped` the rest."""
+
+    candidates: list[Candidate]
+    skipped: list[SkippedEntry]
+    readable: int
+
+    @property
+    def reasons(self) -> list[str]:
+        return [str(s) for s in self.skipped]
+
+
+def effective_cap(
+    currency: str, caps: Mapping[str, Decimal], overrides: Mapping[str, Decimal] | None
+) -> Decimal | None:
+    """The cap for one payment in `currency`: the options' cap, lowered (never raised) by a
+    per-request one. None: no cap, so nothing in that currency is paid."""
+    cap = caps.get(currency)
+    if overrides is not None and currency in overrides:
+        requested = overrides[currency]
+        cap = requested if cap is None else min(cap, requested)
+    return cap
+
+
+def _describe(
+    entry: AcceptEntry, rails: Sequence[Describer], resource: str, only: str | None
+) -> tuple[Describer, PaymentIntent] | tuple[None, str]:
+    why_not: list[str] = []
+    for rail in rails:
+        if only is not None and rail.name != only:
+            continue
+        described = rail.describe(entry, resource)
+        if isinstance(described, str):
+            why_not.append(described)
+            continue
+        return rail, described
+    # "not a euro entry" from every other rail is noise next to the one that says why.
+    specific = [w for w in why_not if not w.startswith("not a")]
+    return None, "; ".join(specific or why_not) or "no rail can pay it"
+
+
+def select(
+    accepts: Sequence[Any],
+    *,
+    rails: Sequence[Describer],
+    options: PaymentOptions,
+    settings: RequestSettings,
+    headroom: Mapping[str, Decimal],
+    now: float,
+    resource: str,
+) -> Selection:
+    """The payable candidates of a 402, in the order to try them, and why the rest are not."""
+    resuming = settings.resume_transaction_code is not None
+    only = "bridge" if resuming else None
+    payable: list[Candidate] = []
+    skipped: list[SkippedEntry] = []
+    readable = 0
+    for index, raw in enumerate(accepts):
+        try:
+            entry = parse_accept(raw)
+        except InvalidEntry as exc:
+            skipped.append(SkippedEntry(index, SkipReason.MALFORMED, f"malformed: {exc}"))
+            continue
+        readable += 1
+        if entry is None:
+            scheme = str(raw.get("scheme"))[:40] if isinstance(raw, dict) else "?"
+            skipped.append(
+                SkippedEntry(index, SkipReason.UNKNOWN_SCHEME, f"unknown scheme {scheme!r}")
+            )
+            continue
+        rail, described = _describe(entry, rails, resource, only)
+        if rail is None:
+            assert isinstance(described, str)
+            if resuming:
+                message = f"not a bridge entry (resuming a bridge payment): {described}"
+                skipped.append(SkippedEntry(index, SkipReason.NOT_RESUMABLE, message))
+            else:
+                skipped.append(SkippedEntry(index, SkipReason.UNPAYABLE, described))
+            continue
+        assert isinstance(described, PaymentIntent)
+        intent = described
+        if (
+            isinstance(entry, EuroAcceptEntry)
+            and entry.expires_at is not None
+            and entry.expires_at + EXPIRY_SKEW < now
+        ):
+            skipped.append(
+                SkippedEntry(
+                    index,
+                    SkipReason.EXPIRED,
+                    f"expired {int(now - entry.expires_at)} s ago (expiresAt {entry.expires_at})",
+                    intent,
+                )
+            )
+            continue
+        amount = f"{format_amount(intent.amount)} {intent.currency}"
+        cap = effective_cap(intent.currency, options.max_amount_per_payment, settings.limits)
+        if cap is None:
+            message = f"{amount}: no max_amount_per_payment is set for {intent.currency}"
+            skipped.append(SkippedEntry(index, SkipReason.NO_CAP, message, intent))
+            continue
+        if intent.amount > cap:
+            message = (
+                f"{amount} is above max_amount_per_payment {format_amount(cap)} {intent.currency}"
+            )
+            skipped.append(SkippedEntry(index, SkipReason.OVER_CAP, message, intent))
+            continue
+        left = headroom.get(intent.currency)
+        if not resuming and left is not None and intent.amount > left:
+            message = f"{amount} is above what the budget has left ({format_amount(left)})"
+            skipped.append(SkippedEntry(index, SkipReason.OVER_BUDGET, message, intent))
+            continue
+        payable.append(Candidate(index, rail, entry, intent))
+
+    if payable and options.selector is not None:
+        chosen = options.selector([c.intent for c in payable])
+        message = (
+            "the selector chose none of the payable entries"
+            if chosen is None
+            else "not chosen by the selector"
+        )
+        for candidate in payable:
+            if candidate.intent is not chosen:
+                skipped.append(
+                    SkippedEntry(candidate.index, SkipReason.NOT_CHOSEN, message, candidate.intent)
+                )
+        payable = [c for c in payable if c.intent is chosen][:1]
+    elif options.prefer and len(payable) > 1:
+        order = prefer_order([c.intent for c in payable], options.prefer)
+        payable = [payable[i] for i in order]
+    skipped.sort(key=lambda s: s.index)
+    return Selection(payable, skipped, readable)
+
+
+def no_candidate_error(
+    skipped: Sequence[SkippedEntry], readable: int, request: httpx.Request | None = None
+) -> X402Error:
+    """The error for a 402 none of whose entries will be paid.
+
+    No entry readable: `InvalidChallenge`. Otherwise, when the first entry that only the
+    user's limits kept from being paid was over a cap (or had none), `AmountLimitExceeded`;
+    over the budget, `BudgetExceeded`; anything else, `NoSatisfiableOption`. Each carries
+    `skipped`, one `SkippedEntry` per entry. No money moved in any case.
+    """
+    reasons = [str(s) for s in skipped]
+    listed = " | ".join(reasons)
+    if readable == 0:
+        return InvalidChallenge(
+            f"no accepts entry of the 402 could be read: {listed}",
+            request=request,
+            skipped=skipped,
+        )
+    limited = next((s for s in skipped if s.reason in LIMIT_REASONS), None)
+    if limited is not None and not any(s.reason is SkipReason.NOT_CHOSEN for s in skipped):
+        cls: type[X402Error] = (
+            BudgetExceeded if limited.reason is SkipReason.OVER_BUDGET else AmountLimitExceeded
+        )
+        return cls(
+            f"refusing to pay: {limited.message}; nothing was paid ({listed})",
+            request=request,
+            intent=limited.intent,
+            skipped=skipped,
+        )
+    return NoSatisfiableOption(
+        f"no accepts entry can be paid by this client: {listed}",
+        reasons=reasons,
+        skipped=skipped,
+        request=request,
+    )
