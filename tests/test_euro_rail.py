@@ -272,7 +272,7 @@ MALFORMED = [
     b'{"x402Version": "2", "accepts": []}',
     b'{"x402Version": 2}',
     b'{"x402Version": 2, "accepts": []}',
-    b'{"x402Version": 1, "accepts": [{"scheme": "euro"}]}',
+    b'{"x402Version": 3, "accepts": [{"scheme": "euro"}]}',
     json.dumps({"x402Version": 2, "accepts": [_euro_entry(amount="-0.10")]}).encode(),
     json.dumps({"x402Version": 2, "accepts": [_euro_entry(amount="1e-1")]}).encode(),
     json.dumps({"x402Version": 2, "accepts": [_euro_entry(amount="0.0000001")]}).encode(),

@@ -27,6 +27,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from ._amounts import AmountError, parse_amount
+from ._assets import Asset
 from ._budget import Budget, BudgetStore
 from ._exceptions import ConfigurationError, X402Error
 from ._http import redact_url
@@ -213,6 +214,9 @@ class PaymentOptions(_Options):
     budget_store: BudgetStore | None = None
     #: Where every payment is recorded; a fresh `PaymentLedger` per client by default.
     ledger: PaymentLedger | None = None
+    #: Tokens you pay standard x402 `exact` (EIP-3009) entries in, beyond the built-in
+    #: table of Circle's EURC and USDC: each with its chain, address, currency and decimals.
+    assets: tuple[Asset, ...] = ()
     #: Preferred entries, most preferred first: rail names (`"euro"`, `"evm-permit"`,
     #: `"bridge"`), schemes, networks (`"eip155:137"`) or asset symbols (`"EURQ"`).
     prefer: tuple[str, ...] = ()
@@ -244,6 +248,11 @@ class PaymentOptions(_Options):
     @classmethod
     def _budgets(cls, value: Any) -> Any:
         return (value,) if isinstance(value, Budget) else value
+
+    @field_validator("assets", mode="before")
+    @classmethod
+    def _assets(cls, value: Any) -> Any:
+        return (value,) if isinstance(value, Asset) else value
 
     @field_validator("prefer", mode="before")
     @classmethod

@@ -35,18 +35,16 @@ from typing import Any
 import anyio
 import httpx
 
-from . import _json
 from ._amounts import AmountError, format_amount, parse_amount
 from ._budget import Reservation
 from ._challenge import (
     InvalidEntry,
     VerifierReason,
     classify_reason,
-    parse_accept,
     parse_failure_body,
-    parse_payment_required,
 )
 from ._delivery import Delivery, Step
+from ._dialects import Challenge, encode_payment, is_x402, read_challenge
 from ._exceptions import (
     BudgetExceeded,
     ChallengeError,
@@ -63,12 +61,11 @@ from ._exceptions import (
 )
 from ._http import read_upto
 from ._ledger import LedgerEntry, Outcome
-from ._models import PaymentRequired
 from ._options import PaymentOptions
 from ._payment_api import PaymentAPI
 from ._policy import Candidate, SkippedEntry, SkipReason, no_candidate_error, select
 from ._progress import PaymentProgress
-from ._proof import ProofError, b64_json_decode, decode_proof
+from ._proof import ProofError, b64_json_decode
 from ._rails import Paid, Rail, RequestSettings
 from ._state import KeyedLocks, PaymentState, state_of
 from ._types import PaymentIntent, PaymentReceipt
@@ -90,6 +87,7 @@ Send = Callable[[httpx.Request], Awaitable[httpx.Response]]
 
 _NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 _SETTLEMENT_HEADERS = ("X-PAYMENT-RESPONSE", "PAYMENT-RESPONSE")
+_PROOF_HEADERS = ("X-PAYMENT", "PAYMENT-SIGNATURE")
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _SETTINGS = frozenset({"pay", "max_amount_per_payment", "resume_transaction_code", "proof"})
 
@@ -306,11 +304,14 @@ def _replayable_body(request: httpx.Request) -> bytes | None:
         return None
 
 
-def _rebuild(request: httpx.Request, body: bytes, proof: str | None = None) -> httpx.Request:
+def _rebuild(
+    request: httpx.Request, body: bytes, proof: str | None = None, header: str = "X-PAYMENT"
+) -> httpx.Request:
     headers = request.headers.copy()
-    headers.pop("X-PAYMENT", None)
+    for name in _PROOF_HEADERS:
+        headers.pop(name, None)
     if proof is not None:
-        headers["X-PAYMENT"] = proof
+        headers[header] = proof
     return httpx.Request(
         request.method,
         request.url,
@@ -321,8 +322,12 @@ def _rebuild(request: httpx.Request, body: bytes, proof: str | None = None) -> h
 
 
 def _settlement(response: httpx.Response) -> Mapping[str, Any] | None:
+    return _settlement_of(response.headers)
+
+
+def _settlement_of(headers: httpx.Headers) -> Mapping[str, Any] | None:
     for name in _SETTLEMENT_HEADERS:
-        value = response.headers.get(name)
+        value = headers.get(name)
         if value:
             try:
                 decoded = b64_json_decode(value)
@@ -332,20 +337,26 @@ def _settlement(response: httpx.Response) -> Mapping[str, Any] | None:
     return None
 
 
-def _is_x402(raw: bytes, response: httpx.Response) -> bool:
-    """Does this 402 speak x402? A `PAYMENT-REQUIRED` header, or a JSON object body with
-    `x402Version`. Anything else (a card-declined message, a quota notice) is not ours."""
-    if "payment-required" in response.headers:
-        return True
-    if b"x402Version" not in raw:
-        return False
-    try:
-        data = _json.loads(raw)
-    except _json.JSONError:
-        # Broken JSON that names the protocol's field is a malformed challenge, not a
-        # stranger's 402.
-        return raw.lstrip().startswith(b"{")
-    return isinstance(data, dict) and "x402Version" in data
+def _failure_reason(body: bytes, headers: httpx.Headers) -> str | None:
+    """Why the merchant refused a paid retry: the body's `error` (euro gates, v1), the
+    `errorReason` of a `PAYMENT-RESPONSE`, or the `error` of a fresh `PAYMENT-REQUIRED`."""
+    reason, _ = parse_failure_body(body)
+    if reason:
+        return reason
+    settlement = _settlement_of(headers)
+    if settlement is not None:
+        for key in ("errorReason", "errorMessage"):
+            if isinstance(settlement.get(key), str) and settlement[key]:
+                return str(settlement[key])
+    header = headers.get("payment-required")
+    if header:
+        try:
+            data = b64_json_decode(header, limit=65_536)
+        except ProofError:
+            return None
+        if isinstance(data, dict) and isinstance(data.get("error"), str):
+            return str(data["error"])
+    return None
 
 
 def _hand_back(
@@ -553,23 +564,23 @@ class Payer:
 
     async def _read_challenge(
         self, response: httpx.Response, request: httpx.Request
-    ) -> tuple[PaymentRequired | None, httpx.Response]:
+    ) -> tuple[Challenge | None, httpx.Response]:
         """The challenge of a 402 (None when it is not an x402 one), and the 402 as the caller
         would have had it, body readable."""
         limit = self.options.max_body_bytes
         head, rest = await read_upto(response, limit)
         if rest is not None:
             # Larger than any challenge we read. Ours only if it says so up front.
-            if b"x402Version" in head[:4096]:
+            if b"x402Version" in head[:4096] or "payment-required" in response.headers:
                 await response.aclose()
                 raise InvalidChallenge(f"402 body exceeds the {limit}-byte limit", request=request)
             return None, _hand_back(response, head, rest)
         await response.aclose()
         as_read = _hand_back(response, head, None)
-        if not _is_x402(head, response):
+        if not is_x402(head, response.headers):
             return None, as_read
         try:
-            return parse_payment_required(head), as_read
+            return read_challenge(head, response.headers, limit=limit), as_read
         except InvalidChallenge as exc:
             exc.request = request
             exc.response = as_read
@@ -578,7 +589,7 @@ class Payer:
     async def _pay_one(
         self,
         guard: LogicalRequest,
-        challenge: PaymentRequired,
+        challenge: Challenge,
         request: httpx.Request,
         body: bytes,
         send: Send,
@@ -595,6 +606,7 @@ class Payer:
             headroom=headroom,
             now=time.time(),
             resource=str(request.url),
+            parse=challenge.parse_entry,
         )
         skipped: list[SkippedEntry] = list(selection.skipped)
         tried = 0
@@ -620,7 +632,7 @@ class Payer:
                 )
                 continue
             try:
-                return await self._attempt(guard, candidate, request, body, send)
+                return await self._attempt(guard, challenge, candidate, request, body, send)
             except BudgetExceeded as exc:
                 # Another request took the headroom meanwhile: a cheaper entry may still fit.
                 skipped.append(
@@ -634,6 +646,7 @@ class Payer:
     async def _attempt(
         self,
         guard: LogicalRequest,
+        challenge: Challenge,
         candidate: Candidate,
         request: httpx.Request,
         body: bytes,
@@ -671,6 +684,12 @@ class Payer:
                 record.step("reserved", ", ".join(r.budget.key for r in held))
             record.step("paying", intent.rail)
             async with rail.pay(entry, intent, settings) as paid:
+                if paid.payload is not None:
+                    # A standard-world rail: frame its payload the way this 402 speaks.
+                    header, framed = encode_payment(
+                        challenge, challenge.accepts[candidate.index], paid.payload
+                    )
+                    paid = dataclasses.replace(paid, proof=framed, header=header)
                 proof = paid.proof
                 record.proof = paid.proof
                 record.payment_request_code = paid.payment_request_code
@@ -783,20 +802,27 @@ class Payer:
         request: httpx.Request,
         body: bytes,
         send: Send,
-        challenge: PaymentRequired,
+        challenge: Challenge,
         proof: str,
     ) -> httpx.Response:
         """Re-send a proof the client already paid for (recovery): no new payment."""
         try:
-            decoded = decode_proof(proof)
+            decoded = b64_json_decode(proof)
         except ProofError as exc:
             raise ConfigurationError(f"the proof to re-send cannot be decoded: {exc}") from None
+        if not isinstance(decoded, dict):
+            raise ConfigurationError("the proof to re-send is not a JSON object")
+        # A v2 standard proof names its entry in `accepted`; the others carry scheme/network.
+        accepted = decoded.get("accepted")
+        named = accepted if isinstance(accepted, dict) else decoded
+        scheme, network = named.get("scheme"), named.get("network")
+        header = "PAYMENT-SIGNATURE" if isinstance(accepted, dict) else "X-PAYMENT"
         for raw in challenge.accepts:
             try:
-                entry = parse_accept(raw)
+                entry = challenge.parse_entry(raw)
             except InvalidEntry:
                 continue
-            if entry is None or (entry.scheme, entry.network) != (decoded.scheme, decoded.network):
+            if entry is None or (entry.scheme, entry.network) != (scheme, network):
                 continue
             for rail in self._rails:
                 intent = rail.describe(entry, str(request.url))
@@ -804,7 +830,14 @@ class Payer:
                     continue
                 record = self.state.ledger.find(proof)
                 result = await self._deliver(
-                    guard, request, body, send, intent, Paid(proof=proof), record, resend=True
+                    guard,
+                    request,
+                    body,
+                    send,
+                    intent,
+                    Paid(proof=proof, header=header),
+                    record,
+                    resend=True,
                 )
                 if not isinstance(result, httpx.Response):
                     raise PaymentVerificationFailed(
@@ -819,7 +852,7 @@ class Payer:
                     record.finish("paid")
                 return result
         raise NoSatisfiableOption(
-            f"the 402 lists no {decoded.scheme} entry on {decoded.network} for the re-sent proof",
+            f"the 402 lists no {scheme} entry on {network} for the re-sent proof",
             request=request,
         )
 
@@ -879,7 +912,7 @@ class Payer:
             merchant_error_retries=options.merchant_error_retries,
             resend=resend,
         )
-        paid_request = _rebuild(request, body, paid.proof)
+        paid_request = _rebuild(request, body, paid.proof, paid.header)
         paid_at = datetime.now(timezone.utc)
         payments = max(guard.payments, 1)
 
@@ -918,7 +951,7 @@ class Payer:
             if status == 402:
                 head, rest = await read_upto(response, options.max_body_bytes)
                 await response.aclose()
-                reason, _ = parse_failure_body(head if rest is None else b"")
+                reason = _failure_reason(head if rest is None else b"", response.headers)
             elif status >= 500:
                 await response.aclose()
             decision = machine.answered(status, reason)

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -170,8 +170,12 @@ def select(
     headroom: Mapping[str, Decimal],
     now: float,
     resource: str,
+    parse: Callable[[Any], AcceptEntry | None] = parse_accept,
 ) -> Selection:
-    """The payable candidates of a 402, in the order to try them, and why the rest are not."""
+    """The payable candidates of a 402, in the order to try them, and why the rest are not.
+
+    `parse` reads one raw entry in the 402's dialect (`_dialects.Challenge.parse_entry`).
+    """
     resuming = settings.resume_transaction_code is not None
     only = "bridge" if resuming else None
     payable: list[Candidate] = []
@@ -179,7 +183,7 @@ def select(
     readable = 0
     for index, raw in enumerate(accepts):
         try:
-            entry = parse_accept(raw)
+            entry = parse(raw)
         except InvalidEntry as exc:
             skipped.append(SkippedEntry(index, SkipReason.MALFORMED, f"malformed: {exc}"))
             continue

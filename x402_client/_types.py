@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 __all__ = ["PaymentIntent", "PaymentReceipt", "Rail"]
 
-Rail = Literal["euro", "evm-permit", "bridge"]
+Rail = Literal["euro", "evm-permit", "bridge", "eip3009"]
 
 
 @dataclasses.dataclass(frozen=True)

@@ -18,7 +18,7 @@ import dataclasses
 from collections.abc import Mapping
 from contextlib import AbstractAsyncContextManager
 from decimal import Decimal
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .._challenge import AcceptEntry
 from .._types import PaymentIntent
@@ -50,13 +50,21 @@ class RequestSettings:
 
 @dataclasses.dataclass(frozen=True)
 class Paid:
-    """The outcome of paying: the X-PAYMENT value and the codes that identify the payment."""
+    """The outcome of paying: the X-PAYMENT value and the codes that identify the payment.
+
+    A rail of the standard x402 world yields `payload` (the scheme's payload object) and
+    leaves `proof` empty: the payer frames it in the dialect the 402 spoke (`_dialects`),
+    which decides the header and its encoding.
+    """
 
     proof: str = dataclasses.field(repr=False)
     payment_request_code: str | None = None
     transaction_code: str | None = None
     blockchain_tx_id: str | None = None
     payer: str | None = None
+    payload: Mapping[str, Any] | None = dataclasses.field(default=None, repr=False)
+    #: The request header that carries `proof`.
+    header: str = "X-PAYMENT"
 
 
 class RailContext(Protocol):

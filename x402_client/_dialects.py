@@ -1,0 +1,189 @@
+"""Which x402 a 402 speaks, and how a payment is framed for it. No I/O.
+
+Three dialects exist, told apart here and nowhere else, by where and how the challenge came:
+
+- `EURO` (our spec): the 402 is a JSON body with `x402Version: 2`; the paid retry carries
+  `X-PAYMENT` = base64url of `{x402Version: 2, scheme, network, payload}`.
+- `STANDARD_V2` (the x402 foundation's v2): the 402 has a `PAYMENT-REQUIRED` header =
+  base64 JSON with `x402Version: 2` (the body may be `{}`); the retry carries
+  `PAYMENT-SIGNATURE` = base64 of `{x402Version: 2, resource, accepted, payload}`.
+- `STANDARD_V1`: the 402 is a JSON body with `x402Version: 1`; the retry carries
+  `X-PAYMENT` = base64 of `{x402Version: 1, scheme, network, payload}`.
+
+A `PAYMENT-REQUIRED` header wins over the body. Entries keep their wire form: a v2
+standard entry's `amount` (atomic units) is read as the `maxAmountRequired` our `exact`
+model carries, and the chosen entry is echoed in `accepted` exactly as received (the
+foundation's server compares it field by field). The `euro` scheme exists only in the euro
+dialect. Base64 is read leniently (standard or url-safe, padded or not) and written as
+each dialect's peers read it: url-safe unpadded for the euro gates, standard padded for the
+foundation's servers, which decode strictly.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import enum
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import ValidationError
+
+from . import _json
+from ._challenge import AcceptEntry, InvalidEntry, parse_accept
+from ._exceptions import InvalidChallenge
+from ._models import ExactAcceptEntry
+from ._proof import ProofError, b64_json_decode
+
+__all__ = ["Challenge", "Dialect", "encode_payment", "is_x402", "read_challenge"]
+
+#: Header carrying a standard v2 challenge.
+PAYMENT_REQUIRED = "payment-required"
+
+
+class Dialect(str, enum.Enum):
+    EURO = "euro"
+    STANDARD_V2 = "x402-v2"
+    STANDARD_V1 = "x402-v1"
+
+
+@dataclasses.dataclass(frozen=True)
+class Challenge:
+    """A 402 challenge as its dialect wrote it: raw `accepts`, `error`, and (v2 standard)
+    `resource` / `extensions`, which the paid retry echoes."""
+
+    dialect: Dialect
+    accepts: list[Any]
+    error: str | None = None
+    resource: Mapping[str, Any] | None = None
+    extensions: Mapping[str, Any] | None = None
+
+    def parse_entry(self, raw: Any) -> AcceptEntry | None:
+        """One entry as the client's models read it; None for a scheme it does not know."""
+        if self.dialect is Dialect.EURO:
+            return parse_accept(raw)
+        if not isinstance(raw, dict):
+            raise InvalidEntry("entry is not an object")
+        if raw.get("scheme") != "exact":
+            return None
+        data = dict(raw)
+        if self.dialect is Dialect.STANDARD_V2:
+            if "amount" not in data:
+                raise InvalidEntry("amount: Field required")
+            data["maxAmountRequired"] = data["amount"]
+        extra = data.get("extra")
+        if isinstance(extra, str):  # v1 servers may send `extra` JSON-encoded
+            try:
+                data["extra"] = _json.loads(extra.encode())
+            except _json.JSONError:
+                raise InvalidEntry("extra: not an object") from None
+        try:
+            return ExactAcceptEntry.model_validate(data)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            where = ".".join(str(p) for p in err["loc"]) or "entry"
+            raise InvalidEntry(f"{where}: {err['msg']}") from None
+
+
+def is_x402(body: bytes, headers: Mapping[str, str]) -> bool:
+    """Does this 402 speak x402 at all? A `PAYMENT-REQUIRED` header, or a JSON object body
+    with `x402Version`. Anything else (a card-declined message, a quota notice) is not ours."""
+    if PAYMENT_REQUIRED in headers:
+        return True
+    if b"x402Version" not in body:
+        return False
+    try:
+        data = _json.loads(body)
+    except _json.JSONError:
+        # Broken JSON that names the protocol's field is a malformed challenge, not a
+        # stranger's 402.
+        return body.lstrip().startswith(b"{")
+    return isinstance(data, dict) and "x402Version" in data
+
+
+def _version(data: Mapping[str, Any], where: str) -> int:
+    version = data.get("x402Version")
+    if isinstance(version, bool) or not isinstance(version, int):
+        raise InvalidChallenge(f"{where}: x402Version must be an integer")
+    return version
+
+
+def _accepts(data: Mapping[str, Any], where: str) -> list[Any]:
+    accepts = data.get("accepts")
+    if not isinstance(accepts, list) or not accepts:
+        raise InvalidChallenge(f"{where}: accepts must be a non-empty list")
+    return accepts
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def read_challenge(body: bytes, headers: Mapping[str, str], *, limit: int) -> Challenge:
+    """The challenge of an x402 402 (`is_x402` said yes); malformed: `InvalidChallenge`."""
+    header = headers.get(PAYMENT_REQUIRED)
+    if header is not None:
+        try:
+            data = b64_json_decode(header, limit=limit)
+        except ProofError as exc:
+            raise InvalidChallenge(f"PAYMENT-REQUIRED header is not base64 JSON: {exc}") from None
+        if not isinstance(data, dict):
+            raise InvalidChallenge("PAYMENT-REQUIRED header is not a JSON object")
+        where = "PAYMENT-REQUIRED"
+        if _version(data, where) != 2:
+            raise InvalidChallenge(f"{where}: x402Version {data['x402Version']} is not 2")
+        resource = data.get("resource")
+        extensions = data.get("extensions")
+        return Challenge(
+            Dialect.STANDARD_V2,
+            _accepts(data, where),
+            _text(data.get("error")),
+            resource if isinstance(resource, dict) else None,
+            extensions if isinstance(extensions, dict) and extensions else None,
+        )
+    try:
+        parsed = _json.loads(body)
+    except _json.JSONError as exc:
+        raise InvalidChallenge(f"402 body is not JSON: {exc}") from None
+    if not isinstance(parsed, dict):
+        raise InvalidChallenge("402 body is not a JSON object")
+    version = _version(parsed, "402 body")
+    if version == 2:
+        dialect = Dialect.EURO
+    elif version == 1:
+        dialect = Dialect.STANDARD_V1
+    else:
+        raise InvalidChallenge(
+            f"x402Version {version} is not supported (this client speaks 1 and 2)"
+        )
+    error = parsed.get("error")
+    if error is not None and not isinstance(error, str):
+        raise InvalidChallenge("402 body: error must be a string")
+    return Challenge(dialect, _accepts(parsed, "402 body"), error)
+
+
+def _b64(data: Mapping[str, Any]) -> str:
+    return base64.b64encode(_json.dumps(dict(data))).decode("ascii")
+
+
+def encode_payment(
+    challenge: Challenge, raw_entry: Mapping[str, Any], payload: Mapping[str, Any]
+) -> tuple[str, str]:
+    """The header (name, value) that carries `payload` for `raw_entry` of `challenge`."""
+    scheme, network = raw_entry.get("scheme"), raw_entry.get("network")
+    if challenge.dialect is Dialect.STANDARD_V2:
+        framed: dict[str, Any] = {
+            "x402Version": 2,
+            "payload": dict(payload),
+            "accepted": dict(raw_entry),
+        }
+        if challenge.resource is not None:
+            framed["resource"] = dict(challenge.resource)
+        if challenge.extensions is not None:
+            framed["extensions"] = dict(challenge.extensions)
+        return "PAYMENT-SIGNATURE", _b64(framed)
+    if challenge.dialect is Dialect.STANDARD_V1:
+        framed = {"x402Version": 1, "scheme": scheme, "network": network, "payload": payload}
+        return "X-PAYMENT", _b64(framed)
+    framed = {"x402Version": 2, "scheme": scheme, "network": network, "payload": dict(payload)}
+    return "X-PAYMENT", base64.urlsafe_b64encode(_json.dumps(framed)).rstrip(b"=").decode()
