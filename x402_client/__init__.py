@@ -22,6 +22,7 @@ if TYPE_CHECKING:
         from_atomic,
         to_atomic,
     )
+    from ._assets import Asset
     from ._budget import (
         Budget,
         BudgetStatus,
@@ -57,8 +58,10 @@ if TYPE_CHECKING:
     from ._progress import PaymentProgress
     from ._proof import decode_proof, encode_proof
     from ._quote import Quote, QuoteEntry, budget_status, quote_payment, quote_response
+    from ._recovery import Recovery, recover_payment, recover_payments, unfinished_payments
     from ._resume import resume_bridge_payment
-    from ._sqlite import SqliteStore
+    from ._sqlite import JournalRecord, SqliteStore, default_state_path
+    from ._sync import SyncPaymentTransport, budget_status_sync, quote_payment_sync
     from ._transport import (
         PaymentTransport,
         payment_ledger,
@@ -68,16 +71,19 @@ if TYPE_CHECKING:
 
 _EXPORTS = {
     "AmountLimitExceeded": "._exceptions",
+    "Asset": "._assets",
     "BridgeResumeRefused": "._exceptions",
     "BridgeTransferFailed": "._exceptions",
     "Budget": "._budget",
     "budget_status": "._quote",
+    "budget_status_sync": "._sync",
     "BudgetExceeded": "._exceptions",
     "BudgetStatus": "._budget",
     "BudgetStore": "._budget",
     "ChallengeError": "._exceptions",
     "ConfigurationError": "._exceptions",
     "decode_proof": "._proof",
+    "default_state_path": "._sqlite",
     "encode_proof": "._proof",
     "EvmOptions": "._options",
     "EXTENSION": "._payer",
@@ -86,6 +92,7 @@ _EXPORTS = {
     "InMemoryBudgetStore": "._budget",
     "InsufficientFunds": "._exceptions",
     "InvalidChallenge": "._exceptions",
+    "JournalRecord": "._sqlite",
     "LedgerEntry": "._ledger",
     "NoSatisfiableOption": "._exceptions",
     "payment_ledger": "._transport",
@@ -104,16 +111,22 @@ _EXPORTS = {
     "PaymentVerificationFailed": "._exceptions",
     "Quote": "._quote",
     "quote_payment": "._quote",
+    "quote_payment_sync": "._sync",
     "quote_response": "._quote",
     "QuoteEntry": "._quote",
     "RECEIPT_EXTENSION": "._payer",
+    "recover_payment": "._recovery",
+    "recover_payments": "._recovery",
+    "Recovery": "._recovery",
     "RedisBudgetStore": "._budget",
     "resume_bridge_payment": "._resume",
     "SkippedEntry": "._policy",
     "SkipReason": "._policy",
     "SpenderMismatch": "._exceptions",
     "SqliteStore": "._sqlite",
+    "SyncPaymentTransport": "._sync",
     "to_atomic": "._amounts",
+    "unfinished_payments": "._recovery",
     "UnreplayableRequest": "._exceptions",
     "with_eur_payment": "._transport",
     "X402Error": "._exceptions",
@@ -139,6 +152,7 @@ __all__ = [
     "EXTENSION",
     "RECEIPT_EXTENSION",
     "AmountLimitExceeded",
+    "Asset",
     "BridgeResumeRefused",
     "BridgeTransferFailed",
     "Budget",
@@ -151,6 +165,7 @@ __all__ = [
     "InMemoryBudgetStore",
     "InsufficientFunds",
     "InvalidChallenge",
+    "JournalRecord",
     "LedgerEntry",
     "NoSatisfiableOption",
     "PaymentAPIError",
@@ -168,23 +183,31 @@ __all__ = [
     "PaymentVerificationFailed",
     "Quote",
     "QuoteEntry",
+    "Recovery",
     "RedisBudgetStore",
     "SkipReason",
     "SkippedEntry",
     "SpenderMismatch",
     "SqliteStore",
+    "SyncPaymentTransport",
     "UnreplayableRequest",
     "X402Error",
     "__version__",
     "budget_status",
+    "budget_status_sync",
     "decode_proof",
+    "default_state_path",
     "encode_proof",
     "format_amount",
     "from_atomic",
     "payment_ledger",
     "quote_payment",
+    "quote_payment_sync",
     "quote_response",
+    "recover_payment",
+    "recover_payments",
     "resume_bridge_payment",
     "to_atomic",
+    "unfinished_payments",
     "with_eur_payment",
 ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import difflib
 import ipaddress
 import os
+import pathlib
 import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from decimal import Decimal
@@ -212,8 +213,12 @@ class PaymentOptions(_Options):
     budgets: tuple[Budget, ...] = ()
     #: Where budgets are kept: in memory by default; `RedisBudgetStore` to share them.
     budget_store: BudgetStore | None = None
-    #: Where every payment is recorded; a fresh `PaymentLedger` per client by default.
+    #: Where every payment is recorded in memory (a bounded window); one per options object.
     ledger: PaymentLedger | None = None
+    #: A SQLite file that keeps the payment journal and the budgets across restarts and
+    #: across the processes of this machine (written before any money moves); None: memory
+    #: only. `x402_client.default_state_path()` is the CLI's default.
+    state_path: pathlib.Path | None = None
     #: Tokens you pay standard x402 `exact` (EIP-3009) entries in, beyond the built-in
     #: table of Circle's EURC and USDC: each with its chain, address, currency and decimals.
     assets: tuple[Asset, ...] = ()

@@ -66,7 +66,7 @@ from ._payment_api import PaymentAPI
 from ._policy import Candidate, SkippedEntry, SkipReason, no_candidate_error, select
 from ._progress import PaymentProgress
 from ._proof import ProofError, b64_json_decode
-from ._rails import Paid, Rail, RequestSettings
+from ._rails import NOTE, Paid, Rail, RequestSettings
 from ._state import KeyedLocks, PaymentState, state_of
 from ._types import PaymentIntent, PaymentReceipt
 
@@ -89,7 +89,9 @@ _NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 _SETTLEMENT_HEADERS = ("X-PAYMENT-RESPONSE", "PAYMENT-RESPONSE")
 _PROOF_HEADERS = ("X-PAYMENT", "PAYMENT-SIGNATURE")
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
-_SETTINGS = frozenset({"pay", "max_amount_per_payment", "resume_transaction_code", "proof"})
+_SETTINGS = frozenset(
+    {"pay", "max_amount_per_payment", "resume_transaction_code", "proof", "journal_id"}
+)
 
 
 # --- the logical request ---------------------------------------------------------------------
@@ -124,7 +126,16 @@ def _parse_settings(raw: Any) -> RequestSettings:
     proof = raw.get("proof")
     if proof is not None and not isinstance(proof, str):
         raise ConfigurationError("proof must be the X-PAYMENT string")
-    return RequestSettings(pay=pay, limits=limits, resume_transaction_code=resume, proof=proof)
+    journal_id = raw.get("journal_id")
+    if journal_id is not None and not isinstance(journal_id, str):
+        raise ConfigurationError("journal_id must be a string")
+    return RequestSettings(
+        pay=pay,
+        limits=limits,
+        resume_transaction_code=resume,
+        proof=proof,
+        journal_id=journal_id,
+    )
 
 
 @dataclasses.dataclass(eq=False)
@@ -666,52 +677,94 @@ class Payer:
         rail, entry, intent = candidate.rail, candidate.entry, candidate.intent
         settings = guard.settings
         ledger = self.state.ledger
+        journal = self.state.journal
         resuming = settings.resume_transaction_code
         found = ledger.find_transaction(resuming) if resuming else None
         record = found if found is not None else ledger.open(intent)
         if resuming:
             record.step("resumed", resuming)
+        # A resumed payment finishes the journal entry it came from, if recovery named it.
+        journal_id: str | None = settings.journal_id if resuming else None
         moves_first = rail.money_moves_before_proof
         held: list[Reservation] = []
         proof: str | None = None
         outcome: Outcome = "unknown"
         error: str | None = None
+        dead_proof: str | None = None
+
+        async def note(**facts: str) -> None:
+            for name, value in facts.items():
+                setattr(record, name, value)
+            record.step("noted", ", ".join(sorted(facts)))
+            if journal is not None and journal_id is not None:
+                with anyio.CancelScope(shield=True):
+                    await journal.update_payment(journal_id, step="noted", **facts)
+
         try:
             await self._ask_hook(intent, request)
             # A resumed payment was reserved (and paid) when it was made.
             held = [] if resuming else await self.state.budgets.reserve(intent)
             if held:
                 record.step("reserved", ", ".join(r.budget.key for r in held))
+            if journal is not None and journal_id is None:
+                # Written before any money moves: a crash from here on leaves a record.
+                with anyio.CancelScope(shield=True):
+                    journal_id = await journal.open_payment(
+                        intent=intent,
+                        request_method=request.method,
+                        request_url=str(request.url),
+                        request_body=body,
+                        request_headers=request.headers.multi_items(),
+                        reservations=[(r.budget.key, r.id) for r in held],
+                        id=record.id,
+                        payment_request_code=getattr(entry, "payment_request_code", None),
+                    )
             record.step("paying", intent.rail)
-            async with rail.pay(entry, intent, settings) as paid:
-                if paid.payload is not None:
-                    # A standard-world rail: frame its payload the way this 402 speaks.
-                    header, framed = encode_payment(
-                        challenge, challenge.accepts[candidate.index], paid.payload
+            token = NOTE.set(note)
+            try:
+                async with rail.pay(entry, intent, settings) as paid:
+                    NOTE.reset(token)
+                    if paid.payload is not None:
+                        # A standard-world rail: frame its payload the way this 402 speaks.
+                        header, framed = encode_payment(
+                            challenge, challenge.accepts[candidate.index], paid.payload
+                        )
+                        paid = dataclasses.replace(paid, proof=framed, header=header)
+                    proof = paid.proof
+                    record.proof = paid.proof
+                    record.payment_request_code = paid.payment_request_code
+                    record.transaction_code = paid.transaction_code
+                    record.blockchain_tx_id = paid.blockchain_tx_id
+                    record.step("proof", paid.transaction_code or paid.payment_request_code or "")
+                    if journal is not None and journal_id is not None:
+                        with anyio.CancelScope(shield=True):
+                            await journal.update_payment(
+                                journal_id,
+                                step="proof",
+                                proof=paid.proof,
+                                payment_request_code=paid.payment_request_code,
+                                transaction_code=paid.transaction_code,
+                                blockchain_tx_id=paid.blockchain_tx_id,
+                            )
+                    paid_at = datetime.now(timezone.utc)
+                    guard.paid(
+                        self._receipt(intent, paid, paid_at, guard.payments + 1),
+                        certain=moves_first,
                     )
-                    paid = dataclasses.replace(paid, proof=framed, header=header)
-                proof = paid.proof
-                record.proof = paid.proof
-                record.payment_request_code = paid.payment_request_code
-                record.transaction_code = paid.transaction_code
-                record.blockchain_tx_id = paid.blockchain_tx_id
-                record.step("proof", paid.transaction_code or paid.payment_request_code or "")
-                paid_at = datetime.now(timezone.utc)
-                guard.paid(
-                    self._receipt(intent, paid, paid_at, guard.payments + 1),
-                    certain=moves_first,
-                )
-                if logger.isEnabledFor(logging.DEBUG):
-                    logger.debug(
-                        "x402: proving %s %s on %s (%s) to %s for %s",
-                        format_amount(intent.amount),
-                        intent.currency,
-                        intent.network,
-                        intent.rail,
-                        intent.pay_to,
-                        intent.resource,
-                    )
-                result = await self._deliver(guard, request, body, send, intent, paid, record)
+                    if logger.isEnabledFor(logging.DEBUG):
+                        logger.debug(
+                            "x402: proving %s %s on %s (%s) to %s for %s",
+                            format_amount(intent.amount),
+                            intent.currency,
+                            intent.network,
+                            intent.rail,
+                            intent.pay_to,
+                            intent.resource,
+                        )
+                    result = await self._deliver(guard, request, body, send, intent, paid, record)
+            finally:
+                if NOTE.get() is note:
+                    NOTE.reset(token)
             if isinstance(result, httpx.Response):
                 outcome = "paid"
                 record.delivered = True
@@ -732,6 +785,7 @@ class Payer:
                 used = classify_reason(result.reason) is VerifierReason.USED
                 outcome = "paid" if moves_first and used else "unknown"
                 error = result.reason
+                dead_proof = result.reason
             return result
         except X402Error as exc:
             outcome, error = self._classify(exc, proof, moves_first, record)
@@ -751,8 +805,21 @@ class Payer:
             if resuming and outcome == "failed":
                 outcome = "unknown"
             record.finish(outcome, error=error)
-            if outcome == "failed" and held:
-                with anyio.CancelScope(shield=True):
+            with anyio.CancelScope(shield=True):
+                if journal is not None and journal_id is not None:
+                    await journal.finish_payment(
+                        journal_id,
+                        "unknown" if outcome == "pending" else outcome,
+                        delivered=record.delivered,
+                        error=error,
+                        tx_hash=record.tx_hash,
+                    )
+                    if dead_proof is not None:
+                        # "already used" / "expired": this proof will never be served.
+                        await journal.mark_unrecoverable(
+                            journal_id, f"the merchant said {dead_proof!r}; paid again fresh"
+                        )
+                if outcome == "failed" and held:
                     await self.state.budgets.release(held)
 
     @staticmethod

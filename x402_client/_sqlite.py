@@ -587,6 +587,7 @@ class SqliteStore:
         request_headers: Iterable[tuple[str, str]],
         reservations: Iterable[tuple[str, str]],
         id: str | None = None,
+        payment_request_code: str | None = None,
     ) -> str:
         """Journal a payment about to be made (`pending`); returns its journal id.
 
@@ -617,6 +618,7 @@ class SqliteStore:
             "request_body_size": None if request_body is None else len(request_body),
             "request_body_omitted": int(omitted),
             "reservations": _json.dumps([list(r) for r in reservations]).decode(),
+            "payment_request_code": payment_request_code,
             "outcome": "pending",
             "delivered": 0,
         }
@@ -668,7 +670,13 @@ class SqliteStore:
         await self._write(work)
 
     async def finish_payment(
-        self, id: str, outcome: Finished, *, delivered: bool, error: str | None = None
+        self,
+        id: str,
+        outcome: Finished,
+        *,
+        delivered: bool,
+        error: str | None = None,
+        tx_hash: str | None = None,
     ) -> None:
         """Record how the payment ended: `paid` (money moved), `failed` (it did not) or
         `unknown` (it may have)."""
@@ -680,9 +688,9 @@ class SqliteStore:
             self._update(
                 conn,
                 id,
-                "UPDATE payments SET updated_at = ?, outcome = ?, delivered = ?, error = ? "
-                "WHERE id = ?",
-                (now, outcome, int(delivered), error, id),
+                "UPDATE payments SET updated_at = ?, outcome = ?, delivered = ?, error = ?, "
+                "tx_hash = COALESCE(?, tx_hash) WHERE id = ?",
+                (now, outcome, int(delivered), error, tx_hash, id),
             )
             detail = error or ("delivered" if delivered else "not delivered")
             self._step(conn, id, now, outcome, detail)

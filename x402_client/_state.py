@@ -14,6 +14,7 @@ thread locks, and `KeyedLocks` is a lock that any event loop can wait on.
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import AsyncIterator, Hashable
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING
@@ -25,6 +26,7 @@ from ._ledger import PaymentLedger
 
 if TYPE_CHECKING:
     from ._options import PaymentOptions
+    from ._sqlite import SqliteStore
 
 __all__ = ["KeyedLocks", "PaymentState", "state_of"]
 
@@ -58,15 +60,33 @@ class KeyedLocks:
 
 
 class PaymentState:
-    """The budgets, ledger and locks of one `PaymentOptions` object."""
+    """The budgets, ledger, journal and locks of one `PaymentOptions` object.
+
+    With `options.state_path`, a `SqliteStore` on that file is the payment journal and,
+    unless `budget_store` names another store, the budget store: budgets then hold across
+    restarts and across the processes of the machine. It is closed when the options object
+    is garbage-collected, or with `close()`.
+    """
 
     def __init__(self, options: PaymentOptions) -> None:
         self.owner = id(options)
         self.ledger: PaymentLedger = (
             options.ledger if options.ledger is not None else PaymentLedger()
         )
-        self.budgets = Budgets(options.budgets, options.budget_store)
+        self.journal: SqliteStore | None = None
+        if options.state_path is not None:
+            from ._sqlite import SqliteStore
+
+            self.journal = SqliteStore(options.state_path)
+            weakref.finalize(options, self.journal.close)
+        store = options.budget_store if options.budget_store is not None else self.journal
+        self.budgets = Budgets(options.budgets, store)
         self.locks = KeyedLocks()
+
+    def close(self) -> None:
+        """Close the state file, if any: the options can no longer pay after this."""
+        if self.journal is not None:
+            self.journal.close()
 
     def __repr__(self) -> str:
         return f"PaymentState({self.ledger!r}, budgets={len(self.budgets.budgets)})"

@@ -15,8 +15,9 @@ To add a rail, implement `Rail` and list it in `_payer.Payer._build_rails`.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
+from contextvars import ContextVar
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -29,7 +30,18 @@ if TYPE_CHECKING:
     from .._progress import PaymentProgress
     from .._state import KeyedLocks
 
-__all__ = ["Paid", "Rail", "RailContext", "RequestSettings"]
+__all__ = ["NOTE", "Paid", "Rail", "RailContext", "RequestSettings", "note"]
+
+#: Set by the payer around `rail.pay`: where a rail reports a fact the moment it exists.
+NOTE: ContextVar[Callable[..., Awaitable[None]] | None] = ContextVar("x402_note", default=None)
+
+
+async def note(**facts: str) -> None:
+    """Record a fact of the payment in progress (`transaction_code="QP..."`) in the ledger
+    and the journal, now: a process that dies a moment later must not lose it."""
+    callback = NOTE.get()
+    if callback is not None:
+        await callback(**facts)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,6 +58,8 @@ class RequestSettings:
     resume_transaction_code: str | None = None
     #: An X-PAYMENT value paid earlier: re-send it instead of paying (always safe).
     proof: str | None = None
+    #: Recovery: the journal entry this request finishes (resume / re-send).
+    journal_id: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)

@@ -52,7 +52,7 @@ from .._progress import PaymentProgress, Stage
 from .._proof import encode_proof
 from .._provider import FAILED_STATUSES, TransactionRecord
 from .._types import PaymentIntent
-from . import Paid, RailContext, RequestSettings
+from . import Paid, RailContext, RequestSettings, note
 
 __all__ = [
     "BRIDGE_ASSET",
@@ -325,6 +325,8 @@ class BridgeRail:
                     message=entry.description or intent.resource,
                     intent=intent,
                 )
+                # The EURO left the account: the code goes to the journal before the wait.
+                await note(transaction_code=code)
             logger.info(
                 "x402: bridge payment %s of %s EUR to %s made",
                 code,

@@ -1,0 +1,88 @@
+"""The durable journal in the payment flow, and recovery from it (in one process; the
+crash matrix in `test_crash_matrix.py` kills real payer processes)."""
+
+from __future__ import annotations
+
+from decimal import Decimal
+
+import httpx
+import pytest
+
+from tests.conftest import payments
+from tests.merchants import Reply, ScriptedMerchant, Seen
+from x402_client import (
+    Budget,
+    BudgetExceeded,
+    PaymentOutcomeUnknown,
+    recover_payments,
+    unfinished_payments,
+    with_eur_payment,
+)
+from x402_client._state import state_of
+
+pytestmark = pytest.mark.anyio
+
+
+async def test_a_paid_request_is_journaled_with_its_codes(sandbox, payer, options_for, tmp_path):
+    options = options_for(payer, state_path=tmp_path / "state.sqlite3")
+    async with with_eur_payment(httpx.AsyncClient(), options) as client:
+        response = await client.get(sandbox.url("/weather"))
+    receipt = response.extensions["x402_payment"]
+    journal = state_of(options).journal
+    assert journal is not None
+    (record,) = await journal.payments()
+    assert (record.outcome, record.delivered) == ("paid", True)
+    assert record.payment_request_code == receipt.payment_request_code
+    assert record.proof == receipt.proof and record.amount == Decimal("0.10")
+    assert [s.step for s in record.steps][:2] == ["intent", "proof"]
+    assert await unfinished_payments(options) == []
+    assert payer.api_key not in str(record.to_json())
+    state_of(options).close()
+
+
+async def test_budgets_hold_across_restarts(sandbox, payer, options_for, tmp_path):
+    path = tmp_path / "state.sqlite3"
+    first = options_for(payer, state_path=path, budgets=[Budget("0.10", window=86400)])
+    async with with_eur_payment(httpx.AsyncClient(), first) as client:
+        assert (await client.get(sandbox.url("/weather"))).status_code == 200
+    state_of(first).close()
+    # a new process would build new options on the same file
+    second = options_for(payer, state_path=path, budgets=[Budget("0.10", window=86400)])
+    async with with_eur_payment(httpx.AsyncClient(), second) as client:
+        with pytest.raises(BudgetExceeded):
+            await client.get(sandbox.url("/weather"))
+    state_of(second).close()
+    assert len(payments(sandbox, payer)) == 1
+
+
+async def test_an_undelivered_payment_is_recovered_without_paying_again(
+    sandbox, payer, options_for, serve, tmp_path
+):
+    def script(m: ScriptedMerchant, seen: Seen) -> Reply:
+        if seen.proof is None:
+            return m.challenge(m.entry())
+        if m.state.get("down", True):
+            return Reply(503, {"error": "try later"})
+        valid, reason = m.verify(seen.proof)
+        return Reply(200, {"served": True}) if valid else m.challenge(error=reason)
+
+    merchant = ScriptedMerchant(sandbox.bank, sandbox.merchant.code, script)
+    url = await serve(merchant)
+    path = tmp_path / "state.sqlite3"
+    options = options_for(payer, state_path=path, merchant_error_retries=0)
+    async with with_eur_payment(httpx.AsyncClient(), options) as client:
+        with pytest.raises(PaymentOutcomeUnknown):
+            await client.get(url + "/paid", headers={"X-Trace": "t-1"})
+    state_of(options).close()
+
+    merchant.state["down"] = False
+    restarted = options_for(payer, state_path=path)
+    (record,) = await unfinished_payments(restarted)
+    assert record.payment_request_code and record.proof
+    async with with_eur_payment(httpx.AsyncClient(), restarted) as client:
+        (recovery,) = await recover_payments(client)
+    assert recovery.status == "delivered" and recovery.response.json() == {"served": True}
+    assert merchant.requests[-1].headers["x-trace"] == "t-1"
+    assert await unfinished_payments(restarted) == []
+    assert len(payments(sandbox, payer)) == 1
+    state_of(restarted).close()
