@@ -138,9 +138,9 @@ def test_bad_options_are_configuration_errors_without_values(bad: dict) -> None:
     assert "not hex" not in str(caught.value)
 
 
-def test_with_eur_payment_needs_an_async_client() -> None:
-    with pytest.raises(ConfigurationError, match="AsyncClient"):
-        with_eur_payment(httpx.Client(), {})  # type: ignore[arg-type]
+def test_with_eur_payment_needs_an_httpx_client() -> None:
+    with pytest.raises(ConfigurationError, match=r"httpx.AsyncClient or an httpx.Client"):
+        with_eur_payment(object(), {})  # type: ignore[call-overload]
 
 
 def test_per_request_settings_are_validated() -> None:

@@ -24,9 +24,11 @@ How stores keep what they must, and no more:
 from __future__ import annotations
 
 import dataclasses
+import importlib
 import secrets
 import threading
 import time
+import weakref
 from collections.abc import Callable, Sequence
 from datetime import timedelta
 from decimal import Decimal
@@ -266,22 +268,43 @@ class RedisBudgetStore:
         self, redis: Any, *, prefix: str = "x402:budget:", clock: Callable[[], float] = time.time
     ) -> None:
         try:
-            import redis.asyncio as aioredis
+            importlib.import_module("redis.asyncio")  # not `import redis`: the argument's name
         except ImportError as exc:  # pragma: no cover - depends on the environment
             raise ConfigurationError(
                 "RedisBudgetStore needs the redis extra: pip install 'x402-eur[redis]'"
             ) from exc
-        self._redis = aioredis.from_url(redis) if isinstance(redis, str) else redis
-        self._owned = isinstance(redis, str)
+        self._given = None if isinstance(redis, str) else redis
+        self._url = redis if isinstance(redis, str) else None
         self._prefix = prefix
         self._clock = clock
-        self._reserve_total = self._redis.register_script(_RESERVE_TOTAL_LUA)
-        self._release_total = self._redis.register_script(_RELEASE_TOTAL_LUA)
-        self._reserve_window = self._redis.register_script(_RESERVE_WINDOW_LUA)
-        self._spent = self._redis.register_script(_SPENT_LUA)
+        # A redis.asyncio client belongs to one event loop; a store shared by an async client
+        # and a sync one (which runs its own loop) keeps one connection per loop.
+        self._lock = threading.Lock()
+        self._conns: weakref.WeakKeyDictionary[Any, _RedisConn] = weakref.WeakKeyDictionary()
 
     def __repr__(self) -> str:
         return f"RedisBudgetStore(prefix={self._prefix!r})"
+
+    def _conn(self) -> _RedisConn:
+        import asyncio
+
+        import redis.asyncio as aioredis
+
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            conn = self._conns.get(loop)
+            if conn is None:
+                client: Any
+                if self._url is not None:
+                    client, owned = aioredis.from_url(self._url), True
+                elif not any(c.owned is False for c in self._conns.values()):
+                    client, owned = self._given, False  # the caller's client, on its first loop
+                else:
+                    given: Any = self._given
+                    pool = aioredis.ConnectionPool(**given.connection_pool.connection_kwargs)
+                    client, owned = aioredis.Redis(connection_pool=pool), True
+                conn = self._conns[loop] = _RedisConn(client, owned)
+            return conn
 
     def _keys(self, key: str) -> list[str]:
         """The total, the reservation times (zset) and amounts (hash) of `key`."""
@@ -289,36 +312,60 @@ class RedisBudgetStore:
         return [f"{base}:total", f"{base}:at", f"{base}:amount"]
 
     async def reserve(self, key: str, amount: int, limit: int, window: float | None) -> str | None:
+        conn = self._conn()
         keys = self._keys(key)
         if window is None:
-            ok = await self._reserve_total(keys=keys, args=[str(amount), str(limit)])
+            ok = await conn.reserve_total(keys=keys, args=[str(amount), str(limit)])
             return total_reservation_id(amount) if int(ok) else None
         rid = window_reservation_id()
-        ok = await self._reserve_window(
+        ok = await conn.reserve_window(
             keys=keys[1:], args=[repr(self._clock()), repr(window), amount, limit, rid]
         )
         return rid if int(ok) else None
 
     async def release(self, key: str, reservation: str) -> None:
+        conn = self._conn()
         total, at, amount = self._keys(key)
         atomic = total_reservation_amount(reservation)
         if atomic is not None:
-            await self._release_total(keys=[total], args=[str(atomic)])
+            await conn.release_total(keys=[total], args=[str(atomic)])
             return
         # a windowed reservation (or one an earlier version kept per payment)
-        async with self._redis.pipeline(transaction=True) as pipe:
+        async with conn.client.pipeline(transaction=True) as pipe:
             pipe.zrem(at, reservation)
             pipe.hdel(amount, reservation)
             await pipe.execute()
 
     async def spent(self, key: str, window: float | None) -> int:
+        conn = self._conn()
         return int(
-            await self._spent(keys=self._keys(key), args=[repr(self._clock()), repr(window or 0)])
+            await conn.spent(keys=self._keys(key), args=[repr(self._clock()), repr(window or 0)])
         )
 
+    async def aclose_loop(self) -> None:
+        """Close this event loop's connection (a sync client calls it before its loop ends)."""
+        import asyncio
+
+        with self._lock:
+            conn = self._conns.pop(asyncio.get_running_loop(), None)
+        if conn is not None and conn.owned:
+            await conn.client.aclose()
+
     async def aclose(self) -> None:
-        if self._owned:
-            await self._redis.aclose()
+        """Close the connection of the running loop (the store's own; not one you gave)."""
+        await self.aclose_loop()
+
+
+class _RedisConn:
+    """One event loop's redis client and the store's scripts registered on it."""
+
+    def __init__(self, client: Any, owned: bool) -> None:
+        self.client = client
+        self.owned = owned
+        self.reserve_total = client.register_script(_RESERVE_TOTAL_LUA)
+        self.release_total = client.register_script(_RELEASE_TOTAL_LUA)
+        self.reserve_window = client.register_script(_RESERVE_WINDOW_LUA)
+        self.spent = client.register_script(_SPENT_LUA)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -13,17 +13,38 @@ hops share (`_payer.LogicalRequest`). See `docs/design.md`.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, NoReturn, overload
 
 import httpx
 
-from ._exceptions import ConfigurationError, PaymentOutcomeUnknown
+from ._exceptions import ConfigurationError, PaymentOutcomeUnknown, X402Error
 from ._ledger import PaymentLedger
 from ._options import PaymentOptions, coerce_options
 from ._payer import LogicalRequest, Payer
 from ._state import state_of
 
-__all__ = ["PaymentTransport", "payment_ledger", "with_eur_payment"]
+if TYPE_CHECKING:
+    from ._sync import SyncPaymentTransport
+
+__all__ = ["PaymentTransport", "later_hop_failed", "payment_ledger", "with_eur_payment"]
+
+_NOT_FOR_SYNC = (
+    "PaymentTransport is for httpx.AsyncClient; for an httpx.Client use "
+    "SyncPaymentTransport (or with_eur_payment(httpx.Client(...)))"
+)
+
+
+def later_hop_failed(
+    guard: LogicalRequest, request: httpx.Request, exc: httpx.TransportError
+) -> X402Error:
+    """The error for a hop after the paid one that failed in transit (a redirect the paid
+    answer asked for): the money moved, so a "money moved" error with the receipts."""
+    return guard.truthful(
+        PaymentOutcomeUnknown(
+            f"a later hop of this request failed in transit ({type(exc).__name__})",
+            request=request,
+        )
+    )
 
 
 class PaymentTransport(httpx.AsyncBaseTransport):
@@ -78,13 +99,7 @@ class PaymentTransport(httpx.AsyncBaseTransport):
         except httpx.TransportError as exc:
             if not guard.receipts:
                 raise
-            # A hop after the paid one failed (a redirect the paid answer asked for).
-            error = guard.truthful(
-                PaymentOutcomeUnknown(
-                    f"a later hop of this request failed in transit ({type(exc).__name__})",
-                    request=request,
-                )
-            )
+            error = later_hop_failed(guard, request, exc)
             await self._payer._notify("on_payment_error", error)
             raise error from exc
         if response.status_code != 402:
@@ -99,16 +114,47 @@ class PaymentTransport(httpx.AsyncBaseTransport):
             await payer.aclose()
         self._retired.clear()
 
+    # An httpx.Client calls these: say what to use instead.
 
+    def handle_request(self, request: httpx.Request) -> NoReturn:
+        raise ConfigurationError(_NOT_FOR_SYNC)
+
+    def __enter__(self) -> NoReturn:
+        raise ConfigurationError(_NOT_FOR_SYNC)
+
+    def close(self) -> NoReturn:
+        raise ConfigurationError(_NOT_FOR_SYNC)
+
+
+@overload
 def with_eur_payment(
     client: httpx.AsyncClient,
     options: PaymentOptions | Mapping[str, Any] | None = None,
-) -> httpx.AsyncClient:
+) -> httpx.AsyncClient: ...
+
+
+@overload
+def with_eur_payment(
+    client: httpx.Client,
+    options: PaymentOptions | Mapping[str, Any] | None = None,
+) -> httpx.Client: ...
+
+
+def with_eur_payment(
+    client: httpx.AsyncClient | httpx.Client,
+    options: PaymentOptions | Mapping[str, Any] | None = None,
+) -> httpx.AsyncClient | httpx.Client:
     """Install x402 payment handling on `client` and return that same client.
+
+    `client` is an `httpx.AsyncClient` or an `httpx.Client`; both pay the same way. A sync
+    client answers 402s on a private event loop (one thread, started on the first 402,
+    stopped by `client.close()`); everything else stays in the caller's thread
+    (`docs/sync.md`).
 
     `options` is a `PaymentOptions` or a mapping with the same keys (snake_case or the
     spec's camelCase); None reads `PaymentOptions.from_env()`. The client's transport and
-    each of its mounts are wrapped by one `PaymentTransport` sharing one payer.
+    each of its mounts are wrapped by one `PaymentTransport` (`SyncPaymentTransport`
+    for an `httpx.Client`) sharing one payer.
 
     Calling it again on the same client does not wrap twice: it replaces the options of
     the installed transports (in-flight requests finish with the old ones).
@@ -125,12 +171,17 @@ def with_eur_payment(
     receipt = response.extensions.get("x402_payment")
     ```
     """
-    if not isinstance(client, httpx.AsyncClient):
+    if not isinstance(client, (httpx.AsyncClient, httpx.Client)):
         raise ConfigurationError(
-            f"with_eur_payment needs an httpx.AsyncClient, not {type(client).__name__}"
+            "with_eur_payment needs an httpx.AsyncClient or an httpx.Client, not "
+            f"{type(client).__name__}"
         )
     resolved = PaymentOptions.from_env() if options is None else coerce_options(options)
     payer = Payer(resolved)
+    if isinstance(client, httpx.Client):
+        from ._sync import install as install_sync  # loaded by sync users only
+
+        return install_sync(client, payer)
     try:
         transport: httpx.AsyncBaseTransport = client._transport
         mounts: dict[Any, httpx.AsyncBaseTransport | None] = client._mounts
@@ -154,10 +205,14 @@ def with_eur_payment(
 
 
 def payment_ledger(
-    client: httpx.AsyncClient | PaymentTransport | PaymentOptions,
+    client: httpx.AsyncClient
+    | httpx.Client
+    | PaymentTransport
+    | SyncPaymentTransport
+    | PaymentOptions,
 ) -> PaymentLedger:
-    """The ledger of every payment made with the options of `client` (or of a
-    `PaymentTransport`, or of a `PaymentOptions` object itself).
+    """The ledger of every payment made with the options of `client` (an async or sync
+    client, a `PaymentTransport` or `SyncPaymentTransport`, or a `PaymentOptions` object).
 
     ```python
     for entry in payment_ledger(client).entries(outcome="unknown"):
@@ -167,8 +222,15 @@ def payment_ledger(
     if isinstance(client, PaymentOptions):
         return state_of(client).ledger
     transport = (
-        client if isinstance(client, PaymentTransport) else getattr(client, "_transport", None)
+        client
+        if isinstance(client, (httpx.AsyncBaseTransport, httpx.BaseTransport))
+        else getattr(client, "_transport", None)
     )
-    if not isinstance(transport, PaymentTransport):
-        raise ConfigurationError("this client has no payment handling: call with_eur_payment first")
-    return transport.payer.state.ledger
+    if isinstance(transport, PaymentTransport):
+        return transport.payer.state.ledger
+    if isinstance(client, (httpx.Client, httpx.BaseTransport)):
+        from ._sync import SyncPaymentTransport
+
+        if isinstance(transport, SyncPaymentTransport):
+            return transport.payer.state.ledger
+    raise ConfigurationError("this client has no payment handling: call with_eur_payment first")

@@ -1,0 +1,597 @@
+"""Payment for `httpx.Client`: the same payments, limits, errors and receipts as the async
+client, over real sockets against the sandbox (which runs in threads of its own).
+
+The sync client answers 402s on a private event loop (one thread per installed client);
+every test closes its clients, and `_no_loop_threads_left` checks after each test that no
+payment thread outlived its client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import threading
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from decimal import Decimal
+from typing import Any
+from urllib.parse import quote
+
+import httpx
+import pytest
+
+from tests.conftest import payments, scripted_402
+from tests.merchants import Reply, ScriptedMerchant, Seen
+from tests.test_faults import MATRIX, _ids
+from x402_client import (
+    Budget,
+    BudgetExceeded,
+    ConfigurationError,
+    PaymentFailed,
+    PaymentNotConfirmed,
+    PaymentOptions,
+    PaymentOutcomeUnknown,
+    PaymentReceipt,
+    PaymentRejectedByHook,
+    PaymentTransport,
+    PaymentVerificationFailed,
+    SyncPaymentTransport,
+    UnreplayableRequest,
+    X402Error,
+    budget_status_sync,
+    payment_ledger,
+    quote_payment_sync,
+    with_eur_payment,
+)
+from x402_client.sandbox import Account, Fault, Price, Sandbox, ServedApp
+from x402_client.sandbox._chain_a import EURQ_ASSET_ID
+
+
+def _payment_threads() -> list[str]:
+    return [t.name for t in threading.enumerate() if t.name.startswith("x402-sync")]
+
+
+@pytest.fixture(autouse=True)
+def _no_loop_threads_left() -> Iterator[None]:
+    yield
+    # A worker finishing the last chunk may take a moment to exit after the join.
+    deadline = time.monotonic() + 2
+    while _payment_threads() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert _payment_threads() == [], "a sync client's payment thread outlived its client"
+
+
+@contextlib.contextmanager
+def served(app: Any) -> Iterator[str]:
+    """Serve an ASGI app on a free port from a thread of its own (sync tests block theirs)."""
+    ready = threading.Event()
+    control: dict[str, Any] = {}
+
+    async def main() -> None:
+        server = await ServedApp(app, "sync-test-app").start()
+        control.update(loop=asyncio.get_running_loop(), stop=asyncio.Event(), url=server.url)
+        ready.set()
+        try:
+            await control["stop"].wait()
+        finally:
+            await server.stop()
+
+    thread = threading.Thread(target=asyncio.run, args=(main(),), daemon=True)
+    thread.start()
+    assert ready.wait(30), "the test app did not start"
+    try:
+        yield control["url"]
+    finally:
+        control["loop"].call_soon_threadsafe(control["stop"].set)
+        thread.join(30)
+
+
+def _client(options: PaymentOptions | dict[str, Any], **kwargs: Any) -> httpx.Client:
+    return with_eur_payment(httpx.Client(**kwargs), options)
+
+
+# --- each rail ---------------------------------------------------------------------------------
+
+RAIL_PRICES = {
+    "/weather": Price(Decimal("0.10"), "euro only", rails=("euro",)),
+    "/report": Price(Decimal("0.10"), "EVM permit on polygon only", rails=("eip155:137",)),
+    "/echo": Price(Decimal("0.10"), "bridged EURQ only", rails=("ledgera",)),
+}
+
+
+@pytest.fixture(scope="module")
+def rails() -> Iterator[Sandbox]:
+    with Sandbox.run_in_thread(
+        evm=True, chain_a=True, bridge_delay=0.2, prices=RAIL_PRICES
+    ) as running:
+        yield running
+
+
+def _rail_options(sandbox: Sandbox, account: Account) -> PaymentOptions:
+    return sandbox.payment_options(
+        api_key=account.api_key,
+        from_account=account.code,
+        bridge_poll_interval=0.05,
+        bridge_poll_max_interval=0.1,
+    )
+
+
+def test_sync_client_pays_a_euro_entry(rails: Sandbox) -> None:
+    account = rails.bank.open_account("10.00")
+    merchant_before = rails.balance(rails.merchant)
+    with _client(_rail_options(rails, account)) as client:
+        response = client.get(rails.url("/weather"))
+    assert response.status_code == 200 and response.json()["city"] == "Amsterdam"
+    assert rails.balance(account) == Decimal("9.90")
+    assert rails.balance(rails.merchant) - merchant_before == Decimal("0.10")
+    receipt = response.extensions["x402_payment"]
+    assert isinstance(receipt, PaymentReceipt)
+    assert (receipt.rail, receipt.amount, receipt.currency) == ("euro", Decimal("0.10"), "EUR")
+    assert (receipt.payment_request_code or "").startswith("pr_")
+    (made,) = payments(rails, account)
+    assert made.code == receipt.transaction_code
+
+
+def test_sync_client_pays_an_evm_permit_entry(rails: Sandbox) -> None:
+    evm = rails.evm
+
+    def balances() -> tuple[int, int]:
+        async def read() -> tuple[int, int]:
+            return (
+                await evm.token_balance(137, "EURQ", evm.payer_address),
+                await evm.token_balance(137, "EURQ", evm.merchant_address),
+            )
+
+        return asyncio.run(read())
+
+    payer_before, merchant_before = balances()
+    with _client(PaymentOptions(evm=evm.evm_options())) as client:
+        response = client.get(rails.url("/report"))
+    assert response.status_code == 200
+    payer_after, merchant_after = balances()
+    assert payer_before - payer_after == 100_000
+    assert merchant_after - merchant_before == 100_000
+    receipt = response.extensions["x402_payment"]
+    assert (receipt.rail, receipt.network) == ("evm-permit", "eip155:137")
+    assert receipt.payer == evm.payer_address
+    assert receipt.tx_hash is not None and receipt.tx_hash.startswith("0x")
+
+
+def test_sync_client_pays_a_bridge_entry(rails: Sandbox) -> None:
+    chain = rails.chain_a
+    account = rails.bank.open_account("10.00")
+    merchant_before = chain.asset_balance(chain.merchant_address, EURQ_ASSET_ID)
+    with _client(_rail_options(rails, account)) as client:
+        response = client.post(rails.url("/echo"), content=b"bridged")
+    assert response.status_code == 200 and response.content == b"bridged"
+    assert rails.balance(account) == Decimal("9.90")
+    assert chain.asset_balance(chain.merchant_address, EURQ_ASSET_ID) - merchant_before == 100_000
+    receipt = response.extensions["x402_payment"]
+    assert (receipt.rail, receipt.network) == ("bridge", "ledgera:mainnet")
+    (made,) = payments(rails, account)
+    assert receipt.transaction_code == made.code
+    assert receipt.blockchain_tx_id == made.blockchain_tx_id
+
+
+# --- the euro rail under every fault (the table of tests/test_faults.py) -----------------------
+
+
+@pytest.mark.parametrize("case", MATRIX, ids=[_ids(c) for c in MATRIX])
+def test_euro_rail_under_fault(case: tuple[str, Fault, type[X402Error] | None]) -> None:
+    endpoint, armed, expected = case
+    # `Faults` counts a fault down as it strikes: arm a copy, keep the table intact.
+    fault = dataclasses.replace(armed)
+    with Sandbox.run_in_thread() as sandbox:
+        sandbox.faults.arm(endpoint, fault)
+        options = sandbox.payment_options(
+            payment_api_timeout=0.5, confirmation_attempts=3, confirmation_wait=0.01
+        )
+        with _client(options, timeout=5) as client:
+            error: X402Error | None = None
+            response: httpx.Response | None = None
+            try:
+                response = client.get(sandbox.url("/weather"))
+            except X402Error as exc:
+                error = exc
+            ledger = payment_ledger(client).entries()
+
+            if expected is None:
+                assert error is None, error
+                assert response is not None
+                assert response.status_code == (500 if endpoint == "x402_pay" else 200)
+            else:
+                assert isinstance(error, expected), error
+
+            moved = [t for t in payments(sandbox, sandbox.payer) if t.status != "Cancelled"]
+            assert len(moved) <= 1, "money moved twice for one intent"
+            by_code = {e.payment_request_code: e for e in ledger}
+            for transaction in moved:
+                entry = by_code.get(transaction.payment_request_code)
+                assert entry is not None and entry.outcome in ("paid", "unknown"), ledger
+            for entry in ledger:
+                if entry.outcome == "failed":
+                    assert entry.payment_request_code not in {t.payment_request_code for t in moved}
+            assert sandbox.balance(sandbox.payer) == Decimal("100.00") - Decimal("0.10") * len(
+                moved
+            )
+
+            if isinstance(error, PaymentOutcomeUnknown):
+                assert error.proof, "an unknown outcome must carry the proof to re-send"
+                assert error.payment_request_code and error.payment_request_code.startswith("pr_")
+                sandbox.faults.clear()
+                try:
+                    again = client.get(
+                        sandbox.url("/weather"), extensions={"x402": {"proof": error.proof}}
+                    )
+                except PaymentNotConfirmed:
+                    assert not moved  # re-sending revealed that the payment never happened
+                except PaymentVerificationFailed as exc:
+                    # the merchant consumed the proof before the fault: served once, lost
+                    assert "already used" in exc.reason.lower()
+                    assert armed.when == "after" or armed.times > 1
+                else:
+                    assert again.status_code == 200
+                    if moved:
+                        assert payment_ledger(client).entries()[0].outcome == "paid"
+                after = [t for t in payments(sandbox, sandbox.payer) if t.status != "Cancelled"]
+                assert len(after) == len(moved), "re-sending the proof paid again"
+
+
+def test_payment_api_refusal_before_money_moves_is_failed_not_unknown() -> None:
+    with Sandbox.run_in_thread() as sandbox:
+        sandbox.faults.arm("payment", Fault("status", "before", status=409))
+        with _client(sandbox.payment_options()) as client:
+            with pytest.raises(PaymentFailed):
+                client.get(sandbox.url("/weather"))
+            (entry,) = payment_ledger(client).entries()
+        assert entry.outcome == "failed"
+        assert payments(sandbox, sandbox.payer) == []
+
+
+def test_unreachable_payment_api_is_failed(sandbox: Sandbox) -> None:
+    options = sandbox.payment_options(api_url="http://127.0.0.1:9")  # nothing listens
+    with _client(options) as client:
+        with pytest.raises(PaymentFailed, match="unreachable"):
+            client.get(sandbox.url("/weather"))
+        assert payment_ledger(client).entries()[0].outcome == "failed"
+
+
+def test_merchant_that_keeps_answering_402_cannot_make_the_client_loop_or_repay() -> None:
+    with Sandbox.run_in_thread() as sandbox:
+        calls = {"n": 0}
+        real_verify = sandbox.bank.verify_payment_request
+
+        def lying_verify(code: str, merchant: str) -> Any:
+            calls["n"] += 1
+            real_verify(code, merchant)  # consumes it
+            return False, "Payment request already used", None
+
+        sandbox.bank.verify_payment_request = lying_verify  # type: ignore[method-assign]
+        with (
+            _client(sandbox.payment_options()) as client,
+            pytest.raises(PaymentVerificationFailed, match="already used"),
+        ):
+            client.get(sandbox.url("/weather"))
+        assert len(payments(sandbox, sandbox.payer)) == 2
+        assert calls["n"] == 2
+
+
+# --- state belongs to the options: one budget for sync and async clients -----------------------
+
+
+def test_a_sync_and_an_async_client_of_one_options_respect_one_budget_exactly(
+    sandbox: Sandbox, payer: Account, options_for: Callable[..., PaymentOptions]
+) -> None:
+    options = options_for(payer, budgets=[Budget("0.50")])  # five payments of 0.10
+    per_side = 12
+    start = threading.Barrier(2)
+    outcomes: dict[str, list[object]] = {"sync": [], "async": []}
+
+    def sync_side() -> None:
+        with _client(options) as client:
+
+            def fetch(_: int) -> object:
+                try:
+                    return client.get(sandbox.url("/weather")).status_code
+                except BudgetExceeded as exc:
+                    return exc
+
+            start.wait()
+            with ThreadPoolExecutor(per_side) as pool:
+                outcomes["sync"] = list(pool.map(fetch, range(per_side)))
+
+    def async_side() -> None:
+        async def main() -> None:
+            async with with_eur_payment(httpx.AsyncClient(), options) as client:
+
+                async def fetch() -> object:
+                    try:
+                        return (await client.get(sandbox.url("/weather"))).status_code
+                    except BudgetExceeded as exc:
+                        return exc
+
+                start.wait()
+                outcomes["async"] = list(await asyncio.gather(*(fetch() for _ in range(per_side))))
+
+        asyncio.run(main())
+
+    threads = [threading.Thread(target=sync_side), threading.Thread(target=async_side)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    results = outcomes["sync"] + outcomes["async"]
+    assert len(results) == 2 * per_side
+    assert results.count(200) == 5
+    assert all(isinstance(r, BudgetExceeded) for r in results if r != 200), results
+    assert len(payments(sandbox, payer)) == 5
+    assert sandbox.balance(payer) == Decimal("9.50")
+    assert [e.outcome for e in payment_ledger(options).entries()].count("paid") == 5
+    (status,) = budget_status_sync(options)
+    assert (status.spent, status.remaining) == (Decimal("0.50"), Decimal("0"))
+
+
+def test_concurrent_threads_on_one_sync_client_each_pay_once(
+    sandbox: Sandbox, payer: Account, options_for: Callable[..., PaymentOptions]
+) -> None:
+    with _client(options_for(payer)) as client, ThreadPoolExecutor(10) as pool:
+        responses = list(pool.map(lambda _: client.get(sandbox.url("/weather")), range(20)))
+        assert len({id(r.extensions["x402_payment"]) for r in responses}) == 20
+    assert [r.status_code for r in responses] == [200] * 20
+    assert len(payments(sandbox, payer)) == 20
+    assert sandbox.balance(payer) == Decimal("8.00")
+
+
+# --- redirects and 402s that are not ours ----------------------------------------------------
+
+
+def test_a_redirect_to_a_paid_resource_is_paid_once(
+    sandbox: Sandbox, payer: Account, options_for: Callable[..., PaymentOptions]
+) -> None:
+    start = sandbox.url("/redirect?to=" + quote(sandbox.url("/weather"), safe=""))
+    with _client(options_for(payer), follow_redirects=True) as client:
+        response = client.get(start)
+    assert response.status_code == 200 and response.json()["city"] == "Amsterdam"
+    assert [r.status_code for r in response.history] == [302]
+    assert response.extensions["x402_payment"].amount == Decimal("0.10")
+    assert len(payments(sandbox, payer)) == 1
+
+
+def test_a_paid_answer_that_redirects_back_to_its_402_is_paid_once(
+    sandbox: Sandbox, payer: Account, options_for: Callable[..., PaymentOptions]
+) -> None:
+    def script(m: ScriptedMerchant, seen: Seen) -> Reply:
+        if seen.proof is None:
+            return m.challenge(m.entry())
+        m.verify(seen.proof)
+        return Reply(302, b"", {"location": "/paid"})
+
+    merchant = ScriptedMerchant(sandbox.bank, sandbox.merchant.code, script)
+    with (
+        served(merchant) as url,
+        _client(options_for(payer), follow_redirects=True) as client,
+        pytest.raises(PaymentVerificationFailed) as caught,
+    ):
+        client.get(url + "/paid")
+    assert len(payments(sandbox, payer)) == 1
+    assert [r.proof is not None for r in merchant.requests] == [False, True, False]
+    assert caught.value.money_moved is True and len(caught.value.receipts) == 1
+
+
+@pytest.mark.parametrize("size", [60, 200_000], ids=["small", "larger-than-any-challenge"])
+def test_a_402_that_is_not_x402_comes_back_untouched(
+    sandbox: Sandbox, payer: Account, options_for: Callable[..., PaymentOptions], size: int
+) -> None:
+    body = b'{"error": "card declined", "pad": "' + b"x" * size + b'"}'
+    with served(scripted_402(body)) as url, _client(options_for(payer)) as client:
+        response = client.get(url + "/card")
+        assert response.status_code == 402
+        assert response.content == body
+        assert response.json()["error"] == "card declined"
+        assert "x402_payment" not in response.extensions
+        assert payment_ledger(client).entries() == []
+    assert payments(sandbox, payer) == []
+
+
+def test_per_request_never_pay_hands_the_402_back_unread(
+    sandbox: Sandbox, payer: Account, options_for: Callable[..., PaymentOptions]
+) -> None:
+    never = {"x402": {"pay": False}}
+    with (
+        _client(options_for(payer)) as client,
+        client.stream("GET", sandbox.url("/weather"), extensions=never) as response,
+    ):
+        assert response.status_code == 402
+        assert not response.is_stream_consumed
+        assert response.read() and response.json()["accepts"][0]["scheme"] == "euro"
+    assert payments(sandbox, payer) == []
+
+
+# --- streams -------------------------------------------------------------------------------------
+
+
+def test_a_paid_response_can_be_streamed(
+    sandbox: Sandbox, payer: Account, options_for: Callable[..., PaymentOptions]
+) -> None:
+    size = 4 * 1024 * 1024
+    with _client(options_for(payer)) as client:
+        with client.stream("GET", sandbox.url(f"/download?size={size}")) as response:
+            assert response.extensions["x402_payment"].amount == Decimal("0.01")
+            assert len(response.read()) == size
+        with client.stream("GET", sandbox.url(f"/download?size={size}")) as response:
+            total = sum(len(chunk) for chunk in response.iter_raw())
+        assert total == size
+        # Stopping early closes the paid body (through the payment loop) without a warning.
+        with client.stream("GET", sandbox.url(f"/download?size={size}")) as response:
+            assert len(next(response.iter_raw())) > 0
+    assert len(payments(sandbox, payer)) == 3
+
+
+def test_a_free_stream_passes_through_unread_in_the_callers_thread(
+    sandbox: Sandbox, payer: Account, options_for: Callable[..., PaymentOptions]
+) -> None:
+    size = 8 * 1024 * 1024
+    with _client(options_for(payer)) as client:
+        with client.stream("GET", sandbox.url(f"/stream?size={size}")) as response:
+            assert response.status_code == 200 and not response.is_stream_consumed
+            assert sum(len(chunk) for chunk in response.iter_raw()) == size
+        # No 402 was seen: the payment loop never started.
+        assert _payment_threads() == []
+    assert payments(sandbox, payer) == []
+
+
+class _BreaksOff(httpx.SyncByteStream):
+    def __iter__(self) -> Iterator[bytes]:
+        yield b'{"partial": '
+        raise httpx.ReadError("connection reset by peer")
+
+
+def test_a_paid_body_that_breaks_off_raises_outcome_unknown_in_the_callers_thread(
+    sandbox: Sandbox, payer: Account, options_for: Callable[..., PaymentOptions]
+) -> None:
+    def script(m: ScriptedMerchant, seen: Seen) -> Reply:
+        if seen.proof is None:
+            return m.challenge(m.entry())
+        m.verify(seen.proof)
+        return Reply(200, {"paid": True})
+
+    merchant = ScriptedMerchant(sandbox.bank, sandbox.merchant.code, script)
+    served_by_mock = merchant.transport()
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        answer = served_by_mock.handle_request(request)
+        if answer.status_code == 200:
+            return httpx.Response(200, stream=_BreaksOff())
+        return answer
+
+    client = _client(options_for(payer), transport=httpx.MockTransport(handler))
+    with client, client.stream("GET", "http://merchant.test/paid") as response:
+        assert response.status_code == 200
+        with pytest.raises(PaymentOutcomeUnknown, match="broke off") as caught:
+            response.read()
+    assert caught.value.proof and caught.value.money_moved is None
+    assert isinstance(caught.value.__cause__, httpx.ReadError)
+    assert len(payments(sandbox, payer)) == 1
+
+
+def test_a_one_shot_body_is_refused_before_paying(
+    sandbox: Sandbox, payer: Account, options_for: Callable[..., PaymentOptions]
+) -> None:
+    def upload() -> Iterator[bytes]:
+        yield b"hello "
+        yield b"world"
+
+    with _client(options_for(payer)) as client:
+        with pytest.raises(UnreplayableRequest):
+            client.post(sandbox.url("/echo"), content=upload())
+        assert client.post(sandbox.url("/echo"), content=b"hello world").content == b"hello world"
+    assert len(payments(sandbox, payer)) == 1
+
+
+# --- quotes, budgets, ledger -----------------------------------------------------------------
+
+
+def test_quote_budget_status_and_ledger_of_a_sync_client(
+    sandbox: Sandbox, payer: Account, options_for: Callable[..., PaymentOptions]
+) -> None:
+    options = options_for(payer, budgets=[Budget("0.15")])
+    with _client(options) as client:
+        quote = quote_payment_sync(client, sandbox.url("/weather"))
+        assert quote.status_code == 402
+        (entry,) = quote.payable
+        assert (entry.amount, entry.currency, entry.first) == (Decimal("0.10"), "EUR", True)
+        assert quote_payment_sync(client, sandbox.url("/free")).free
+        client.get(sandbox.url("/weather"))
+        (status,) = budget_status_sync(client)
+        assert (status.spent, status.remaining) == (Decimal("0.10"), Decimal("0.05"))
+        after = quote_payment_sync(client, sandbox.url("/weather"))
+        assert after.payable == [] and after.entries[0].reason == "over_budget"
+        (paid,) = payment_ledger(client).entries()
+        assert paid.outcome == "paid" and paid.delivered
+        transport = client._transport
+        assert isinstance(transport, SyncPaymentTransport)
+        assert payment_ledger(transport) is payment_ledger(options)
+    assert len(payments(sandbox, payer)) == 1
+
+
+# --- wrong kinds, and the loop thread's life ----------------------------------------------------
+
+
+def test_an_async_transport_in_a_sync_client_says_what_to_use() -> None:
+    transport = PaymentTransport(httpx.AsyncHTTPTransport(), {})
+    client = httpx.Client(transport=transport)  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match=r"use SyncPaymentTransport \(or with_eur"):
+        client.get("http://127.0.0.1:9/")
+    with pytest.raises(ConfigurationError, match="SyncPaymentTransport"):
+        httpx.Client(transport=transport).__enter__()  # type: ignore[arg-type]
+
+
+def test_a_sync_transport_in_an_async_client_says_what_to_use() -> None:
+    async def main() -> None:
+        transport = SyncPaymentTransport(httpx.HTTPTransport(), {})
+        client = httpx.AsyncClient(transport=transport)  # type: ignore[arg-type]
+        with pytest.raises(ConfigurationError, match=r"use PaymentTransport \(or with_eur"):
+            await client.get("http://127.0.0.1:9/")
+        with pytest.raises(ConfigurationError, match="PaymentTransport"):
+            await httpx.AsyncClient(transport=transport).__aenter__()  # type: ignore[arg-type]
+        transport.close()
+        with pytest.raises(ConfigurationError, match=r"quote_payment_sync is for httpx\.Client"):
+            quote_payment_sync(client, "http://127.0.0.1:9/")  # type: ignore[arg-type]
+
+    asyncio.run(main())
+    with pytest.raises(ConfigurationError, match="sync transport"):
+        SyncPaymentTransport(httpx.AsyncHTTPTransport(), {})  # type: ignore[arg-type]
+
+
+def test_with_eur_payment_on_something_else_names_both_clients() -> None:
+    with pytest.raises(ConfigurationError, match=r"httpx\.AsyncClient or an httpx\.Client"):
+        with_eur_payment(object(), {})  # type: ignore[call-overload]
+    with httpx.Client() as plain, pytest.raises(ConfigurationError, match="with_eur_payment"):
+        payment_ledger(plain)
+
+
+def test_closing_the_client_stops_its_payment_loop(
+    sandbox: Sandbox, payer: Account, options_for: Callable[..., PaymentOptions]
+) -> None:
+    options = options_for(payer)
+    mounted = httpx.HTTPTransport()
+    client = _client(options, mounts={"http://127.0.0.1": mounted})
+    assert isinstance(client._transport, SyncPaymentTransport)
+    for transport in client._mounts.values():
+        assert isinstance(transport, SyncPaymentTransport) and transport.wrapped is mounted
+    assert client.get(sandbox.url("/free")).status_code == 200
+    assert _payment_threads() == []  # started lazily, on the first 402
+    assert client.get(sandbox.url("/weather")).status_code == 200
+    assert client.get(sandbox.url("/weather")).status_code == 200
+    assert _payment_threads().count("x402-sync-payer") == 1  # one loop for transport and mounts
+    assert with_eur_payment(client, options) is client  # re-installing does not wrap twice
+    assert client.get(sandbox.url("/weather")).status_code == 200
+    assert isinstance(client._mounts[next(iter(client._mounts))], SyncPaymentTransport)
+    assert not isinstance(next(iter(client._mounts.values())).wrapped, SyncPaymentTransport)  # type: ignore[union-attr]
+    client.close()
+    assert _payment_threads() == []
+    assert len(payments(sandbox, payer)) == 3
+
+    transport = SyncPaymentTransport(httpx.HTTPTransport(), options)
+    with httpx.Client(transport=transport) as built:
+        assert built.get(sandbox.url("/weather")).status_code == 200
+        assert "x402-sync-payer" in _payment_threads()
+    assert _payment_threads() == []
+
+
+def test_a_callback_that_pays_through_its_own_client_is_refused_not_deadlocked(
+    sandbox: Sandbox, payer: Account, options_for: Callable[..., PaymentOptions]
+) -> None:
+    holder: dict[str, httpx.Client] = {}
+
+    def hook(intent: Any) -> bool:
+        return holder["client"].get(sandbox.url("/weather")).status_code == 200
+
+    with _client(options_for(payer, on_before_payment=hook)) as client:
+        holder["client"] = client
+        with pytest.raises(PaymentRejectedByHook) as caught:
+            client.get(sandbox.url("/weather"))
+    assert isinstance(caught.value.__cause__, ConfigurationError)
+    assert payments(sandbox, payer) == []
