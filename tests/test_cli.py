@@ -1,27 +1,81 @@
 """The command line, run as a user would: fresh processes."""
 
+import json
 import os
+import pty
+import re
+import select
+import signal
+import socket
+import stat
 import subprocess
 import sys
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
+from x402_client import __version__
+from x402_client._options import ENV_VARS
+from x402_client.sandbox import Fault
 
-def run(*args: str, timeout: float = 180, env: dict | None = None) -> subprocess.CompletedProcess:
+from .conftest import payments
+
+CLI = [sys.executable, "-m", "x402_client.cli"]
+
+
+def run(
+    *args: str, timeout: float = 180, env: dict | None = None, **kwargs
+) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "x402_client.cli", *args],
+        [*CLI, *args],
         capture_output=True,
         text=True,
         timeout=timeout,
         env={**os.environ, **(env or {}), "COLUMNS": "120"},
+        **kwargs,
     )
+
+
+@pytest.fixture(autouse=True)
+def own_state_file(tmp_path, monkeypatch) -> Path:
+    """Every test gets a state file of its own: never the user's real one."""
+    path = tmp_path / "state" / "state.sqlite3"
+    monkeypatch.setenv("X402_EUR_STATE", str(path))
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    return path
+
+
+def env_of(sandbox, payer) -> dict[str, str]:
+    return {
+        "X402_EUR_API_KEY": payer.api_key,
+        "X402_EUR_ACCOUNT": payer.code,
+        "X402_EUR_API_URL": sandbox.payment_api_url,
+    }
 
 
 def test_help_lists_the_commands() -> None:
     result = run("--help")
     assert result.returncode == 0
-    for command in ("demo", "fetch", "sandbox"):
+    for command in ("fetch", "quote", "payments", "resume", "demo", "sandbox", "mcp"):
         assert command in result.stdout
+
+
+def test_version() -> None:
+    result = run("--version")
+    assert result.returncode == 0 and result.stdout.strip() == f"x402-eur {__version__}"
+
+
+def test_fetch_help_lists_the_environment_it_reads() -> None:
+    result = run("fetch", "--help")
+    assert result.returncode == 0
+    for variables in ENV_VARS.values():
+        for variable in variables:
+            assert variable in result.stdout
+    assert "X402_EUR_STATE" in result.stdout
+    assert "on stdout with -o FILE, else on stderr" in " ".join(result.stdout.split())
 
 
 @pytest.mark.slow
@@ -37,11 +91,7 @@ def test_demo_pays_on_every_rail_and_prints_the_resources() -> None:
 
 
 def test_fetch_pays_from_the_environment(sandbox, payer) -> None:
-    env = {
-        "X402_EUR_API_KEY": payer.api_key,
-        "X402_EUR_ACCOUNT": payer.code,
-        "X402_EUR_API_URL": sandbox.payment_api_url,
-    }
+    env = env_of(sandbox, payer)
     result = run("fetch", sandbox.url("/weather"), env=env)
     assert result.returncode == 0, result.stderr
     assert '"city":"Amsterdam"' in result.stdout.replace(" ", "")
@@ -51,6 +101,337 @@ def test_fetch_pays_from_the_environment(sandbox, payer) -> None:
     assert refused.returncode == 3 and "AmountLimitExceeded" in refused.stderr
 
 
+def test_fetch_posts_a_file_writes_the_body_to_a_file_and_the_json_receipt_to_stdout(
+    sandbox, payer, tmp_path
+) -> None:
+    body = tmp_path / "body.bin"
+    body.write_bytes(b"line one\nline two\n\x00\xff")
+    out = tmp_path / "answer.bin"
+    result = run(
+        "fetch", "-d", f"@{body}", "-o", str(out), "--json", sandbox.url("/echo"),
+        env=env_of(sandbox, payer),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert out.read_bytes() == body.read_bytes()  # sent and written as they are
+    report = json.loads(result.stdout)
+    assert (report["method"], report["status"], report["output"]) == ("POST", 200, str(out))
+    receipt = report["receipt"]
+    assert (receipt["amount"], receipt["currency"], receipt["rail"]) == ("0.05", "EUR", "euro")
+    assert receipt["paymentRequestCode"].startswith("pr_") and "proof" not in receipt
+    assert result.stderr == ""
+    assert not list(tmp_path.glob(".answer.bin.*"))  # no temporary file left behind
+
+
+def test_without_o_the_body_is_on_stdout_and_the_json_receipt_on_stderr(sandbox, payer) -> None:
+    result = run(
+        "fetch", "--json", "-X", "put", "-d", "hi", sandbox.url("/echo"), env=env_of(sandbox, payer)
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout == "hi"
+    report = json.loads(result.stderr)
+    assert report["method"] == "PUT" and report["receipt"]["amount"] == "0.05"
+
+
+def test_a_refused_payment_leaves_the_output_file_as_it_was(sandbox, payer, tmp_path) -> None:
+    out = tmp_path / "kept.txt"
+    out.write_text("old")
+    result = run(
+        "fetch", "-o", str(out), "--json", sandbox.url("/premium"), env=env_of(sandbox, payer)
+    )
+    assert result.returncode == 3
+    error = json.loads(result.stdout)["error"]
+    assert error["type"] == "AmountLimitExceeded" and error["moneyMoved"] is False
+    assert "AmountLimitExceeded" in result.stderr and len(result.stderr.splitlines()) == 1
+    assert out.read_text() == "old"
+    assert not list(tmp_path.glob(".kept.txt.*"))
+
+
+def test_a_daily_budget_holds_across_runs(sandbox, payer, own_state_file) -> None:
+    env = env_of(sandbox, payer)
+    first = run("fetch", "--budget", "0.15/24h", sandbox.url("/weather"), env=env)
+    assert first.returncode == 0, first.stderr
+    second = run("fetch", "--budget", "0.15/24h", sandbox.url("/weather"), env=env)
+    assert second.returncode == 3 and "BudgetExceeded" in second.stderr
+    assert "nothing was paid" in second.stderr and len(second.stderr.splitlines()) == 1
+    # The same day written another way, with a higher limit: what was spent still counts.
+    third = run("fetch", "--budget", "0.25/1d", sandbox.url("/weather"), env=env)
+    assert third.returncode == 0, third.stderr
+    fourth = run("fetch", "--budget", "0.25/1d", sandbox.url("/weather"), env=env)
+    assert fourth.returncode == 3
+    # --no-state: a budget for this run only.
+    alone = run("fetch", "--no-state", "--budget", "0.15/24h", sandbox.url("/weather"), env=env)
+    assert alone.returncode == 0, alone.stderr
+    assert len(payments(sandbox, payer)) == 3
+
+    listed = run("payments")
+    assert listed.returncode == 0, listed.stderr
+    lines = listed.stdout.splitlines()
+    assert lines[0].split() == [
+        "ID",
+        "WHEN",
+        "AMOUNT",
+        "RAIL",
+        "OUTCOME",
+        "DELIVERED",
+        "RESOURCE",
+        "CODES",
+    ]
+    assert len(lines) == 3 and all("0.10 EUR" in line and " paid " in line for line in lines[1:])
+    records = [json.loads(line) for line in run("payments", "--json").stdout.splitlines()]
+    assert len(records) == 2 and {r["outcome"] for r in records} == {"paid"}
+    assert all(r["delivered"] and r["resource"] == sandbox.url("/weather") for r in records)
+    assert len(run("payments", "--json", "--limit", "1").stdout.splitlines()) == 1
+    assert run("payments", "--unfinished").stderr.startswith("x402-eur: no unfinished payments")
+    other = run("payments", "--state", str(own_state_file.parent / "other.sqlite3"))
+    assert other.returncode == 0 and "no payments yet" in other.stderr
+    assert not (own_state_file.parent / "other.sqlite3").exists()  # listing creates nothing
+
+
+def test_quote_shows_the_options_and_pays_nothing(sandbox, payer) -> None:
+    env = env_of(sandbox, payer)
+    before = sandbox.balance(payer)
+    result = run("quote", sandbox.url("/weather"), env=env)
+    assert result.returncode == 0, result.stderr
+    assert "402 Payment Required" in result.stdout
+    first = next(line for line in result.stdout.splitlines() if line.startswith("0 "))
+    assert "0.10 EUR" in first and "euro" in first and "yes, tried first" in first
+    capped = json.loads(
+        run("quote", "--json", "--max-amount", "0.05", sandbox.url("/weather"), env=env).stdout
+    )
+    assert capped["status"] == 402 and capped["entries"]
+    assert not any(entry["payable"] for entry in capped["entries"])
+    assert capped["entries"][0]["reason"] == "over_cap"
+    free = run("quote", sandbox.url("/free"), env=env)
+    assert free.returncode == 0 and "free" in free.stdout
+    # Without any configuration: the prices, and nothing payable.
+    bare = run(
+        "quote",
+        sandbox.url("/weather"),
+        env={k: "" for k in ("X402_EUR_API_KEY", "X402_EUR_ACCOUNT", "X402_EUR_API_URL")},
+    )
+    assert bare.returncode == 0 and "0.10 EURO" in bare.stdout and "0 payable" in bare.stdout
+    assert "no payment configuration" in bare.stderr
+    assert sandbox.balance(payer) == before and payments(sandbox, payer) == []
+
+
+def test_an_unfinished_payment_is_resumed_without_paying_again(sandbox, payer) -> None:
+    env = env_of(sandbox, payer)
+    # The merchant answers the paid retry (and both re-sends of the proof) with 502.
+    sandbox.faults.arm("resource", Fault("status", "before", status=502, times=3))
+    try:
+        failed = run("fetch", sandbox.url("/weather"), env=env)
+    finally:
+        sandbox.faults.clear()
+    assert failed.returncode == 3, failed.stderr
+    lines = failed.stderr.strip().splitlines()
+    assert len(lines) == 2 and "PaymentOutcomeUnknown" in lines[0]
+    match = re.search(r"x402-eur resume ([0-9a-f]{32})", lines[1])
+    assert match is not None, lines[1]
+    journal_id = match.group(1)
+    assert len(payments(sandbox, payer)) == 1
+
+    unfinished = run("payments", "--unfinished")
+    assert journal_id in unfinished.stdout and f"x402-eur resume {journal_id}" in unfinished.stderr
+
+    resumed = run("resume", journal_id[:8], env=env)  # a unique start of the id will do
+    assert resumed.returncode == 0, resumed.stderr
+    assert "Amsterdam" in resumed.stdout
+    assert (
+        resumed.stderr.strip().startswith("x402-eur: delivered:") and "0.10 EUR" in resumed.stderr
+    )
+    again = run("resume", journal_id, env=env)
+    assert again.returncode == 0 and "delivered earlier" in again.stderr and again.stdout == ""
+    assert len(payments(sandbox, payer)) == 1  # paid once, delivered once
+    assert run("payments", "--unfinished").stdout == ""
+
+
+# --- the sandbox command ---------------------------------------------------------------------
+
+
+def free_base_port(count: int = 3) -> int:
+    """A port N such that N .. N+count-1 are free right now."""
+    for _ in range(200):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            base = probe.getsockname()[1]
+        if base + count > 65535:
+            continue
+        try:
+            for port in range(base, base + count):
+                with socket.socket() as sock:
+                    sock.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        return base
+    raise RuntimeError("no free port range")
+
+
+@contextmanager
+def running_sandbox(*args: str, timeout: float = 120):
+    """`x402-eur sandbox ARGS` in the background: yields (process, stdout so far) once ready."""
+    process = subprocess.Popen(
+        [*CLI, "sandbox", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "COLUMNS": "120"},
+    )
+    lines: list[str] = []
+    try:
+        deadline = time.monotonic() + timeout
+        assert process.stdout is not None
+        while time.monotonic() < deadline:
+            line = process.stdout.readline()
+            if not line:
+                raise AssertionError(f"the sandbox ended: {process.wait()} {process.stderr.read()}")
+            lines.append(line)
+            if line.startswith("export X402_EUR_STATE="):
+                break
+        else:
+            raise AssertionError("the sandbox did not start in time")
+        yield process, "".join(lines)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        for stream in (process.stdout, process.stderr):
+            if stream is not None:
+                stream.close()
+
+
+def children(pid: int) -> set[int]:
+    found: set[int] = set()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        text = (task / "children").read_text().split()
+        found |= {int(child) for child in text}
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"
+
+
+def exports_of(text: str) -> dict[str, str]:
+    found = dict(re.findall(r"^export (X402_EUR_[A-Z0-9_]+)=(.*)$", text, re.MULTILINE))
+    return {key: value.strip("'") for key, value in found.items()}
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs /proc")
+def test_sigterm_stops_the_sandbox_and_its_anvil_nodes(tmp_path) -> None:
+    port = free_base_port()
+    env_file = tmp_path / "sandbox.env"
+    with running_sandbox("--evm", "--port", str(port), "--env-file", str(env_file)) as (
+        process,
+        out,
+    ):
+        assert f"http://127.0.0.1:{port + 2}" in out  # the merchant, at N+2
+        resources = re.search(r"paid resources\s+(.*)", out).group(1)
+        assert "/paid/evm-polygon" in resources and "/paid/bridge" not in resources
+        assert stat.S_IMODE(env_file.stat().st_mode) == 0o600
+        exported = exports_of(env_file.read_text())
+        assert exported["X402_EUR_API_URL"] == f"http://127.0.0.1:{port}"
+        assert {"X402_EUR_EVM_PRIVATE_KEY", "X402_EUR_RPC_URL_137", "X402_EUR_STATE"} <= set(
+            exported
+        )
+        quoted = run("quote", f"http://127.0.0.1:{port + 2}/paid/evm-polygon", env=exported)
+        assert quoted.returncode == 0 and "eip155:137" in quoted.stdout and "yes" in quoted.stdout
+        anvils = {
+            pid
+            for pid in children(process.pid)
+            if "anvil" in Path(f"/proc/{pid}/cmdline").read_text()
+        }
+        assert len(anvils) == 2
+        started = time.monotonic()
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 0, process.stderr.read()
+        assert time.monotonic() - started < 15
+        assert not any(alive(pid) for pid in anvils)
+        assert process.stderr.read() == ""
+        assert not Path(exported["X402_EUR_STATE"]).parent.exists()  # its own state, removed
+
+
+@pytest.mark.slow
+def test_a_bridge_wait_shows_progress_on_a_terminal_and_when_asked(tmp_path) -> None:
+    with running_sandbox("--chain-a", "--bridge-delay", "1.5") as (process, out):
+        resources = re.search(r"paid resources\s+(.*)", out).group(1)
+        assert "/paid/bridge" in resources and "/paid/evm" not in resources
+        env = exports_of(out)
+        url = re.search(r"merchant\s+(http://\S+)", out).group(1) + "/paid/bridge"
+
+        asked = run("fetch", "--progress", url, env=env)
+        assert asked.returncode == 0, asked.stderr
+        assert "x402 bridge: waiting for" in asked.stderr and "ledgera:mainnet" in asked.stderr
+        quiet = run("fetch", "--json", url, env=env)  # stderr is a pipe: no progress by default
+        assert quiet.returncode == 0 and "x402 bridge" not in quiet.stderr
+        receipt = json.loads(quiet.stderr)["receipt"]
+        assert (receipt["rail"], receipt["amount"], receipt["currency"]) == (
+            "bridge",
+            "0.30",
+            "EUR",
+        )
+        journaled = [
+            json.loads(line) for line in run("payments", "--json", env=env).stdout.splitlines()
+        ]
+        assert [(r["rail"], r["amount"]) for r in journaled] == [("bridge", "0.30")] * 2
+        assert " 0.30 EUR  bridge " in run("payments", env=env).stdout
+
+        # On a terminal, the live display is on by default (rich draws it).
+        controller, terminal = pty.openpty()
+        drawn: list[bytes] = []
+
+        def drain() -> None:
+            while True:
+                ready, _, _ = select.select([controller], [], [], 30)
+                if not ready:
+                    return
+                try:
+                    chunk = os.read(controller, 4096)
+                except OSError:
+                    return
+                if not chunk:
+                    return
+                drawn.append(chunk)
+
+        reader = threading.Thread(target=drain, daemon=True)
+        reader.start()
+        try:
+            live = subprocess.run(
+                [*CLI, "fetch", url], stdout=subprocess.PIPE, stderr=terminal,
+                env={**os.environ, **env, "COLUMNS": "120", "TERM": "xterm"}, timeout=120,
+            )  # fmt: skip
+        finally:
+            os.close(terminal)
+            reader.join(10)
+            os.close(controller)
+        screen = b"".join(drawn).decode(errors="replace")
+        assert live.returncode == 0, screen
+        assert "on chain" in screen or "waiting for" in screen, screen
+        assert "x402 bridge:" not in screen  # the live display, not the plain lines
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=30) == 0
+
+
+def test_a_port_in_use_is_one_line_and_a_plain_sandbox_lists_only_its_euro_resources() -> None:
+    port = free_base_port()
+    with running_sandbox("--port", str(port)) as (process, out):
+        resources = re.search(r"paid resources\s+(.*)", out).group(1)
+        assert "/weather" in resources and "/paid/" not in resources
+        second = run("sandbox", "--port", str(port), timeout=60)
+        assert second.returncode == 1
+        assert second.stderr.strip() == (
+            f"x402-eur: 127.0.0.1:{port} (payment-api) is in use: choose another --port"
+        )
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 0
+
+
+# --- mistakes ----------------------------------------------------------------------------------
+
 MISTAKES = [
     (("fetch", "merchant.example/paid"), 2, "not an http(s) URL"),
     (("fetch", "-H", "NoColon", "http://127.0.0.1:9/"), 2, "not a header"),
@@ -59,25 +440,49 @@ MISTAKES = [
     (("fetch",), 2, "required"),
     (("bogus",), 2, "invalid choice"),
     (("fetch", "http://127.0.0.1:9/"), 1, "X402_EUR_API_KEY"),
+    (("fetch", "-d", "@{tmp}/missing.json", "http://127.0.0.1:9/"), 2, "cannot read"),
+    (("fetch", "--confirm", "-d", "@-", "http://127.0.0.1:9/"), 2, "--confirm"),
+    (("fetch", "--budget", "five", "http://127.0.0.1:9/"), 2, "not a budget"),
+    (("fetch", "--budget", "5/24x", "http://127.0.0.1:9/"), 2, "use s, m, h or d"),
+    (("fetch", "--budget", "5GBP/1d", "http://127.0.0.1:9/"), 2, "EUR or USD"),
+    (("fetch", "--state", "x", "--no-state", "http://127.0.0.1:9/"), 2, "not allowed with"),
+    (("quote", "example.com"), 2, "not an http(s) URL"),
+    (("quote", "http://127.0.0.1:9/"), 1, "cannot connect"),
+    (
+        ("quote", "--budget", "1", "--state", "{file}/state.sqlite3", "http://127.0.0.1:9/"),
+        2,
+        "cannot open the state file",
+    ),
+    (("payments", "--limit", "0"), 2, "not a count"),
+    (("payments", "--no-state"), 2, "drop --no-state"),
+    (("payments", "--state", "{garbage}"), 2, "not a database"),
+    (("resume",), 2, "required"),
+    (("resume", "0123456789abcdef"), 2, "no payment '0123456789abcdef'"),
+    (("sandbox", "--port", "70000"), 2, "not a port"),
+    (("sandbox", "--bridge-delay", "-1"), 2, "seconds"),
+    (("sandbox", "--env-file", "{file}/env.sh"), 2, "cannot write the env file"),
 ]
 
 
 @pytest.mark.parametrize(("args", "code", "says"), MISTAKES, ids=[" ".join(m[0]) for m in MISTAKES])
-def test_everyday_mistakes_get_a_short_answer_and_no_traceback(args, code, says) -> None:
+def test_everyday_mistakes_get_a_short_answer_and_no_traceback(args, code, says, tmp_path) -> None:
+    a_file = tmp_path / "a-file"
+    a_file.write_text("not a directory")
+    garbage = tmp_path / "garbage.sqlite3"
+    garbage.write_bytes(b"this is not a database, not even close" * 100)
+    places = {"tmp": str(tmp_path), "file": str(a_file), "garbage": str(garbage)}
     env = {k: "" for k in ("X402_EUR_API_KEY", "X402_EUR_ACCOUNT", "X402_EUR_API_URL")}
-    result = run(*args, timeout=60, env=env)
-    assert result.returncode == code
+    result = run(
+        *(arg.format(**places) for arg in args), timeout=60, env=env, stdin=subprocess.DEVNULL
+    )
+    assert result.returncode == code, result.stderr
     lines = result.stderr.strip().splitlines()
     assert 1 <= len(lines) <= 2, result.stderr
     assert says in result.stderr and "Traceback" not in result.stderr
 
 
 def test_an_unreachable_merchant_is_one_line_and_debug_shows_the_traceback(sandbox, payer) -> None:
-    env = {
-        "X402_EUR_API_KEY": payer.api_key,
-        "X402_EUR_ACCOUNT": payer.code,
-        "X402_EUR_API_URL": sandbox.payment_api_url,
-    }
+    env = env_of(sandbox, payer)
     result = run("fetch", "http://127.0.0.1:9/paid", env=env, timeout=60)
     assert result.returncode == 1
     assert len(result.stderr.strip().splitlines()) <= 2 and "cannot connect" in result.stderr

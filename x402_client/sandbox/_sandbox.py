@@ -11,7 +11,8 @@ with Sandbox.run_in_thread() as sandbox:              # scripts, sync code, shar
 
 Services, each a real uvicorn server on its own free port: the payment API, the
 managed-account facilitator (`mcp_url`, endpoints under `/x402`; the hosted MCP tool
-server at `/mcp` when the `mcp` package is installed), and the merchant.
+server at `/mcp` when the `mcp` package is installed), and the merchant. `Sandbox(port=N)`
+puts them on fixed ports instead (see `PORT_LAYOUT`).
 `Sandbox(evm=True)` adds anvil chains 1 and 137 with EURQ/USDQ and the on-chain
 facilitator; `Sandbox(chain_a=True)` adds the chain-A ledger, its indexer and the bridge.
 Those parts plug in as `SandboxPart`s.
@@ -36,10 +37,13 @@ from ._merchant import DEFAULT_PRICES, EuroOffer, MerchantGate, Offer, Price, me
 from ._payment_api import payment_api_app
 from ._server import ServedApp
 
-__all__ = ["MERCHANT_ACCOUNT", "PAYER_ACCOUNT", "Sandbox", "SandboxPart"]
+__all__ = ["MERCHANT_ACCOUNT", "PAYER_ACCOUNT", "PORT_LAYOUT", "Sandbox", "SandboxPart"]
 
 PAYER_ACCOUNT = "ACC_SANDBOX_PAYER"
 MERCHANT_ACCOUNT = "ACC_SANDBOX_MERCHANT"
+#: `Sandbox(port=N)`: each service's offset from N. The optional parts (anvil chains, the
+#: on-chain facilitator, the chain-A indexer) keep taking free ports.
+PORT_LAYOUT = {"payment-api": 0, "facilitator": 1, "merchant": 2}
 
 
 class SandboxPart(Protocol):
@@ -52,7 +56,11 @@ class SandboxPart(Protocol):
 
 
 class Sandbox:
-    """The whole sandbox. Balances are `Decimal` euros; `bank` is the provider's state."""
+    """The whole sandbox. Balances are `Decimal` euros; `bank` is the provider's state.
+
+    `port=N` serves the payment API on N, the facilitator on N+1 and the merchant on N+2
+    (`PORT_LAYOUT`); a taken port raises `PortInUse` (an `OSError`) from `start`.
+    """
 
     def __init__(
         self,
@@ -66,14 +74,23 @@ class Sandbox:
         chain_a: bool = False,
         bridge_delay: float = 0.5,
         parts: list[SandboxPart] | None = None,
+        port: int | None = None,
     ) -> None:
+        if port is not None and not 1 <= port <= 65535 - max(PORT_LAYOUT.values()):
+            raise ValueError(f"port must be between 1 and {65535 - max(PORT_LAYOUT.values())}")
+
+        def port_of(name: str) -> int | None:
+            return None if port is None else port + PORT_LAYOUT[name]
+
         self.bank = Bank(confirmation_delay=confirmation_delay, request_lifetime=request_lifetime)
         self.faults = Faults()
         self.payer: Account = self.bank.open_account(payer_balance, code=PAYER_ACCOUNT)
         self.merchant: Account = self.bank.open_account(merchant_balance, code=MERCHANT_ACCOUNT)
         self.prices: dict[str, Price] = dict(DEFAULT_PRICES if prices is None else prices)
         self.offers: list[Offer] = []
-        self._payment_api = ServedApp(payment_api_app(self.bank, self.faults), "payment-api")
+        self._payment_api = ServedApp(
+            payment_api_app(self.bank, self.faults), "payment-api", port=port_of("payment-api")
+        )
         #: `{mcp_url}/mcp`; imports `mcp` on its first request only.
         self.tool_server = HostedToolServer(self.bank)
         self._mcp = ServedApp(
@@ -81,11 +98,12 @@ class Sandbox:
                 self.bank, lambda: self._mcp.url, self.faults, tool_server=self.tool_server
             ),
             "facilitator",
+            port=port_of("facilitator"),
         )
         self.gate: MerchantGate = merchant_app(
             prices=self.prices, offers=self.offers, faults=self.faults
         )
-        self._merchant = ServedApp(self.gate, "merchant")
+        self._merchant = ServedApp(self.gate, "merchant", port=port_of("merchant"))
         self.offers.append(
             EuroOffer(lambda: self._mcp.url, self.merchant.api_key, self.merchant.code)
         )

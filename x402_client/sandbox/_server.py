@@ -1,16 +1,18 @@
-"""Serving an ASGI app with uvicorn on 127.0.0.1, on a free port, inside the running loop."""
+"""Serving an ASGI app with uvicorn on 127.0.0.1, on a free or a given port, inside the
+running loop."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import socket
 from collections.abc import Iterator
 from typing import Any
 
 import uvicorn
 
-__all__ = ["ServedApp"]
+__all__ = ["PortInUse", "ServedApp"]
 
 
 class _QuietServer(uvicorn.Server):
@@ -21,12 +23,20 @@ class _QuietServer(uvicorn.Server):
         yield
 
 
-class ServedApp:
-    """One ASGI app on its own port: `await start()`, use `url`, `await stop()`."""
+class PortInUse(OSError):
+    """The fixed port asked for is taken (`errno.EADDRINUSE`)."""
 
-    def __init__(self, app: Any, name: str) -> None:
+
+class ServedApp:
+    """One ASGI app on its own port: `await start()`, use `url`, `await stop()`.
+
+    `port=None` takes a free port; a fixed `port` that is taken raises `PortInUse`.
+    """
+
+    def __init__(self, app: Any, name: str, *, port: int | None = None) -> None:
         self.app = app
         self.name = name
+        self.requested_port = port
         self._server: _QuietServer | None = None
         self._task: asyncio.Task[None] | None = None
         self.port: int | None = None
@@ -41,8 +51,18 @@ class ServedApp:
         # IPPROTO_TCP (not 0) so asyncio sets TCP_NODELAY: without it, split writes wait
         # for the peer's delayed ACK and every kept-alive request stalls ~40 ms.
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+        # SO_REUSEADDR lets a fixed port be bound again while old connections linger in
+        # TIME_WAIT (a restarted sandbox); it never lets two servers listen on one port.
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", 0))
+        try:
+            sock.bind(("127.0.0.1", self.requested_port or 0))
+        except OSError as exc:
+            sock.close()
+            if exc.errno == errno.EADDRINUSE:
+                raise PortInUse(
+                    exc.errno, f"127.0.0.1:{self.requested_port} ({self.name}) is in use"
+                ) from None
+            raise
         self.port = sock.getsockname()[1]
         config = uvicorn.Config(
             self.app,
