@@ -19,6 +19,24 @@ def anyio_backend() -> str:
     return "asyncio"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def no_real_state_file(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """No test touches the user's real state file (the CLI and `x402-eur mcp` default to
+    one under the user's data directory): it points to a temporary one for the session."""
+    import os
+
+    saved = {k: os.environ.get(k) for k in ("X402_EUR_STATE", "XDG_DATA_HOME")}
+    root = tmp_path_factory.mktemp("state")
+    os.environ["X402_EUR_STATE"] = str(root / "state.sqlite3")
+    os.environ["XDG_DATA_HOME"] = str(root / "xdg")
+    yield
+    for key, value in saved.items():
+        if value is None:
+            os.environ.pop(key, None)
+        else:
+            os.environ[key] = value
+
+
 @pytest.fixture(scope="session")
 def sandbox() -> Iterator[Sandbox]:
     """The shared euro sandbox. Tests open their own accounts so balances don't mix."""

@@ -45,6 +45,13 @@ TOOL_NAMES = {"fetch", "quote", "payments", "budget"}
 COMMAND = [sys.executable, "-m", "x402_client.cli", "mcp"]
 
 
+@pytest.fixture(autouse=True)
+def own_state_file(tmp_path, monkeypatch) -> None:
+    """Every test's server gets a state file of its own: never the user's real one."""
+    monkeypatch.setenv("X402_EUR_STATE", str(tmp_path / "state" / "state.sqlite3"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+
+
 def server_env(sandbox: Sandbox, account: Account, **extra: str) -> dict[str, str]:
     return {
         "X402_EUR_API_KEY": account.api_key,

@@ -40,13 +40,13 @@ import contextlib
 import dataclasses
 import json
 import logging
-import re
 import sys
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from ._amounts import AmountError, parse_amount
+from ._budget_spec import CURRENCIES, parse_budget, parse_budgets, window_text
 
 if TYPE_CHECKING:
     import httpx
@@ -78,12 +78,6 @@ BUDGET_ENV = "X402_EUR_BUDGET"
 #: The largest response body a `fetch` result holds, in bytes.
 DEFAULT_MAX_BODY_BYTES = 100_000
 
-_CURRENCIES = ("EUR", "USD")
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-_BUDGET_RE = re.compile(
-    r"\A(?P<amount>[0-9]+(?:\.[0-9]+)?)\s*(?P<currency>[A-Za-z]{3})?"
-    r"(?:\s*/\s*(?P<count>[0-9]+(?:\.[0-9]+)?)?\s*(?P<unit>[A-Za-z]+))?\Z"
-)
 _METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")
 _TEXT_TYPES = frozenset(
     {
@@ -98,69 +92,6 @@ _TEXT_TYPES = frozenset(
         "application/x-ndjson",
     }
 )
-
-
-# --- budgets -----------------------------------------------------------------------------------
-
-
-def parse_budget(text: str, currency: str = "EUR") -> Budget:
-    """A `Budget` from `AMOUNT[CURRENCY][/[COUNT]UNIT]`: `5.00/24h`, `2USD/7d`, `0.25`.
-
-    Units are `s`, `m`, `h` and `d`; without a window the budget is a total for the server's
-    lifetime. `currency` applies when the text names none. Raises `ValueError`.
-    """
-    from ._budget import Budget
-    from ._exceptions import ConfigurationError
-
-    match = _BUDGET_RE.match(text.strip())
-    if match is None:
-        raise ValueError(
-            f"{text.strip()[:40]!r} is not a budget: write AMOUNT[CURRENCY][/WINDOW], "
-            "e.g. 5.00/24h or 2USD/7d"
-        )
-    chosen = (match["currency"] or currency).upper()
-    if chosen not in _CURRENCIES:
-        raise ValueError(f"budget currency {chosen!r}: must be EUR or USD")
-    window: float | None = None
-    span = ""
-    if match["unit"] is not None:
-        unit = match["unit"].lower()
-        if unit not in _UNITS:
-            raise ValueError(f"budget window unit {match['unit']!r}: use s, m, h or d")
-        count = Decimal(match["count"] or "1")
-        if count <= 0:
-            raise ValueError("budget window must be positive")
-        window = float(count * _UNITS[unit])
-        span = f"/{match['count'] or '1'}{unit}"
-    try:
-        limit = parse_amount(match["amount"], allow_zero=True)
-        # The name is the budget as written: it shows in `budget()` and in refusals, and
-        # keeps budgets apart in the store (same name, currency and window share a total).
-        return Budget(
-            limit, currency=chosen, window=window, name=f"{match['amount']} {chosen}{span}"
-        )
-    except (AmountError, ConfigurationError) as exc:
-        raise ValueError(f"budget amount: {exc}") from None
-
-
-def parse_budgets(texts: Sequence[str], currency: str = "EUR") -> list[Budget]:
-    """Each text may hold several budgets separated by commas; one given twice counts once."""
-    budgets: dict[tuple[Any, ...], Budget] = {}
-    for text in texts:
-        for part in text.split(","):
-            if part.strip():
-                budget = parse_budget(part, currency)
-                budgets.setdefault((budget.limit, budget.currency, budget.window), budget)
-    return list(budgets.values())
-
-
-def _window_text(seconds: float | None) -> str | None:
-    if seconds is None:
-        return None
-    for unit, size in sorted(_UNITS.items(), key=lambda item: -item[1]):
-        if seconds >= size and seconds % size == 0:
-            return f"{seconds / size:g}{unit}"
-    return f"{seconds:g}s"
 
 
 # --- the tools: plain async methods over one paying client -------------------------------------
@@ -689,7 +620,7 @@ class PaymentTools:
         settings: dict[str, Any] = {}
         if max_amount is not None:
             cap = _amount_argument(max_amount)
-            settings["max_amount_per_payment"] = {currency: cap for currency in _CURRENCIES}
+            settings["max_amount_per_payment"] = {currency: cap for currency in CURRENCIES}
         if proof:
             settings["proof"] = proof
         if resume_transaction_code:
@@ -784,7 +715,7 @@ class PaymentTools:
                     "name": budget.name,
                     "currency": budget.currency,
                     "limit": format_amount(Decimal(budget.limit)),
-                    "window": _window_text(budget.window_seconds),
+                    "window": window_text(budget.window_seconds),
                     "windowSeconds": budget.window_seconds,
                     "spent": format_amount(status.spent),
                     "remaining": format_amount(status.remaining),
@@ -967,7 +898,7 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--budget-currency",
         type=str.upper,
-        choices=_CURRENCIES,
+        choices=CURRENCIES,
         default="EUR",
         help="currency of budgets that name none (default EUR)",
     )
@@ -978,6 +909,16 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--max-amount", type=_amount_option, help="cap per payment in euros (default 1.00)"
+    )
+    state = parser.add_mutually_exclusive_group()
+    state.add_argument(
+        "--state",
+        metavar="PATH",
+        help="the state file (budgets and payment journal; default: $X402_EUR_STATE, else "
+        "the user's data directory), so budgets hold across restarts",
+    )
+    state.add_argument(
+        "--no-state", action="store_true", help="keep budgets and payments in memory only"
     )
     parser.add_argument(
         "--http",
@@ -1074,15 +1015,43 @@ async def run(args: argparse.Namespace) -> int:
         _say("needs the `mcp` package: pip install 'x402-eur[mcp]'")
         return 1
 
-    import httpx
-
     from ._options import PaymentOptions
-    from ._transport import with_eur_payment
 
     overrides: dict[str, Any] = {"budgets": budgets}
     if args.max_amount is not None:
         overrides["max_amount_per_payment"] = args.max_amount
+    if not args.no_state:
+        try:
+            overrides["state_path"] = _state_path(args.state)
+        except OSError as exc:
+            _say(f"cannot use the state file: {exc.strerror or exc}; or give --no-state")
+            return 2
     options = PaymentOptions.from_env(**overrides)
+    try:
+        return await _serve(args, options, budgets)
+    finally:
+        from ._state import state_of
+
+        if options.state_path is not None:
+            state_of(options).close()
+
+
+def _state_path(given: str | None) -> Any:
+    """The state file: `--state`, else the default (XDG); its directory made."""
+    from pathlib import Path
+
+    from ._sqlite import default_state_path
+
+    path = Path(given).expanduser() if given else default_state_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+async def _serve(args: argparse.Namespace, options: Any, budgets: Sequence[Budget]) -> int:
+    import httpx
+
+    from ._transport import with_eur_payment
+
     with _logging_to_stderr(args.log_level, _secrets_of(options)):
         spending = "; ".join(b.name for b in budgets) or "no budget"
         client = httpx.AsyncClient(follow_redirects=True, timeout=httpx.Timeout(60.0))
