@@ -86,3 +86,47 @@ async def test_an_undelivered_payment_is_recovered_without_paying_again(
     assert await unfinished_payments(restarted) == []
     assert len(payments(sandbox, payer)) == 1
     state_of(restarted).close()
+
+
+async def test_a_paid_body_that_breaks_off_stays_unfinished_and_is_recovered(
+    sandbox, payer, options_for, serve, tmp_path
+):
+    verified: list[str] = []
+
+    async def app(scope, receive, send) -> None:
+        headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
+        merchant = ScriptedMerchant(sandbox.bank, sandbox.merchant.code)
+        proof = headers.get("x-payment")
+        if proof is None:
+            reply = merchant.challenge(merchant.entry())
+            await send({"type": "http.response.start", "status": 402, "headers": []})
+            await send({"type": "http.response.body", "body": reply.encoded()})
+            return
+        if not verified:  # first delivery: verify, then break off mid-body
+            verified.append(proof)
+            merchant.verify(proof)
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 200,
+                    "headers": [(b"content-length", b"1000")],
+                }
+            )
+            await send({"type": "http.response.body", "body": b"partial", "more_body": True})
+            raise RuntimeError("the merchant's connection dies")
+        # the re-sent proof: the merchant recognises what it already verified
+        body = b'{"served": "again"}' if proof in verified else b'{"error": "unknown proof"}'
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": body})
+
+    url = await serve(app)
+    options = options_for(payer, state_path=tmp_path / "state.sqlite3")
+    async with with_eur_payment(httpx.AsyncClient(), options) as client:
+        with pytest.raises(PaymentOutcomeUnknown, match="broke off"):
+            await client.get(url + "/paid")
+        (record,) = await unfinished_payments(options)
+        assert (record.outcome, record.delivered) == ("paid", False)
+        (recovery,) = await recover_payments(client)
+    assert recovery.status == "delivered" and recovery.response.json() == {"served": "again"}
+    assert len(payments(sandbox, payer)) == 1
+    state_of(options).close()

@@ -30,7 +30,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from datetime import datetime, timezone
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import httpx
@@ -69,6 +69,9 @@ from ._proof import ProofError, b64_json_decode
 from ._rails import NOTE, Paid, Rail, RequestSettings
 from ._state import KeyedLocks, PaymentState, state_of
 from ._types import PaymentIntent, PaymentReceipt
+
+if TYPE_CHECKING:
+    from ._sqlite import SqliteStore
 
 __all__ = ["EXTENSION", "RECEIPT_EXTENSION", "LogicalRequest", "Payer"]
 
@@ -260,12 +263,17 @@ class _GuardedStream(httpx.AsyncByteStream):
     def __init__(self, stream: httpx.AsyncByteStream, unknown: Callable[[str], Exception]) -> None:
         self._stream = stream
         self._unknown = unknown
+        #: Told when the body breaks off: the ledger and journal learn it was not delivered.
+        self.on_broken: Callable[[], Awaitable[None]] | None = None
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         try:
             async for chunk in self._stream:
                 yield chunk
         except httpx.TransportError as exc:
+            if self.on_broken is not None:
+                with anyio.CancelScope(shield=True):
+                    await self.on_broken()
             raise self._unknown(
                 f"the paid response broke off in transit ({type(exc).__name__}); the payment "
                 "was made; re-sending the proof is safe"
@@ -768,6 +776,8 @@ class Payer:
             if isinstance(result, httpx.Response):
                 outcome = "paid"
                 record.delivered = True
+                if isinstance(result.stream, _GuardedStream):
+                    result.stream.on_broken = self._broken_body(record, journal, journal_id)
                 receipt = result.extensions.get(RECEIPT_EXTENSION)
                 record.tx_hash = getattr(receipt, "tx_hash", None)
                 await self._notify("on_payment", receipt)
@@ -821,6 +831,26 @@ class Payer:
                         )
                 if outcome == "failed" and held:
                     await self.state.budgets.release(held)
+
+    @staticmethod
+    def _broken_body(
+        record: LedgerEntry, journal: SqliteStore | None, journal_id: str | None
+    ) -> Callable[[], Awaitable[None]]:
+        async def broken() -> None:
+            record.delivered = False
+            record.step("broken", "the paid response broke off in transit")
+            if journal is not None and journal_id is not None:
+                try:
+                    await journal.finish_payment(
+                        journal_id,
+                        "paid",
+                        delivered=False,
+                        error="the paid response broke off in transit; re-send the proof",
+                    )
+                except Exception:  # the caller's read error matters more than the journal's
+                    logger.exception("x402: journaling a broken paid response failed")
+
+        return broken
 
     @staticmethod
     def _classify(
