@@ -28,7 +28,7 @@ from x402_client import (
     resume_bridge_payment,
     with_eur_payment,
 )
-from x402_client._cli_progress import bridge_progress_display
+from x402_client.progress import bridge_progress_display
 from x402_client.sandbox import Price, Sandbox
 
 PRICES = {
