@@ -80,6 +80,7 @@ ENV_VARS = {
     "evm_private_key": ("X402_EUR_EVM_PRIVATE_KEY",),
     "evm_rpc_url_1": ("X402_EUR_RPC_URL_1",),
     "evm_rpc_url_137": ("X402_EUR_RPC_URL_137",),
+    "assets": ("X402_EUR_ASSETS",),
 }
 
 _KEY_RE = re.compile(r"\A(0x)?[0-9a-fA-F]{64}\Z")
@@ -305,7 +306,9 @@ class PaymentOptions(_Options):
 
         `X402_EUR_API_KEY`, `X402_EUR_ACCOUNT`, `X402_EUR_API_URL`,
         `X402_EUR_MAX_AMOUNT_PER_PAYMENT`, and for EVM `X402_EUR_EVM_PRIVATE_KEY`,
-        `X402_EUR_RPC_URL_1`, `X402_EUR_RPC_URL_137` (comma-separated lists allowed).
+        `X402_EUR_RPC_URL_1`, `X402_EUR_RPC_URL_137` (comma-separated lists allowed), and
+        `X402_EUR_ASSETS` (tokens to pay standard x402 entries in:
+        `CHAIN:ADDRESS:SYMBOL:CURRENCY[:DECIMALS]`, comma-separated).
         """
         env = os.environ if environ is None else environ
 
@@ -328,6 +331,9 @@ class PaymentOptions(_Options):
                 if urls:
                     rpc[chain] = [u.strip() for u in urls.split(",") if u.strip()]
             values["evm"] = {"private_key": key, "rpc_urls": rpc}
+        declared = read("assets")
+        if declared:
+            values["assets"] = [_asset_from_text(t) for t in declared.split(",") if t.strip()]
         values.update(overrides)
         managed = ("api_key", "from_account", "api_url")
         present = [name for name in managed if values.get(name)]
@@ -341,6 +347,18 @@ class PaymentOptions(_Options):
                 f"not set (set them for the managed account{hint})"
             )
         return coerce_options(values)
+
+
+def _asset_from_text(text: str) -> Asset:
+    """`CHAIN:ADDRESS:SYMBOL:CURRENCY[:DECIMALS]` (the form of `X402_EUR_ASSETS`)."""
+    parts = [p.strip() for p in text.strip().split(":")]
+    if len(parts) not in (4, 5) or not parts[0].isdigit():
+        raise ConfigurationError(
+            f"{ENV_VARS['assets'][0]}: write CHAIN:ADDRESS:SYMBOL:CURRENCY[:DECIMALS], e.g. "
+            "8453:0x...:EURC:EUR:6"
+        )
+    decimals = int(parts[4]) if len(parts) == 5 and parts[4].isdigit() else 6
+    return Asset(int(parts[0]), parts[1], parts[2], parts[3], decimals)
 
 
 def coerce_options(options: PaymentOptions | Mapping[str, Any] | None) -> PaymentOptions:

@@ -429,6 +429,10 @@ class Payer:
             from ._rails.evm import EvmPermitRail
 
             rails.append(EvmPermitRail(self, self.options.evm))
+        from ._rails.eip3009 import Eip3009Rail
+
+        # The standard x402 `exact` scheme (EIP-3009): needs an EVM key, no RPC.
+        rails.append(Eip3009Rail(self))
         from ._rails.bridge import BridgeRail
 
         rails.append(BridgeRail(self))

@@ -762,6 +762,7 @@ async def _demo(args: argparse.Namespace) -> int:
         evm=use_evm,
         chain_a=not args.no_bridge,
         bridge_delay=bridge_delay,
+        standard=use_evm,
     ) as sandbox:
         rows = [
             ("merchant", sandbox.merchant_url),
@@ -782,23 +783,29 @@ async def _demo(args: argparse.Namespace) -> int:
             on_progress, progress_cm = bridge_progress_display(console=out.console)
         options = sandbox.payment_options(on_progress=on_progress)
         async with with_eur_payment(httpx.AsyncClient(timeout=30), options) as client:
-            steps: list[tuple[str, str]] = [("euro rail (managed account)", "/weather")]
+            steps: list[tuple[str, str]] = [
+                ("euro rail (managed account)", sandbox.url("/weather"))
+            ]
             if use_evm:
                 steps += [
-                    ("EVM permit rail, chain 137", "/paid/evm-polygon"),
-                    ("EVM permit rail, chain 1", "/paid/evm-mainnet"),
+                    ("EVM permit rail, chain 137", sandbox.url("/paid/evm-polygon")),
+                    ("EVM permit rail, chain 1", sandbox.url("/paid/evm-mainnet")),
+                    (
+                        "standard x402 v2 merchant, EIP-3009 euro token on chain 137",
+                        sandbox.standard.resource_url("/weather"),
+                    ),
                 ]
             if not args.no_bridge:
-                steps.append(("bridge rail (EURO -> EURQ on chain A)", "/paid/bridge"))
-            for title, path in steps:
-                out.title(f"{title}: GET {path}")
+                steps.append(("bridge rail (EURO -> EURQ on chain A)", sandbox.url("/paid/bridge")))
+            for title, url in steps:
+                out.title(f"{title}: GET {httpx.URL(url).path}")
                 before = sandbox.balance(sandbox.payer)
                 try:
                     if "bridge" in title and progress_cm is not None:
                         with progress_cm:
-                            response = await client.get(sandbox.url(path))
+                            response = await client.get(url)
                     else:
-                        response = await client.get(sandbox.url(path))
+                        response = await client.get(url)
                 except X402Error as exc:
                     failures += 1
                     out.line(f"payment failed: {type(exc).__name__}: {exc}", style="red")
@@ -874,6 +881,7 @@ async def _sandbox(args: argparse.Namespace) -> int:
             bridge_delay=args.bridge_delay,
             confirmation_delay=args.confirmation_delay,
             port=args.port,
+            standard=args.evm,
         ) as sandbox:
             starting = False
             env = {**sandbox.env(), "X402_EUR_STATE": str(Path(state_dir) / "state.sqlite3")}
@@ -887,6 +895,13 @@ async def _sandbox(args: argparse.Namespace) -> int:
                 ("payer API key", sandbox.payer.api_key),
                 ("merchant account", sandbox.merchant.code),
             ]
+            if sandbox.standard is not None:
+                rows.append(
+                    (
+                        "standard x402 merchant",
+                        f"{sandbox.standard.url} ({', '.join(sorted(sandbox.standard.prices))})",
+                    )
+                )
             out.table(rows)
             exports = "".join(f"export {key}={shlex.quote(value)}\n" for key, value in env.items())
             if env_fd is not None:

@@ -35,6 +35,7 @@ _LAZY = {
     "AssetTransfer": "._chain_a",
     "EURQ_ASSET_ID": "._chain_a",
     "USDQ_ASSET_ID": "._chain_a",
+    "StandardMerchant": "._standard",
 }
 
 
@@ -72,6 +73,7 @@ __all__ = [
     "Sandbox",
     "SandboxPart",
     "ServedApp",
+    "StandardMerchant",
     "Verdict",
     "merchant_app",
     "onchain_facilitator_app",

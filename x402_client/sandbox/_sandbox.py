@@ -75,6 +75,7 @@ class Sandbox:
         bridge_delay: float = 0.5,
         parts: list[SandboxPart] | None = None,
         port: int | None = None,
+        standard: bool = False,
     ) -> None:
         if port is not None and not 1 <= port <= 65535 - max(PORT_LAYOUT.values()):
             raise ValueError(f"port must be between 1 and {65535 - max(PORT_LAYOUT.values())}")
@@ -120,6 +121,13 @@ class Sandbox:
 
             self.chain_a = ChainASandbox(bridge_delay=bridge_delay)
             self.parts.append(self.chain_a)
+        #: A standard x402 v2 merchant (EIP-3009 euro token on chain 137), `standard=True`.
+        self.standard: Any = None
+        if standard:
+            from ._standard import StandardMerchant
+
+            self.standard = StandardMerchant()  # after `evm`: it deploys on evm's chain 137
+            self.parts.append(self.standard)
         self._started: list[Any] = []
 
     def __repr__(self) -> str:
@@ -165,6 +173,9 @@ class Sandbox:
         }
         if self.evm is not None:
             values["evm"] = self.evm.evm_options()
+        if self.standard is not None:
+            values["assets"] = (self.standard.asset(),)
+            values.setdefault("evm", self.standard.evm_options())
         values.update(overrides)
         return PaymentOptions.model_validate(values)
 
@@ -177,6 +188,12 @@ class Sandbox:
         }
         if self.evm is not None:
             env.update(self.evm.env())
+        if self.standard is not None:
+            asset = self.standard.asset()
+            env["X402_EUR_ASSETS"] = (
+                f"{asset.chain_id}:{asset.address}:{asset.symbol}:{asset.currency}:{asset.decimals}"
+            )
+            env.setdefault("X402_EUR_EVM_PRIVATE_KEY", self.standard.payer_key)
         return env
 
     def balance(self, account: Account | str) -> Decimal:
