@@ -57,6 +57,8 @@ def server_env(sandbox: Sandbox, account: Account, **extra: str) -> dict[str, st
         "X402_EUR_API_KEY": account.api_key,
         "X402_EUR_ACCOUNT": account.code,
         "X402_EUR_API_URL": sandbox.payment_api_url,
+        # The stdio client passes only this environment: name the test's own state file.
+        "X402_EUR_STATE": os.environ["X402_EUR_STATE"],
         **extra,
     }
 

@@ -64,3 +64,26 @@ class PaymentReceipt:
     payer: str | None = None
     settlement: Mapping[str, Any] | None = None
     payments: int = 1
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict (camelCase, the amount as `format_amount` writes it on every
+        rail). Not the proof: it was spent on the response this receipt came with."""
+        from ._amounts import format_amount
+
+        return {
+            "amount": format_amount(self.amount),
+            "currency": self.currency,
+            "rail": self.rail,
+            "scheme": self.scheme,
+            "network": self.network,
+            "asset": self.asset,
+            "payTo": self.pay_to,
+            "resource": self.resource,
+            "paidAt": self.paid_at.isoformat(),
+            "payments": self.payments,
+            "paymentRequestCode": self.payment_request_code,
+            "transactionCode": self.transaction_code,
+            "blockchainTxId": self.blockchain_tx_id,
+            "txHash": self.tx_hash,
+            "payer": self.payer,
+        }

@@ -154,28 +154,8 @@ def _receipt_rows(receipt: Any) -> list[tuple[str, str]]:
 
 
 def _receipt_json(receipt: Any) -> dict[str, Any]:
-    # The same shape as the MCP server's receipts, the amount written the same way on
-    # every rail (format_amount is exact: it only drops zeros past the second decimal).
-    # Not the proof: it was spent on this very response.
-    from ._amounts import format_amount
-
-    return {
-        "amount": format_amount(receipt.amount),
-        "currency": receipt.currency,
-        "rail": receipt.rail,
-        "scheme": receipt.scheme,
-        "network": receipt.network,
-        "asset": receipt.asset,
-        "payTo": receipt.pay_to,
-        "resource": receipt.resource,
-        "paidAt": receipt.paid_at.isoformat(),
-        "payments": receipt.payments,
-        "paymentRequestCode": receipt.payment_request_code,
-        "transactionCode": receipt.transaction_code,
-        "blockchainTxId": receipt.blockchain_tx_id,
-        "txHash": receipt.tx_hash,
-        "payer": receipt.payer,
-    }
+    data: dict[str, Any] = receipt.to_json()
+    return data
 
 
 def _json_line(data: Any, stream: IO[str]) -> None:

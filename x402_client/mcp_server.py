@@ -355,24 +355,7 @@ def _amount_argument(value: Any) -> Decimal:
 
 
 def _receipt_json(receipt: PaymentReceipt) -> dict[str, Any]:
-    # Not the proof: it was spent on this very response, and a receipt is shown freely.
-    return {
-        "amount": str(receipt.amount),
-        "currency": receipt.currency,
-        "rail": receipt.rail,
-        "scheme": receipt.scheme,
-        "network": receipt.network,
-        "asset": receipt.asset,
-        "payTo": receipt.pay_to,
-        "resource": receipt.resource,
-        "paidAt": receipt.paid_at.isoformat(),
-        "payments": receipt.payments,
-        "paymentRequestCode": receipt.payment_request_code,
-        "transactionCode": receipt.transaction_code,
-        "blockchainTxId": receipt.blockchain_tx_id,
-        "txHash": receipt.tx_hash,
-        "payer": receipt.payer,
-    }
+    return receipt.to_json()
 
 
 def _is_text(content_type: str) -> bool:
