@@ -131,6 +131,15 @@ def payments(sandbox: Sandbox, account: Account) -> list[Any]:
 _SANDBOX_KEY = re.compile(r"sk_sandbox_[A-Za-z0-9_\-]{8,}")
 _KNOWN_SECRETS: set[str] = {"sk_live_super_secret_value", "sk_do_not_print"}
 _ERROR_MESSAGES: list[str] = []
+#: Text that left a process of ours by other ways (a subprocess's stderr, an MCP tool
+#: result): the session-wide scan covers it too.
+_OTHER_OUTPUT: list[str] = []
+
+
+def scan_for_secrets(text: str) -> str:
+    """Hand `text` to the session-wide secret scan; returns it unchanged."""
+    _OTHER_OUTPUT.append(text)
+    return text
 
 
 class _Capture(logging.Handler):
@@ -191,6 +200,10 @@ def secret_scan() -> Iterator[None]:
     root.removeHandler(capture)
     for name, level in watched.items():
         logging.getLogger(name).setLevel(level)
-    leaked = _leaks("\n".join(capture.lines)) + _leaks("\n".join(_ERROR_MESSAGES))
+    leaked = (
+        _leaks("\n".join(capture.lines))
+        + _leaks("\n".join(_ERROR_MESSAGES))
+        + _leaks("\n".join(_OTHER_OUTPUT))
+    )
     if leaked:
         raise AssertionError(f"secrets leaked into logs or error messages: {leaked}")

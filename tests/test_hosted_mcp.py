@@ -26,6 +26,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CallToolResult
 
+from tests.conftest import scan_for_secrets
 from x402_client._amounts import from_atomic
 from x402_client._models import ExactAcceptEntry
 from x402_client._provider import TransactionRecord
@@ -77,7 +78,7 @@ class Tools:
 
     async def call(self, name: str, **arguments: Any) -> CallToolResult:
         result = await self.client.call_tool(name, arguments)
-        dumped = result.model_dump_json(by_alias=True)
+        dumped = scan_for_secrets(result.model_dump_json(by_alias=True))
         keys = [a.api_key for a in list(self.bank.accounts.values())]
         assert not [k for k in keys if k in dumped], "an API key leaked into a tool result"
         assert "sk_sandbox_" not in dumped

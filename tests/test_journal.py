@@ -34,7 +34,7 @@ async def test_a_paid_request_is_journaled_with_its_codes(sandbox, payer, option
     assert (record.outcome, record.delivered) == ("paid", True)
     assert record.payment_request_code == receipt.payment_request_code
     assert record.proof == receipt.proof and record.amount == Decimal("0.10")
-    assert [s.step for s in record.steps][:2] == ["intent", "proof"]
+    assert [s.step for s in record.steps][:3] == ["intent", "noted", "proof"]
     assert await unfinished_payments(options) == []
     assert payer.api_key not in str(record.to_json())
     state_of(options).close()

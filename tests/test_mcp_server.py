@@ -29,6 +29,7 @@ from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp_types import CallToolResult
 
+from tests.conftest import scan_for_secrets
 from x402_client import PaymentOutcomeUnknown, PaymentReceipt
 from x402_client.mcp_server import (
     TOOLS,
@@ -72,7 +73,7 @@ class Tools:
 
     async def call(self, name: str, **arguments: Any) -> CallToolResult:
         result = await self.client.call_tool(name, arguments)
-        dumped = result.model_dump_json(by_alias=True)
+        dumped = scan_for_secrets(result.model_dump_json(by_alias=True))
         assert self.secret not in dumped, "the API key leaked into a tool result"
         assert "sk_sandbox_" not in dumped
         [text] = result.content
@@ -102,7 +103,7 @@ def stderr_file() -> Iterator[IO[str]]:
 def read_back(file: IO[str]) -> str:
     file.flush()
     file.seek(0)
-    return file.read()
+    return scan_for_secrets(file.read())
 
 
 @contextlib.asynccontextmanager

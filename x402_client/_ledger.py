@@ -15,6 +15,11 @@ for entry in ledger.entries(outcome="unknown"):
     print(entry.intent.amount, entry.transaction_code, entry.proof)
 ```
 
+The ledger lives in memory and keeps a window: the latest `max_entries` (1,000 by
+default), plus every older entry still `pending` or `unknown`, so a long-running agent's
+memory stays flat. With `PaymentOptions(state_path=...)` the journal (`SqliteStore`) keeps
+every payment on disk; the ledger is the recent view.
+
 Nothing secret is recorded: no API key, no private key.
 """
 
@@ -23,39 +28,51 @@ from __future__ import annotations
 import dataclasses
 import json
 import threading
+from collections import deque
 from collections.abc import Iterator
 from datetime import datetime, timezone
 from decimal import Decimal
-from typing import IO, Any, Literal
+from typing import IO, Any, Literal, NamedTuple
 from uuid import uuid4
 
 from ._types import PaymentIntent
 
-__all__ = ["LedgerEntry", "LedgerStep", "Outcome", "PaymentLedger"]
+__all__ = ["DEFAULT_MAX_ENTRIES", "LedgerEntry", "LedgerStep", "Outcome", "PaymentLedger"]
 
 Outcome = Literal["pending", "paid", "failed", "unknown"]
+
+#: How many entries a `PaymentLedger` keeps by default (besides pending / unknown ones).
+DEFAULT_MAX_ENTRIES = 1_000
+
+_OPEN = frozenset({"pending", "unknown"})
 
 
 def _now() -> datetime:
     return datetime.now(timezone.utc)
 
 
-@dataclasses.dataclass(frozen=True)
-class LedgerStep:
+class LedgerStep(NamedTuple):
+    """One step of a payment: when, what, and a short detail (a code, a URL, a status)."""
+
     at: datetime
     step: str
     detail: str = ""
 
 
-@dataclasses.dataclass
+def _new_id() -> str:
+    return uuid4().hex
+
+
+@dataclasses.dataclass(slots=True)
 class LedgerEntry:
     """One payment intent and what became of it."""
 
     intent: PaymentIntent
-    id: str = dataclasses.field(default_factory=lambda: uuid4().hex)
+    id: str = dataclasses.field(default_factory=_new_id)
     outcome: Outcome = "pending"
     delivered: bool = False
-    steps: list[LedgerStep] = dataclasses.field(default_factory=list)
+    #: Oldest first; a tuple (exactly sized, never shared mutable state).
+    steps: tuple[LedgerStep, ...] = ()
     proof: str | None = dataclasses.field(default=None, repr=False)
     payment_request_code: str | None = None
     transaction_code: str | None = None
@@ -66,7 +83,7 @@ class LedgerEntry:
     finished_at: datetime | None = None
 
     def step(self, step: str, detail: str = "") -> None:
-        self.steps.append(LedgerStep(_now(), step, detail))
+        self.steps = (*self.steps, LedgerStep(_now(), step, detail))
 
     def finish(self, outcome: Outcome, *, error: str | None = None) -> None:
         self.outcome = outcome
@@ -104,15 +121,25 @@ class LedgerEntry:
 
 
 class PaymentLedger:
-    """An append-only, thread-safe list of `LedgerEntry`, newest last.
+    """A thread-safe window of `LedgerEntry`, oldest first.
 
-    `max_entries` bounds memory in long-running agents: the oldest finished entries are
-    dropped first (pending and unknown ones are kept).
+    Keeps the latest `max_entries` entries and every older one that is still `pending` or
+    `unknown` (money may have moved: it stays until it is settled). Opening an entry
+    costs O(1) however long the agent runs: the oldest entry leaves the window from the
+    front of a deque; an open one moves to a side list that is swept of settled entries
+    only as it doubles in size. The journal (`state_path`) keeps what the window drops.
     """
 
-    def __init__(self, max_entries: int = 10_000) -> None:
+    def __init__(self, max_entries: int = DEFAULT_MAX_ENTRIES) -> None:
+        if max_entries < 0:
+            raise ValueError("max_entries must not be negative")
         self._lock = threading.Lock()
-        self._entries: list[LedgerEntry] = []
+        #: The window: the latest entries, oldest first.
+        self._entries: deque[LedgerEntry] = deque()
+        #: Entries older than the window that were still open when they left it, in the
+        #: order they left it (so all older than the window's).
+        self._held: list[LedgerEntry] = []
+        self._sweep_at = max(max_entries, 64)
         self.max_entries = max_entries
 
     def __repr__(self) -> str:
@@ -122,17 +149,35 @@ class PaymentLedger:
         entry = LedgerEntry(intent=intent)
         entry.step("intent", f"{intent.amount} {intent.currency} to {intent.pay_to}")
         with self._lock:
-            self._entries.append(entry)
-            if len(self._entries) > self.max_entries:
-                for old in self._entries:
-                    if old.outcome in ("paid", "failed"):
-                        self._entries.remove(old)
-                        break
+            entries = self._entries
+            entries.append(entry)
+            while len(entries) > self.max_entries:
+                old = entries.popleft()
+                if old.outcome in _OPEN:
+                    self._hold(old)
         return entry
+
+    def _hold(self, entry: LedgerEntry) -> None:
+        held = self._held
+        held.append(entry)
+        if len(held) >= self._sweep_at:
+            # Settled since they were held: drop them. Amortised O(1) per entry, since
+            # the next sweep waits until the list has doubled.
+            held[:] = [e for e in held if e.outcome in _OPEN]
+            self._sweep_at = max(self.max_entries, 64, 2 * len(held))
+
+    def _visible(self) -> list[LedgerEntry]:
+        """Held entries still open, then the window (called with the lock held)."""
+        if self._held:
+            self._held[:] = [e for e in self._held if e.outcome in _OPEN]
+        return [*self._held, *self._entries]
 
     def entries(self, outcome: Outcome | None = None) -> list[LedgerEntry]:
         with self._lock:
-            return [e for e in self._entries if outcome is None or e.outcome == outcome]
+            visible = self._visible()
+        if outcome is None:
+            return visible
+        return [e for e in visible if e.outcome == outcome]
 
     def total(self, currency: str = "EUR", outcome: Outcome = "paid") -> Decimal:
         """The sum of the amounts of entries with `outcome` in `currency`."""
@@ -152,19 +197,21 @@ class PaymentLedger:
         return text
 
     def find(self, proof: str) -> LedgerEntry | None:
+        """The newest entry that proved with `proof`."""
         with self._lock:
-            return next((e for e in reversed(self._entries) if e.proof == proof), None)
+            return next((e for e in reversed(self._visible()) if e.proof == proof), None)
 
     def find_transaction(self, transaction_code: str) -> LedgerEntry | None:
+        """The newest entry with `transaction_code`."""
         with self._lock:
             return next(
-                (e for e in reversed(self._entries) if e.transaction_code == transaction_code),
+                (e for e in reversed(self._visible()) if e.transaction_code == transaction_code),
                 None,
             )
 
     def __len__(self) -> int:
         with self._lock:
-            return len(self._entries)
+            return len(self._entries) + sum(1 for e in self._held if e.outcome in _OPEN)
 
     def __iter__(self) -> Iterator[LedgerEntry]:
         return iter(self.entries())

@@ -38,6 +38,7 @@ from typing import Any, Literal
 
 import httpx
 
+from ._challenge import VerifierReason, classify_reason
 from ._exceptions import (
     ConfigurationError,
     PaymentNotConfirmed,
@@ -174,8 +175,17 @@ async def recover_payment(client: httpx.AsyncClient, journal_id: str) -> Recover
         return Recovery(record, "failed" if record.outcome == "failed" else "delivered", "done")
 
     async def give_up(reason: str) -> Recovery:
-        await journal.mark_unrecoverable(record.id, f"{reason}. {_claim(record)}")
-        return Recovery(record, "unrecoverable", f"{reason}. {_claim(record)}")
+        # Say what is known of the money: on a pay-first rail a proof or a transaction code
+        # means it left the account; anything else may have moved.
+        moved_first = record.rail in ("euro", "bridge")
+        evidence = bool(record.proof or record.transaction_code or record.blockchain_tx_id)
+        outcome: Literal["paid", "unknown"] = "paid" if moved_first and evidence else "unknown"
+        if record.outcome in ("paid", "unknown"):
+            outcome = "paid" if record.outcome == "paid" else outcome
+        text = f"{reason}. {_claim(record)}"
+        await journal.finish_payment(record.id, outcome, delivered=False, error=text)
+        await journal.mark_unrecoverable(record.id, text)
+        return Recovery(record, "unrecoverable", text)
 
     async def nothing_moved(reason: str) -> Recovery:
         await journal.finish_payment(record.id, "failed", delivered=False, error=reason)
@@ -228,6 +238,15 @@ async def recover_payment(client: httpx.AsyncClient, journal_id: str) -> Recover
         return Recovery(record, "pending", f"not confirmed yet: {exc.reason}", error=exc)
     except (PaymentVerificationFailed, PaymentOutcomeUnknown) as exc:
         reason = getattr(exc, "reason", None) or str(exc)
+        if (
+            record.rail == "euro"
+            and classify_reason(reason) is VerifierReason.EXPIRED
+            and not record.delivered
+        ):
+            # The spec's verifier says "expired" of a request that timed out: it was never
+            # settled (the provider keeps no money for an expired request; the merchant's
+            # rule is "request a fresh 402 and pay again").
+            return await nothing_moved(f"the payment request expired unsettled ({reason})")
         return await give_up(f"the merchant refused the re-sent proof ({reason})")
     except X402Error as exc:
         return await give_up(f"re-sending the proof failed ({type(exc).__name__}: {exc})")

@@ -11,7 +11,7 @@ from .._exceptions import PaymentOutcomeUnknown
 from .._models import EuroAcceptEntry, EuroPayload, PaymentProof
 from .._proof import encode_proof
 from .._types import PaymentIntent
-from . import Paid, RailContext, RequestSettings
+from . import Paid, RailContext, RequestSettings, note
 
 __all__ = ["EuroRail"]
 
@@ -74,6 +74,9 @@ class EuroRail:
             # through, "not confirmed" if it did not.
             exc.proof = proof
             raise
+        if transaction_code:
+            # Journaled now: a process that dies before the proof step keeps the code.
+            await note(transaction_code=transaction_code)
         yield Paid(
             proof=proof,
             payment_request_code=entry.payment_request_code,

@@ -1,0 +1,633 @@
+"""Nothing lost when the process dies: a payer process is SIGKILLed at every money-moving
+step of every rail, then a fresh start on the same state file finds and finishes it.
+
+Each case runs `tests/crash_payer.py` as its own Python process against the sandbox
+(real sockets), paying one resource with `PaymentOptions(state_path=...)` and a budget
+of 5 EUR, and kills it at one step (see that script for how). Then this process, with
+new options on the same file (what a restarted agent does):
+
+- `unfinished_payments` lists the payment, with the codes that existed when it died;
+- `recover_payments` finishes it: delivers the resource where the protocol allows,
+  otherwise says why (and what to ask), never paying again;
+- the sandbox's money proves it: the EURO account, the chain balances and the merchant
+  moved at most once, and the budget reservation was released only when no money moved.
+
+The table these cases prove is in docs/failure-semantics.md ("When the process dies").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import signal
+import sys
+import threading
+import time
+import types
+from collections.abc import Iterator
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from eth_account import Account as EthAccount
+
+from x402_client import (
+    Budget,
+    PaymentOptions,
+    _recovery,
+    recover_payments,
+    unfinished_payments,
+    with_eur_payment,
+)
+from x402_client._recovery import Recovery
+from x402_client._sqlite import JournalRecord, SqliteStore
+from x402_client._state import state_of
+from x402_client.sandbox import Account, Price, Sandbox
+from x402_client.sandbox._chain_a import EURQ_ASSET_ID
+
+pytestmark = pytest.mark.anyio
+
+CHILD = Path(__file__).with_name("crash_payer.py")
+PRICE = Decimal("0.10")
+ATOMIC = 100_000  # PRICE in atomic units (10^-6)
+BUDGET = Budget("5.00")
+REFUNDED = ("Cancelled", "Expired", "Failed")
+
+PRICES = {
+    "/paid/euro": Price(PRICE, "euro only", rails=("euro",)),
+    "/paid/evm": Price(PRICE, "polygon permit only", rails=("eip155:137",)),
+    "/paid/bridge": Price(PRICE, "bridged to chain A only", rails=("ledgera",)),
+}
+
+
+@pytest.fixture(scope="module")
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+class _Watch:
+    """Test-side instruments on the sandbox merchant: it can hold the next paid request
+    (where its `resource` fault strikes, before it looks at the proof) until released,
+    and it counts the proofs it has judged and the paid resources it served (whether or
+    not anyone was still there to read them)."""
+
+    def __init__(self, sandbox: Sandbox) -> None:
+        self.armed = False
+        self.arrived = threading.Event()
+        self.release = threading.Event()
+        self.judged = 0
+        self.verdicts: list[tuple[bool, str]] = []
+        self.served = 0
+        faults, gate = sandbox.faults, sandbox.gate
+        before, verify, app = faults.before, gate._verify, gate.app
+
+        async def holding_before(endpoint: str, request: Any = None) -> None:
+            await before(endpoint, request)
+            if endpoint == "resource" and self.armed:
+                self.armed = False
+                self.arrived.set()
+                # released from the test's thread: a thread event, polled
+                while not self.release.is_set():  # noqa: ASYNC110
+                    await asyncio.sleep(0.002)
+
+        async def counting_verify(*args: Any) -> Any:
+            try:
+                verdict = await verify(*args)
+            finally:
+                self.judged += 1
+            self.verdicts.append((verdict.valid, verdict.reason))
+            return verdict
+
+        async def counting_app(scope: Any, receive: Any, send: Any) -> None:
+            if scope["type"] == "http" and any(k == b"x-payment" for k, _ in scope["headers"]):
+                self.served += 1
+            await app(scope, receive, send)
+
+        faults.before = holding_before  # type: ignore[method-assign]
+        gate._verify = counting_verify  # type: ignore[method-assign,assignment]
+        gate.app = counting_app
+
+    def hold_next(self) -> None:
+        self.arrived.clear()
+        self.release.clear()
+        self.armed = True
+
+
+_WATCHES: dict[int, _Watch] = {}
+
+
+@pytest.fixture(scope="module")
+def crash_sandbox() -> Iterator[Sandbox]:
+    with Sandbox.run_in_thread(evm=True, chain_a=True, bridge_delay=0.5, prices=PRICES) as running:
+        _WATCHES[id(running)] = _Watch(running)
+        try:
+            yield running
+        finally:
+            watch = _WATCHES.pop(id(running))
+            watch.armed = False
+            watch.release.set()
+
+
+def _watch(sandbox: Sandbox) -> _Watch:
+    return _WATCHES[id(sandbox)]
+
+
+def _served(sandbox: Sandbox) -> int:
+    return _watch(sandbox).served
+
+
+# --- the matrix -----------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    rail: str
+    step: str
+    #: did money move, in the end (after recovery)
+    moved: bool
+    #: journal fields that must be set when the process died
+    codes: tuple[str, ...]
+    #: what `recover_payment` says
+    recovery: str
+    #: words the recovery's reason must contain
+    reason: tuple[str, ...] = ()
+
+    @property
+    def id(self) -> str:
+        return f"{self.rail}-{self.step}"
+
+    @property
+    def released(self) -> bool:
+        return self.recovery == "failed"
+
+
+# Steps: `before-call` / `after-call`: around the call that moves money (the payment API;
+# on EVM, signing the permit); `wait`: the bridge wait; `proof`: the proof exists and was
+# not sent yet; `delivery`: the merchant has the paid request and answers it after the
+# payer died; `delivery-held`: the merchant still holds it when the restarted process
+# re-sends the proof (and judges the dead payer's request last).
+USED = ("refused the re-sent proof", "already used")
+DIED_IN_CALL = ("died during the bridge payment call", "ask the provider")
+
+MATRIX = [
+    # euro: money moves in the payment call; the payment request code is journaled before
+    # it (it is the 402's), so recovery can always ask the merchant with the implied proof.
+    Case("euro", "before-call", False, ("payment_request_code",), "pending", ("not confirmed",)),
+    Case("euro", "after-call", True, ("payment_request_code",), "delivered"),
+    Case(
+        "euro",
+        "proof",
+        True,
+        ("payment_request_code", "transaction_code", "proof"),
+        "delivered",
+    ),
+    Case(
+        "euro",
+        "delivery",
+        True,
+        ("payment_request_code", "transaction_code", "proof"),
+        "unrecoverable",
+        USED,
+    ),
+    Case(
+        "euro",
+        "delivery-held",
+        True,
+        ("payment_request_code", "transaction_code", "proof"),
+        "delivered",
+    ),
+    # EVM permit: money moves when the merchant settles the permit; until it was handed
+    # over, nothing can move.
+    Case("evm", "before-call", False, (), "failed", ("no money moved",)),
+    Case("evm", "after-call", False, (), "failed", ("no money moved",)),
+    Case("evm", "proof", True, ("proof",), "delivered"),
+    Case("evm", "delivery", True, ("proof",), "unrecoverable", USED),
+    Case("evm", "delivery-held", True, ("proof",), "delivered"),
+    # bridge: money moves in the payment call; its code is noted right after it.
+    Case("bridge", "before-call", False, (), "unrecoverable", DIED_IN_CALL),
+    Case("bridge", "after-call", True, (), "unrecoverable", DIED_IN_CALL),
+    Case("bridge", "wait", True, ("transaction_code",), "delivered"),
+    Case(
+        "bridge",
+        "proof",
+        True,
+        ("transaction_code", "blockchain_tx_id", "proof"),
+        "delivered",
+    ),
+    Case(
+        "bridge",
+        "delivery",
+        True,
+        ("transaction_code", "blockchain_tx_id", "proof"),
+        "unrecoverable",
+        USED,
+    ),
+    Case(
+        "bridge",
+        "delivery-held",
+        True,
+        ("transaction_code", "blockchain_tx_id", "proof"),
+        "delivered",
+    ),
+]
+CODES = ("payment_request_code", "transaction_code", "blockchain_tx_id", "proof")
+
+
+@dataclasses.dataclass
+class Crashed:
+    """One payer process killed at one step, and what recovery made of it."""
+
+    case: Case
+    account: Account
+    state_path: Path
+    evm_key: str | None = None
+    evm_address: str | None = None
+    served_before: int = 0
+    merchant_eurq_before: int = 0
+    merchant_token_before: int = 0
+    journaled: JournalRecord | None = None
+    recovery: Recovery | None = None
+    after: JournalRecord | None = None
+    spent_at_death: int = 0
+    spent_after: int = 0
+    moved: bool | None = None
+    #: `delivery-held`: how the merchant judged the dead payer's request, released last
+    held_verdict: tuple[bool, str] | None = None
+
+
+_RESULTS: dict[str, Crashed] = {}
+
+
+def _options(sandbox: Sandbox, crashed: Crashed) -> PaymentOptions:
+    """What a restarted process builds: the same account and state file."""
+    values: dict[str, Any] = {
+        "api_key": crashed.account.api_key,
+        "from_account": crashed.account.code,
+        "api_url": sandbox.payment_api_url,
+        "state_path": crashed.state_path,
+        "budgets": [BUDGET],
+        "confirmation_attempts": 2,
+        "confirmation_wait": 0.01,
+        "bridge_poll_interval": 0.05,
+        "bridge_poll_max_interval": 0.1,
+    }
+    if crashed.evm_key is not None:
+        values["evm"] = sandbox.evm.evm_options(private_key=crashed.evm_key)
+    return PaymentOptions.model_validate(values)
+
+
+async def _eventually(check: Any, what: str, timeout: float = 15.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await anyio.sleep(0.01)
+
+
+async def _kill_child(sandbox: Sandbox, crashed: Crashed, tmp_path: Path) -> None:
+    """Run the payer process until it dies at `crashed.case.step`."""
+    case = crashed.case
+    config = {
+        "rail": case.rail,
+        "step": case.step,
+        "url": sandbox.url(f"/paid/{case.rail}"),
+        "api_key": crashed.account.api_key,
+        "from_account": crashed.account.code,
+        "api_url": sandbox.payment_api_url,
+        "state_path": str(crashed.state_path),
+        "budget": str(BUDGET.limit),
+        "evm_key": crashed.evm_key,
+        "rpc_urls": {str(c): sandbox.evm.rpc_url(c) for c in (1, 137)},
+    }
+    log = tmp_path / "child.log"
+    watch = _watch(sandbox)
+    in_delivery = case.step.startswith("delivery")
+    if in_delivery:
+        watch.hold_next()
+    with log.open("wb") as out:
+        process = await anyio.open_process(
+            [sys.executable, str(CHILD), json.dumps(config)], stdout=out, stderr=out
+        )
+        try:
+            with anyio.fail_after(60):
+                if in_delivery:
+                    # The merchant has the paid request (and holds it): die now.
+                    while not watch.arrived.is_set() and process.returncode is None:  # noqa: ASYNC110
+                        await anyio.sleep(0.002)
+                    if process.returncode is None:
+                        process.kill()
+                await process.wait()
+        finally:
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+            await process.aclose()
+            if process.returncode != -signal.SIGKILL:
+                watch.armed = False
+                watch.release.set()
+    assert process.returncode == -signal.SIGKILL, log.read_text()
+    if case.step == "delivery":
+        # The merchant goes on without its client: it verifies (consuming the proof, and
+        # settling the permit) and serves into a closed connection.
+        watch.release.set()
+        await _eventually(lambda: watch.served > crashed.served_before, "the merchant")
+
+
+async def _settle_bridge(sandbox: Sandbox, account: Account) -> None:
+    """Wait until every bridge transfer of `account` ended (reached chain A or refunded)."""
+
+    def done() -> bool:
+        made = [t for t in sandbox.bank.payments_made if t.from_account == account.code]
+        return all(t.status != "Processing" for t in made)
+
+    await _eventually(done, "the bridge transfers")
+
+
+async def _money_moved(sandbox: Sandbox, crashed: Crashed) -> bool:
+    """The sandbox's balances: at most one payment, and the merchant got exactly it."""
+    account = crashed.account
+    made = [t for t in sandbox.bank.payments_made if t.from_account == account.code]
+    if crashed.case.rail == "evm":
+        assert made == []
+        assert crashed.evm_address is not None
+        evm = sandbox.evm
+        spent = 1_000_000 - await evm.token_balance(137, "EURQ", crashed.evm_address)
+        received = (
+            await evm.token_balance(137, "EURQ", evm.merchant_address)
+            - crashed.merchant_token_before
+        )
+        assert spent in (0, ATOMIC), f"the payer spent {spent} atomic units"
+        assert received == spent
+        assert await evm.native_balance(137, crashed.evm_address) == 0  # never paid gas
+        assert await evm.permit_nonce(137, "EURQ", crashed.evm_address) == (1 if spent else 0)
+        return bool(spent == ATOMIC)
+    kept = [t for t in made if t.status not in REFUNDED]
+    assert len(kept) <= 1, f"EURO moved twice for one intent: {made}"
+    assert sandbox.balance(account) == Decimal("10.00") - PRICE * len(kept)
+    if crashed.case.rail == "bridge":
+        chain = sandbox.chain_a
+        eurq = chain.asset_balance(chain.merchant_address, str(EURQ_ASSET_ID))
+        assert eurq - crashed.merchant_eurq_before == ATOMIC * len(kept)
+    else:
+        assert all(t.to_type == "PaymentRequestCode" for t in made)
+    return bool(kept)
+
+
+async def _crash_and_recover(sandbox: Sandbox, case: Case, tmp_path: Path) -> Crashed:
+    """Kill a payer at `case`, then recover as a restarted process would (cached)."""
+    if case.id in _RESULTS:
+        return _RESULTS[case.id]
+    crashed = Crashed(case, sandbox.bank.open_account("10.00"), tmp_path / "state.sqlite3")
+    crashed.served_before = _served(sandbox)
+    if case.rail == "evm":
+        wallet = EthAccount.create()
+        crashed.evm_key = "0x" + bytes(wallet.key).hex()
+        crashed.evm_address = str(wallet.address)
+        await sandbox.evm.fund(137, "EURQ", crashed.evm_address, "1")
+        crashed.merchant_token_before = await sandbox.evm.token_balance(
+            137, "EURQ", sandbox.evm.merchant_address
+        )
+    if case.rail == "bridge":
+        chain = sandbox.chain_a
+        crashed.merchant_eurq_before = chain.asset_balance(
+            chain.merchant_address, str(EURQ_ASSET_ID)
+        )
+
+    await _kill_child(sandbox, crashed, tmp_path)
+    if case.rail == "bridge":
+        await _settle_bridge(sandbox, crashed.account)
+
+    options = _options(sandbox, crashed)
+    journal = state_of(options).journal
+    assert isinstance(journal, SqliteStore)
+    try:
+        unfinished = await unfinished_payments(options)
+        assert len(unfinished) == 1, unfinished
+        crashed.journaled = unfinished[0]
+        crashed.spent_at_death = await journal.spent(BUDGET.key, None)
+        async with with_eur_payment(httpx.AsyncClient(timeout=30), options) as client:
+            recoveries = await recover_payments(client)
+        assert len(recoveries) == 1, recoveries
+        crashed.recovery = recoveries[0]
+        if case.step == "delivery-held":
+            # Recovery re-sent the proof while the merchant still held the dead payer's
+            # request: now the merchant judges that one too (and must refuse it).
+            watch = _watch(sandbox)
+            judged = watch.judged
+            watch.release.set()
+            await _eventually(lambda: watch.judged > judged, "the held request")
+            crashed.held_verdict = watch.verdicts[-1]
+        if case.rail == "bridge":
+            await _settle_bridge(sandbox, crashed.account)
+        crashed.after = await journal.get(crashed.journaled.id)
+        crashed.spent_after = await journal.spent(BUDGET.key, None)
+    finally:
+        state_of(options).close()
+    crashed.moved = await _money_moved(sandbox, crashed)
+    _RESULTS[case.id] = crashed
+    return crashed
+
+
+@pytest.mark.parametrize("case", MATRIX, ids=[c.id for c in MATRIX])
+async def test_a_payer_killed_at_each_step_is_recovered_without_paying_twice(
+    crash_sandbox: Sandbox, case: Case, tmp_path: Path
+) -> None:
+    sandbox = crash_sandbox
+    crashed = await _crash_and_recover(sandbox, case, tmp_path)
+    record, recovery, after = crashed.journaled, crashed.recovery, crashed.after
+    assert record is not None and recovery is not None and after is not None
+
+    # What the dead process left: one pending record with exactly the codes that existed.
+    assert record.outcome == "pending" and not record.delivered
+    assert (record.rail, record.amount) == (
+        {"euro": "euro", "evm": "evm-permit", "bridge": "bridge"}[case.rail],
+        PRICE,
+    )
+    for name in CODES:
+        value = getattr(record, name)
+        assert (value is not None) is (name in case.codes), (name, value)
+    assert record.request_url == sandbox.url(f"/paid/{case.rail}")
+    # the reservation the dead process held is still held
+    assert crashed.spent_at_death == ATOMIC
+
+    # The codes are the provider's: the journal names the payment that was made.
+    made = [t for t in sandbox.bank.payments_made if t.from_account == crashed.account.code]
+    if record.transaction_code is not None:
+        assert [t.code for t in made] == [record.transaction_code]
+    if record.payment_request_code is not None and made:
+        assert made[0].payment_request_code == record.payment_request_code
+
+    # What recovery did.
+    assert recovery.status == case.recovery, recovery.reason
+    for words in case.reason:
+        assert words in recovery.reason, recovery.reason
+    if recovery.status == "delivered":
+        assert recovery.response is not None and recovery.response.status_code == 200
+        assert recovery.response.json() == {"resource": case.rail, "paid": True}
+        assert (after.outcome, after.delivered) == ("paid", True)
+        assert after.unrecoverable is None
+    elif recovery.status == "failed":
+        assert (after.outcome, after.delivered) == ("failed", False)
+    elif recovery.status == "unrecoverable":
+        assert after.unrecoverable is not None and not after.delivered
+        # the reason carries the codes a person needs to claim the payment
+        for code in (record.payment_request_code, record.transaction_code):
+            if code is not None:
+                assert code in after.unrecoverable
+    else:  # pending: not decidable yet, left for a later run
+        assert after.unrecoverable is None and after.outcome == "pending"
+
+    # The money: moved at most once (checked by `_money_moved`), exactly when the case
+    # says; the merchant served at most once.
+    assert crashed.moved is case.moved
+    served = _served(sandbox) - crashed.served_before
+    assert served == (1 if recovery.status == "delivered" or case.step == "delivery" else 0)
+    if case.step == "delivery-held":
+        # the dead payer's own request, judged after the re-sent proof, was refused
+        assert crashed.held_verdict is not None
+        valid, reason = crashed.held_verdict
+        assert not valid and "already used" in reason
+    # The reservation was given back only when recovery knew that no money moved.
+    assert crashed.spent_after == (0 if case.released else ATOMIC)
+
+    # A second recovery run (another restart) moves nothing and changes nothing.
+    options = _options(sandbox, crashed)
+    try:
+        async with with_eur_payment(httpx.AsyncClient(timeout=30), options) as client:
+            again = await recover_payments(client)
+        assert [(r.record.id, r.status) for r in again] == (
+            [(record.id, "pending")] if recovery.status == "pending" else []
+        )
+    finally:
+        state_of(options).close()
+    assert await _money_moved(sandbox, crashed) is case.moved
+    assert _served(sandbox) - crashed.served_before == served
+
+
+# --- the outcome a recovered record is left with ---------------------------------------------
+
+#: The outcomes a record may have once recovery has looked at it. `pending` means "a live
+#: process is paying": after the payer died, only an undecidable record may keep it.
+SETTLED_OUTCOMES = {
+    "euro-before-call": {"pending", "unknown"},  # recovery: not decidable yet
+    "euro-after-call": {"paid"},
+    "euro-proof": {"paid"},
+    "euro-delivery": {"paid"},  # the proof was consumed: the money moved
+    "euro-delivery-held": {"paid"},
+    "evm-before-call": {"failed"},
+    "evm-after-call": {"failed"},
+    "evm-proof": {"paid"},
+    "evm-delivery": {"paid", "unknown"},  # the merchant settled the permit
+    "evm-delivery-held": {"paid"},
+    "bridge-before-call": {"unknown"},  # the EURO may have left
+    "bridge-after-call": {"unknown", "paid"},
+    "bridge-wait": {"paid"},
+    "bridge-proof": {"paid"},
+    "bridge-delivery": {"paid"},  # the proof exists only once the EURO left
+    "bridge-delivery-held": {"paid"},
+}
+
+def _outcome_cases() -> list[Any]:
+    cases = []
+    for case in MATRIX:
+        cases.append(pytest.param(case, id=case.id))
+    return cases
+
+
+@pytest.mark.parametrize("case", _outcome_cases())
+async def test_a_recovered_record_says_whether_money_moved(
+    crash_sandbox: Sandbox, case: Case, tmp_path: Path
+) -> None:
+    crashed = await _crash_and_recover(crash_sandbox, case, tmp_path)
+    assert crashed.after is not None
+    assert crashed.after.outcome in SETTLED_OUTCOMES[case.id], crashed.after.outcome
+
+
+# --- the reservation, exactly when no money moved ---------------------------------------------
+
+_BRIDGE_BEFORE_THE_CALL = pytest.mark.xfail(
+    strict=True,
+    reason="a bridge payer killed before its payment call leaves the same journal record as "
+    "one killed during it (pending, no transaction code): recovery gives up and keeps the "
+    "reservation, though no money moved; the provider's transaction list (GET /transaction, "
+    "served by the sandbox) would show that no BlockchainAddress payment to pay_to left the "
+    "account after the record was opened",
+)
+
+
+def _reservation_cases() -> list[Any]:
+    cases = []
+    for case in MATRIX:
+        if case.recovery == "pending":
+            continue  # not decidable yet: see the expired-request test below
+        marks = [_BRIDGE_BEFORE_THE_CALL] if case.id == "bridge-before-call" else []
+        cases.append(pytest.param(case, id=case.id, marks=marks))
+    return cases
+
+
+@pytest.mark.parametrize("case", _reservation_cases())
+async def test_the_reservation_is_released_exactly_when_no_money_moved(
+    crash_sandbox: Sandbox, case: Case, tmp_path: Path
+) -> None:
+    crashed = await _crash_and_recover(crash_sandbox, case, tmp_path)
+    assert (crashed.spent_after == 0) is (not crashed.moved)
+
+
+# --- the euro transaction code ----------------------------------------------------------------
+
+
+async def test_the_euro_transaction_code_is_journaled_before_the_proof_is_sent(
+    crash_sandbox: Sandbox, tmp_path: Path
+) -> None:
+    # Killed the instant the call returns, a process can journal nothing more (the
+    # payment request code suffices to recover); from then on the code is journaled.
+    case = next(c for c in MATRIX if c.id == "euro-proof")
+    crashed = await _crash_and_recover(crash_sandbox, case, tmp_path)
+    (made,) = payments_of(crash_sandbox, crashed.account)
+    assert crashed.journaled is not None and crashed.after is not None
+    assert crashed.journaled.transaction_code == made.code
+    assert crashed.after.transaction_code == made.code
+
+
+# --- a euro payment request that expired unpaid ----------------------------------------------
+
+
+async def test_euro_killed_before_paying_is_failed_once_the_request_expired(
+    crash_sandbox: Sandbox, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sandbox = crash_sandbox
+    case = MATRIX[0]
+    assert case.id == "euro-before-call"
+    crashed = Crashed(case, sandbox.bank.open_account("10.00"), tmp_path / "state.sqlite3")
+    crashed.served_before = _served(sandbox)
+    await _kill_child(sandbox, crashed, tmp_path)
+    options = _options(sandbox, crashed)
+    try:
+        (record,) = await unfinished_payments(options)
+        assert record.payment_request_code is not None
+        # Later: the request expired unpaid, and recovery's clock is past its expiry.
+        request = sandbox.bank.payment_requests[record.payment_request_code]
+        request.expires_at = time.time() - 1
+        later = time.time() + 3600
+        monkeypatch.setattr(_recovery, "time", types.SimpleNamespace(time=lambda: later))
+        async with with_eur_payment(httpx.AsyncClient(timeout=30), options) as client:
+            (recovery,) = await recover_payments(client)
+        journal = state_of(options).journal
+        assert journal is not None
+        after = await journal.get(record.id)
+        spent = await journal.spent(BUDGET.key, None)
+    finally:
+        state_of(options).close()
+    assert payments_of(sandbox, crashed.account) == []
+    assert after is not None
+    assert recovery.status == "failed", recovery.reason
+    assert (after.outcome, after.unrecoverable) == ("failed", None)
+    assert spent == 0
+
+
+def payments_of(sandbox: Sandbox, account: Account) -> list[Any]:
+    return [t for t in sandbox.bank.payments_made if t.from_account == account.code]
