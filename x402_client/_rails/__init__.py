@@ -30,7 +30,16 @@ if TYPE_CHECKING:
     from .._progress import PaymentProgress
     from .._state import KeyedLocks
 
-__all__ = ["NOTE", "Paid", "Rail", "RailContext", "RequestSettings", "note"]
+__all__ = ["EIP712_DOMAIN", "NOTE", "Paid", "Rail", "RailContext", "RequestSettings", "note"]
+
+#: The EIP-712 domain type of the tokens the EVM rails sign for (name, version, chain id,
+#: verifying contract), in the form `sign_typed_data(full_message=...)` takes.
+EIP712_DOMAIN: list[dict[str, str]] = [
+    {"name": "name", "type": "string"},
+    {"name": "version", "type": "string"},
+    {"name": "chainId", "type": "uint256"},
+    {"name": "verifyingContract", "type": "address"},
+]
 
 #: Set by the payer around `rail.pay`: where a rail reports a fact the moment it exists.
 NOTE: ContextVar[Callable[..., Awaitable[None]] | None] = ContextVar("x402_note", default=None)

@@ -50,7 +50,7 @@ from .._assets import Asset, find_asset
 from .._challenge import AcceptEntry
 from .._models import ExactAcceptEntry
 from .._types import PaymentIntent
-from . import Paid, RailContext, RequestSettings
+from . import EIP712_DOMAIN, Paid, RailContext, RequestSettings
 
 __all__ = [
     "EIP712_DOMAIN_TYPE",
@@ -322,12 +322,7 @@ def transfer_typed_data(
     `encode_typed_data(full_message=...)` take it (for reference and independent checks)."""
     return {
         "types": {
-            "EIP712Domain": [
-                {"name": "name", "type": "string"},
-                {"name": "version", "type": "string"},
-                {"name": "chainId", "type": "uint256"},
-                {"name": "verifyingContract", "type": "address"},
-            ],
+            "EIP712Domain": list(EIP712_DOMAIN),
             "TransferWithAuthorization": [
                 {"name": "from", "type": "address"},
                 {"name": "to", "type": "address"},
