@@ -40,10 +40,11 @@ lint: $(STAMP)
 
 check: test lint
 
-## The benchmarks: table, chart and JSON in benchmarks/results/.
+## The benchmarks: every target and its measured value, as a table (printed), a chart and
+## JSON in benchmarks/results/ (about 10 min on 2 cores; BENCH_FLAGS=--quick: about 4 min).
 bench: $(STAMP)
 	$(PY) -m pip install --quiet -e '.[dev,bench]'
-	$(PY) benchmarks/run.py
+	$(PY) benchmarks/run.py --out benchmarks/results $(BENCH_FLAGS)
 
 clean:
 	rm -rf $(VENV) node_modules .mypy_cache .ruff_cache .pytest_cache .hypothesis

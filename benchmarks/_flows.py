@@ -1,8 +1,7 @@
-"""The two clients being compared: the SDK, and a hand-written httpx script.
+"""The clients being compared: the SDK, the hand-written floor, and a bare httpx client.
 
-The hand-written flow does exactly the protocol's round trips for a `euro` entry and
-nothing else, on one `httpx.AsyncClient` (one connection pool for the merchant and the
-payment API):
+The hand-written floor does exactly the protocol's round trips for a `euro` entry and
+nothing else:
 
 1. `GET resource` -> 402, parse the JSON, take the `euro` entry;
 2. `POST {api_url}/transaction/payment` with `X-API-KEY` and
@@ -12,18 +11,31 @@ payment API):
 
 The same bytes the SDK puts on the wire (`x402_client/_rails/euro.py`,
 `_payment_api.py`). No limits, hooks, retries or validation: it is the floor.
+
+Pools: like the SDK, which keeps the user's client for the merchant and a client of its
+own for the payment API, the floor has one pool per origin (`api_client`). Given no
+`api_client` it uses the merchant client for both (one pool: the earlier baseline).
 """
 
 from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
 
-Fetch = Callable[[str], Awaitable[httpx.Response]]
+#: The user-side pool of every flow, sized for concurrency 50. httpx's default keeps only
+#: 20 idle connections: at concurrency 50 it closes and re-opens a connection for nearly
+#: every request, in every flow alike, which would measure httpx's defaults, not the SDK.
+#: The 60 s keep-alive expiry outlasts a round (both lean servers and the sandbox keep
+#: idle connections longer), so churn counts measure the flows, not the expiry.
+USER_LIMITS = httpx.Limits(
+    max_connections=100, max_keepalive_connections=100, keepalive_expiry=60.0
+)
+#: The floor's payment-API pool: what the SDK's own payment-API client uses
+#: (`PaymentOptions.payment_api_max_connections`, default 100, all kept alive).
+API_LIMITS = httpx.Limits(max_connections=100, max_keepalive_connections=100)
 
 
 def _b64url_json(data: dict[str, Any]) -> str:
@@ -32,10 +44,16 @@ def _b64url_json(data: dict[str, Any]) -> str:
 
 
 class HandWritten:
-    """The baseline payer: one `AsyncClient`, three round trips per paid request."""
+    """The floor: three round trips per paid request, one pool per origin."""
 
-    def __init__(self, options: dict[str, Any], client: httpx.AsyncClient) -> None:
+    def __init__(
+        self,
+        options: dict[str, Any],
+        client: httpx.AsyncClient,
+        api_client: httpx.AsyncClient | None = None,
+    ) -> None:
         self.client = client
+        self.api_client = api_client if api_client is not None else client
         self.api_url = options["api_url"].rstrip("/")
         self.api_key = options["api_key"]
         self.from_account = options["from_account"]
@@ -53,7 +71,7 @@ class HandWritten:
             f'{{"paymentFrom":{sender},"toType":"PaymentRequestCode",'
             f'"paymentTo":{to},"amount":{entry["amount"]}}}'
         )
-        paid = await client.post(
+        paid = await self.api_client.post(
             f"{self.api_url}/transaction/payment",
             content=body.encode(),
             headers={"X-API-KEY": self.api_key, "Content-Type": "application/json"},
@@ -71,6 +89,8 @@ class HandWritten:
 
     async def aclose(self) -> None:
         await self.client.aclose()
+        if self.api_client is not self.client:
+            await self.api_client.aclose()
 
 
 class SDK:
@@ -88,6 +108,32 @@ class SDK:
         await self.client.aclose()
 
 
+class Bare:
+    """A plain `httpx.AsyncClient`: the floor of a request that is not a 402."""
+
+    def __init__(self, client: httpx.AsyncClient) -> None:
+        self.client = client
+
+    async def get(self, url: str) -> httpx.Response:
+        return await self.client.get(url)
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+
+
 def euro_options(options: dict[str, Any]) -> dict[str, Any]:
-    """The managed-account part of the sandbox's payer options (no EVM rail)."""
+    """The managed-account part of a server's payer options (no EVM rail)."""
     return {k: options[k] for k in ("api_key", "from_account", "api_url")}
+
+
+def make_flow(kind: str, options: dict[str, Any], *, per_origin: bool = True) -> Any:
+    """A fresh flow of `kind` (`sdk`, `floor`, `bare`) with its own fresh pools."""
+    client = httpx.AsyncClient(timeout=60, limits=USER_LIMITS)
+    if kind == "sdk":
+        return SDK(euro_options(options), client)
+    if kind == "floor":
+        api = httpx.AsyncClient(timeout=60, limits=API_LIMITS) if per_origin else None
+        return HandWritten(options, client, api)
+    if kind == "bare":
+        return Bare(client)
+    raise ValueError(kind)

@@ -1,16 +1,24 @@
 """The `evm-permit` rail: pay an `exact` entry on `eip155:1` / `eip155:137` with an
 EIP-2612 permit for the facilitator's spender.
 
-What paying one entry costs, after warm-up: two JSON-RPC calls (`balanceOf` in
-`prepare`, `nonces` in `pay`). The RPC endpoint's chain id is checked once per URL, the
-token's `name()` and `symbol()` are read once per chain and token, and the facilitator's
-`GET /supported` is cached for `EvmOptions.supported_cache_seconds`.
+What paying one entry costs, after warm-up: one JSON-RPC round trip, a batch of two
+`eth_call`s (`balanceOf(owner)` at `latest`, `nonces(owner)` at `pending`) sent by
+`prepare`. The RPC endpoint's chain id is checked once per URL, the token's `name()` and
+`symbol()` are read once per chain and token, and the facilitator's `GET /supported` is
+cached for `EvmOptions.supported_cache_seconds`. An endpoint that refuses batches gets the
+two calls one by one (`balanceOf` in `prepare`, `nonces` in `pay`), as before.
 
 Permit nonces are sequential per owner and token, so two permits signed with the same
 nonce cannot both settle. This rail therefore serializes payments per (chain, token,
 owner): the lock is taken before `nonces(owner)` is read and released only when the
 merchant has answered the paid retry (the payer keeps `pay()` open that long). The locks
 are the options' (`_state.KeyedLocks`), shared by every client built from them.
+
+The nonce read in `prepare`, before the lock, is used by `pay` only when it is exactly
+what a read under the lock would give: no payment for that key was in progress when it
+was read, none has started since (`_NonceActivity`, shared through the same locks by
+every client of the options), and it is under `_PREPARED_NONCE_TTL` seconds old (a slow
+`on_before_payment` hook). Otherwise `pay` reads `nonces` again under the lock.
 
 web3 and eth-account (the `evm` extra) are imported inside the methods that use them;
 `import x402_client` stays free of them. The pure pieces (typed data, deadline, proof)
@@ -23,7 +31,9 @@ import dataclasses
 import importlib.util
 import logging
 import re
+import threading
 import time
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
@@ -47,7 +57,7 @@ from .._models import (
 from .._options import EvmOptions
 from .._proof import encode_proof
 from .._types import PaymentIntent
-from . import Paid, RailContext, RequestSettings
+from . import EIP712_DOMAIN, Paid, RailContext, RequestSettings
 
 if TYPE_CHECKING:
     from web3 import AsyncHTTPProvider, AsyncWeb3
@@ -75,6 +85,12 @@ PERMIT_VERSION = "1"
 _ADDRESS_RE = re.compile(r"\A0x[0-9a-fA-F]{40}\Z")
 _RPC_TIMEOUT = 15.0
 _SUPPORTED_TIMEOUT = 10.0
+#: How old a nonce read by `prepare` may be for `pay` to sign with it (see the module doc).
+_PREPARED_NONCE_TTL = 2.0
+#: 4-byte selectors of the two views read per payment: keccak("balanceOf(address)"),
+#: keccak("nonces(address)").
+_BALANCE_OF = "0x70a08231"
+_NONCES = "0x7ecebe00"
 
 # Just the views this rail reads; the token is an OpenZeppelin ERC20Permit.
 _TOKEN_ABI: list[dict[str, Any]] = [
@@ -146,12 +162,7 @@ def permit_typed_data(
     """
     return {
         "types": {
-            "EIP712Domain": [
-                {"name": "name", "type": "string"},
-                {"name": "version", "type": "string"},
-                {"name": "chainId", "type": "uint256"},
-                {"name": "verifyingContract", "type": "address"},
-            ],
+            "EIP712Domain": list(EIP712_DOMAIN),
             "Permit": [
                 {"name": "owner", "type": "address"},
                 {"name": "spender", "type": "address"},
@@ -235,6 +246,76 @@ class _Endpoint:
     provider: AsyncHTTPProvider
     w3: AsyncWeb3[AsyncHTTPProvider]
     verified: bool = False
+    #: False once the endpoint answered a batch with something other than a JSON list.
+    batches: bool = True
+
+
+_NonceKey = tuple[int, str, str]
+
+
+class _NonceActivity:
+    """How many `pay()` calls per (chain, token, owner) have started and finished.
+
+    Shared by every rail whose payer has the same `KeyedLocks` (every client built from
+    one `PaymentOptions`), in any thread, so a nonce read outside the lock can be checked:
+    it is current if no payment was in progress when it was read and none started since.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._counts: dict[_NonceKey, tuple[int, int]] = {}
+
+    def counts(self, key: _NonceKey) -> tuple[int, int]:
+        with self._lock:
+            return self._counts.get(key, (0, 0))
+
+    def start(self, key: _NonceKey) -> tuple[int, int]:
+        """Count a `pay()` starting; returns the counts before it."""
+        with self._lock:
+            before = self._counts.get(key, (0, 0))
+            self._counts[key] = (before[0] + 1, before[1])
+            return before
+
+    def finish(self, key: _NonceKey) -> None:
+        with self._lock:
+            started, finished = self._counts.get(key, (0, 0))
+            self._counts[key] = (started, finished + 1)
+
+
+_ACTIVITY: weakref.WeakKeyDictionary[object, _NonceActivity] = weakref.WeakKeyDictionary()
+_ACTIVITY_GUARD = threading.Lock()
+
+
+def _activity_of(locks: object) -> _NonceActivity:
+    with _ACTIVITY_GUARD:
+        found = _ACTIVITY.get(locks)
+        if found is None:
+            found = _ACTIVITY[locks] = _NonceActivity()
+        return found
+
+
+@dataclasses.dataclass(frozen=True)
+class _PreparedNonce:
+    nonce: int
+    #: `_NonceActivity.counts` when it was read (started == finished: none in progress).
+    counts: tuple[int, int]
+    read_at: float
+
+
+class _BatchRefused(Exception):
+    """The endpoint answered the batch, but not with a usable `balanceOf` result."""
+
+
+def _call_params(token: str, selector: str, owner: str, block: str) -> list[Any]:
+    data = selector + owner.lower().removeprefix("0x").rjust(64, "0")
+    return [{"to": token, "data": data}, block]
+
+
+def _uint256(result: Any) -> int | None:
+    """An `eth_call` result that is one ABI-encoded uint256, or None."""
+    if not isinstance(result, str) or not re.fullmatch(r"0x[0-9a-fA-F]{64}", result):
+        return None
+    return int(result, 16)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -265,6 +346,7 @@ class EvmPermitRail:
         self._tokens: dict[tuple[int, str], _TokenInfo] = {}
         self._supported: dict[str, tuple[float, dict[tuple[str, str | None], str]]] = {}
         self._http: httpx.AsyncClient | None = None
+        self._prepared: dict[_NonceKey, _PreparedNonce] = {}
 
     def __repr__(self) -> str:
         return f"EvmPermitRail(chains={sorted(self._options.rpc_urls)})"
@@ -320,10 +402,20 @@ class EvmPermitRail:
         problem = await self._check_spender(entry, extra)
         if problem is not None:
             return problem
+        owner = self.owner
+        key = (chain_id, entry.asset.lower(), owner.lower())
+        counts = self._activity().counts(key)
+        # A nonce read while a payment for this key is in progress could be stale by the
+        # time the lock is ours: then read only the balance here, the nonce in `pay`.
+        want_nonce = counts[0] == counts[1]
         try:
-            balance = await self._read(chain_id, entry.asset, "balanceOf", self.owner)
+            balance, nonce = await self._balance_and_nonce(
+                chain_id, entry.asset, owner, want_nonce=want_nonce
+            )
         except _RpcUnavailable as exc:
             return str(exc)
+        if nonce is not None:
+            self._prepared[key] = _PreparedNonce(nonce, counts, time.monotonic())
         if balance < entry.max_amount_required:
             return (
                 f"{extra.symbol} balance {format_amount(from_atomic(balance))} on "
@@ -341,28 +433,57 @@ class EvmPermitRail:
         chain_id = EVM_NETWORKS[entry.network]
         owner = self.owner
         key = (chain_id, entry.asset.lower(), owner.lower())
-        # Held until the merchant has answered: the next permit must see the next nonce. The
-        # locks belong to the options, so every client built from them waits on the same one.
-        async with self._context.locks.hold(key):
-            try:
-                token = await self._token_info(chain_id, entry.asset)
-                nonce = await self._read(chain_id, entry.asset, "nonces", owner, block="pending")
-            except _RpcUnavailable as exc:
-                # Nothing was signed: a typed failure, no money moved.
-                raise PaymentFailed(f"{exc}; nothing was signed", intent=intent) from None
-            typed = permit_typed_data(
-                token_name=token.name,
-                chain_id=chain_id,
-                token=entry.asset,
-                owner=owner,
-                spender=extra.spender,
-                value=entry.max_amount_required,
-                nonce=nonce,
-                deadline=permit_deadline(time.time(), entry.max_timeout_seconds),
-            )
-            proof = permit_proof(entry.network, typed["message"], self._sign(typed))
-            logger.debug("x402: signed permit nonce %d on %s for %s", nonce, entry.network, owner)
-            yield Paid(proof=proof, payer=owner)
+        activity = self._activity()
+        before = activity.start(key)
+        try:
+            # Held until the merchant has answered: the next permit must see the next nonce.
+            # The locks belong to the options, so every client built from them waits on the
+            # same one.
+            async with self._context.locks.hold(key):
+                nonce = self._prepared_nonce(key, before, activity.counts(key))
+                try:
+                    token = await self._token_info(chain_id, entry.asset)
+                    if nonce is None:
+                        nonce = await self._read(
+                            chain_id, entry.asset, "nonces", owner, block="pending"
+                        )
+                except _RpcUnavailable as exc:
+                    # Nothing was signed: a typed failure, no money moved.
+                    raise PaymentFailed(f"{exc}; nothing was signed", intent=intent) from None
+                typed = permit_typed_data(
+                    token_name=token.name,
+                    chain_id=chain_id,
+                    token=entry.asset,
+                    owner=owner,
+                    spender=extra.spender,
+                    value=entry.max_amount_required,
+                    nonce=nonce,
+                    deadline=permit_deadline(time.time(), entry.max_timeout_seconds),
+                )
+                proof = permit_proof(entry.network, typed["message"], self._sign(typed))
+                logger.debug(
+                    "x402: signed permit nonce %d on %s for %s", nonce, entry.network, owner
+                )
+                yield Paid(proof=proof, payer=owner)
+        finally:
+            activity.finish(key)
+
+    def _activity(self) -> _NonceActivity:
+        return _activity_of(self._context.locks)
+
+    def _prepared_nonce(
+        self, key: _NonceKey, before: tuple[int, int], now: tuple[int, int]
+    ) -> int | None:
+        """The nonce `prepare` read, if it is still the one to sign with (see module doc):
+        read with no payment in progress, no other payment started since (`before` is the
+        count just before this `pay` started, `now` the count with the lock held), fresh."""
+        prepared = self._prepared.pop(key, None)
+        if prepared is None:
+            return None
+        idle = prepared.counts[0] == prepared.counts[1]
+        unchanged = before == prepared.counts and now == (before[0] + 1, before[1])
+        fresh = time.monotonic() - prepared.read_at <= _PREPARED_NONCE_TTL
+        return prepared.nonce if idle and unchanged and fresh else None
 
     async def aclose(self) -> None:
         endpoints, self._endpoints = self._endpoints, {}
@@ -452,6 +573,69 @@ class EvmPermitRail:
             return await contract.functions[function](*args).call(block_identifier=block)
 
         return await self._with_rpc(chain_id, call)
+
+    async def _balance_and_nonce(
+        self, chain_id: int, token: str, owner: str, *, want_nonce: bool
+    ) -> tuple[int, int | None]:
+        """`balanceOf(owner)` at `latest` and, if wanted, `nonces(owner)` at `pending`, in
+        one round trip (a JSON-RPC batch) on the first endpoint that answers.
+
+        An endpoint that answers the batch with anything but a usable `balanceOf` result
+        (an HTTP error, no batch support, an error entry) is asked for the balance alone,
+        and the nonce is left to `pay`: the behaviour of the rail without batching.
+        """
+
+        async def call(w3: AsyncWeb3[AsyncHTTPProvider]) -> tuple[int, int | None]:
+            endpoint = next(e for e in self._endpoints.values() if e.w3 is w3)
+            if want_nonce and endpoint.batches:
+                try:
+                    return await self._batch(endpoint, token, owner)
+                except _BatchRefused:
+                    pass
+            contract = w3.eth.contract(address=w3.to_checksum_address(token), abi=_TOKEN_ABI)
+            balance = await contract.functions.balanceOf(owner).call(block_identifier="latest")
+            return int(balance), None
+
+        return await self._with_rpc(chain_id, call)
+
+    @staticmethod
+    async def _batch(endpoint: _Endpoint, token: str, owner: str) -> tuple[int, int | None]:
+        """Post the two `eth_call`s as one JSON-RPC batch through the provider's own
+        request path (its session, timeout and headers: one HTTP round trip, seen by
+        anything that watches the provider's requests as one `eth_call` request)."""
+        import aiohttp
+        from web3.types import RPCEndpoint
+
+        provider = endpoint.provider
+        method = RPCEndpoint("eth_call")
+        data = provider.encode_batch_rpc_request(
+            [
+                (method, _call_params(token, _BALANCE_OF, owner, "latest")),
+                (method, _call_params(token, _NONCES, owner, "pending")),
+            ]
+        )
+        try:
+            raw = await provider._make_request(method, data)
+            answer = provider.decode_rpc_response(raw)
+        except aiohttp.ClientResponseError as exc:  # an HTTP error status: answered
+            raise _BatchRefused(str(exc)) from None
+        except ValueError as exc:  # not JSON
+            raise _BatchRefused(str(exc)) from None
+        if not isinstance(answer, list):
+            # One error object for the whole batch: this endpoint does not batch.
+            endpoint.batches = False
+            raise _BatchRefused("no batch answer")
+        # Answers may come in any order: the balance was asked first (the lower id).
+        entries = [e for e in answer if isinstance(e, dict) and isinstance(e.get("id"), int)]
+        if len(entries) != 2:
+            raise _BatchRefused("batch answer without two identified entries")
+        balance_entry, nonce_entry = sorted(entries, key=lambda e: int(e["id"]))
+        balance = _uint256(balance_entry.get("result"))
+        if balance is None:
+            # An error entry, or no contract: the one-by-one read says which, as before.
+            raise _BatchRefused(str(balance_entry.get("error") or "no uint256 result"))
+        # Without a usable nonce, `pay` reads it under the lock, where a failure is typed.
+        return balance, _uint256(nonce_entry.get("result"))
 
     async def _with_rpc(
         self, chain_id: int, call: Callable[[AsyncWeb3[AsyncHTTPProvider]], Awaitable[T]]

@@ -1,0 +1,451 @@
+"""The client process of the benchmarks: `python benchmarks/_client.py WORKLOAD ARGS_JSON`.
+
+`run.py` starts the servers in their own processes and runs each measured workload in a
+fresh one of these, so the client being measured shares its process (heap, GIL, garbage
+collector) with nothing but the flows it compares. It prints one JSON line.
+
+Garbage collection is counted the same way for every flow: the collector stays enabled
+with Python's default thresholds (nothing is frozen or disabled), the flows being
+compared run interleaved in this one process, and `gc.callbacks` times every collection
+and books it to the flow whose request was running when it happened. A collection is
+triggered by allocations, so the flow that allocates more triggers more of them and
+pays for them in its own timings; `gc` in the output says how much each flow paid.
+
+Workloads:
+
+- `latency`: paid GETs, SDK vs hand-written floor, and free GETs, SDK vs a bare client,
+  interleaved (`pairs` of each, order alternating), after `warmup` of each;
+- `floor`: the floor flow against several server sets, interleaved;
+- `throughput`: `rounds` interleaved rounds of `n` paid requests at `concurrency`, one
+  fresh flow per round, SDK vs floor, with the servers' connection counts per round;
+- `gc`: `n` sequential paid requests of one flow in this process alone, every collection
+  timed (generation, duration);
+- `profile`: `n` paid requests interleaved SDK / floor, the SDK's profiled (cProfile and,
+  if installed, pyinstrument);
+- `experiments`: the latency workload once per candidate hot-path change, each applied
+  by monkeypatching in this process (`_experiments.py`), to measure what it saves;
+- `eip3009`: paid GETs of the x402 foundation's merchant, our client vs the foundation's
+  `x402HttpxClient`, interleaved, wall and client-process CPU time per request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+import httpx  # noqa: E402
+from _flows import make_flow  # noqa: E402
+
+
+class GcClock:
+    """`gc.callbacks` entry: times each collection and books it to the running flow."""
+
+    def __init__(self) -> None:
+        self.flow = "idle"
+        self._started = 0.0
+        self.events: list[tuple[str, int, float]] = []
+
+    def __call__(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.events.append((self.flow, info["generation"], time.perf_counter() - self._started))
+
+    def install(self) -> GcClock:
+        gc.callbacks.append(self)
+        return self
+
+    def remove(self) -> None:
+        if self in gc.callbacks:
+            gc.callbacks.remove(self)
+
+    def clear(self) -> None:
+        self.events.clear()
+
+    def by_flow(self) -> dict[str, dict[str, Any]]:
+        out: dict[str, dict[str, Any]] = {}
+        for flow, generation, seconds in self.events:
+            row = out.setdefault(
+                flow, {"collections": [0, 0, 0], "seconds": [0.0, 0.0, 0.0], "max_ms": 0.0}
+            )
+            row["collections"][generation] += 1
+            row["seconds"][generation] += seconds
+            row["max_ms"] = max(row["max_ms"], seconds * 1000)
+        return out
+
+
+async def _ok(response: httpx.Response) -> None:
+    if response.status_code != 200:
+        raise RuntimeError(f"answered {response.status_code}: {response.text[:200]}")
+
+
+# --- latency --------------------------------------------------------------------------------
+
+
+async def latency(args: dict[str, Any]) -> dict[str, Any]:
+    merchant = args["merchant"]
+    paid_url, free_url = merchant + "/weather", merchant + "/free"
+    options = args["options"]
+    flows = {k: make_flow(k, options) for k in ("sdk", "floor", "bare")}
+    clock = GcClock()
+    times: dict[str, list[float]] = {"sdk": [], "floor": [], "sdk_free": [], "bare_free": []}
+    #: Client-process CPU per request (`time.process_time`): the servers run elsewhere, so
+    #: this is the client's own work, much less noisy than wall time on a shared machine.
+    cpu: dict[str, list[float]] = {k: [] for k in times}
+    try:
+        for _ in range(args["warmup"]):
+            for kind in ("sdk", "floor"):
+                await _ok(await flows[kind].get(paid_url))
+            for kind in ("sdk", "bare"):
+                await _ok(await flows[kind].get(free_url))
+        clock.install()
+        perf, process = time.perf_counter, time.process_time
+        for i in range(args["pairs"]):
+            even = i % 2 == 0
+            for kind in ("sdk", "floor") if even else ("floor", "sdk"):
+                clock.flow = kind
+                c0, started = process(), perf()
+                response = await flows[kind].get(paid_url)
+                times[kind].append(perf() - started)
+                cpu[kind].append(process() - c0)
+                clock.flow = "idle"
+                await _ok(response)
+            for kind in ("sdk", "bare") if even else ("bare", "sdk"):
+                name = clock.flow = kind + "_free"
+                c0, started = process(), perf()
+                response = await flows[kind].get(free_url)
+                times[name].append(perf() - started)
+                cpu[name].append(process() - c0)
+                clock.flow = "idle"
+                await _ok(response)
+        clock.remove()
+    finally:
+        for flow in flows.values():
+            await flow.aclose()
+    return {
+        "times": times,
+        "cpu": cpu,
+        "gc": clock.by_flow(),
+        "gc_threshold": list(gc.get_threshold()),
+    }
+
+
+async def floor(args: dict[str, Any]) -> dict[str, Any]:
+    """The floor flow against several server sets, interleaved (which server is leaner)."""
+    targets = args["targets"]
+    flows = [make_flow("floor", t["options"]) for t in targets]
+    urls = [t["merchant"] + "/weather" for t in targets]
+    times: list[list[float]] = [[] for _ in targets]
+    order = list(range(len(targets)))
+    try:
+        for _ in range(args["warmup"]):
+            for i in order:
+                await _ok(await flows[i].get(urls[i]))
+        for n in range(args["pairs"]):
+            for i in order if n % 2 == 0 else order[::-1]:
+                started = time.perf_counter()
+                response = await flows[i].get(urls[i])
+                times[i].append(time.perf_counter() - started)
+                await _ok(response)
+    finally:
+        for flow in flows:
+            await flow.aclose()
+    return {"times": times}
+
+
+# --- throughput -----------------------------------------------------------------------------
+
+
+async def _control(url: str, path: str) -> dict[str, Any]:
+    async with httpx.AsyncClient() as http:
+        response = await (http.post(url + path) if path == "/reset" else http.get(url + path))
+        response.raise_for_status()
+        result: dict[str, Any] = response.json()
+        return result
+
+
+async def _burst(flow: Any, url: str, n: int, concurrency: int) -> dict[str, Any]:
+    remaining = n
+    failures = 0
+    errors: dict[str, int] = {}
+
+    async def worker() -> None:
+        nonlocal remaining, failures
+        while remaining > 0:
+            remaining -= 1
+            try:
+                response = await flow.get(url)
+            except Exception as exc:  # counted and reported, not fatal
+                failures += 1
+                errors[type(exc).__name__] = errors.get(type(exc).__name__, 0) + 1
+                continue
+            if response.status_code != 200:
+                failures += 1
+                errors[str(response.status_code)] = errors.get(str(response.status_code), 0) + 1
+
+    cpu = time.process_time()
+    started = time.perf_counter()
+    async with asyncio.timeout(600):
+        await asyncio.gather(*(worker() for _ in range(concurrency)))
+    elapsed = time.perf_counter() - started
+    return {
+        "seconds": elapsed,
+        "rps": n / elapsed,
+        "cpu_seconds": time.process_time() - cpu,
+        "failures": failures,
+        "errors": errors,
+    }
+
+
+async def throughput(args: dict[str, Any]) -> dict[str, Any]:
+    url = args["merchant"] + "/weather"
+    options = args["options"]
+    controls = args["controls"]  # {"merchant": url, "payment_api": url}
+    n, concurrency = args["n"], args["concurrency"]
+    for kind in ("sdk", "floor"):  # warm both code paths
+        flow = make_flow(kind, options)
+        await _burst(flow, url, min(n, 100), concurrency)
+        await flow.aclose()
+    runs: dict[str, list[dict[str, Any]]] = {"sdk": [], "floor": []}
+    for i in range(args["rounds"]):
+        for kind in ("sdk", "floor") if i % 2 == 0 else ("floor", "sdk"):
+            for control in controls.values():
+                await _control(control, "/reset")
+            flow = make_flow(kind, options)
+            try:
+                result = await _burst(flow, url, n, concurrency)
+            finally:
+                await flow.aclose()
+            stats = {name: await _control(c, "/stats") for name, c in controls.items()}
+            result["connections"] = {name: s["connections"] for name, s in stats.items()}
+            result["requests"] = {name: s["requests"] for name, s in stats.items()}
+            digests = {name: s.get("codes_digest") for name, s in stats.items()}
+            result["paid_codes_match"] = len(set(digests.values())) == 1
+            runs[kind].append(result)
+            print(
+                f"    {kind:6s} {result['rps']:7.1f} req/s  connections {result['connections']}"
+                f"  failures {result['failures']} {result['errors']}",
+                file=sys.stderr,
+                flush=True,
+            )
+    return {"runs": runs}
+
+
+# --- garbage-collection pauses ----------------------------------------------------------------
+
+
+async def gc_pauses(args: dict[str, Any]) -> dict[str, Any]:
+    url = args["merchant"] + "/weather"
+    variant = args.get("variant", "default")
+    flow = make_flow(args["flow"], args["options"])
+    if variant == "ledger0" and args["flow"] == "sdk":
+        # What the client retains per payment, taken out: a ledger that keeps no entries.
+        from x402_client import PaymentLedger, PaymentOptions, with_eur_payment
+
+        options = PaymentOptions(**args["options"], ledger=PaymentLedger(max_entries=0))
+        with_eur_payment(flow.client, options)
+    clock = GcClock()
+    try:
+        for _ in range(args["warmup"]):
+            await _ok(await flow.get(url))
+        if variant == "freeze":
+            # What an application can do: move everything alive after warm-up (modules,
+            # pools) out of the collector's reach, so a full collection scans only newer
+            # objects.
+            gc.collect()
+            gc.freeze()
+        clock.install()
+        clock.flow = args["flow"]
+        perf = time.perf_counter
+        slowest = 0.0
+        started = perf()
+        for _ in range(args["n"]):
+            t = perf()
+            response = await flow.get(url)
+            slowest = max(slowest, perf() - t)
+            await _ok(response)
+        elapsed = perf() - started
+        clock.remove()
+    finally:
+        await flow.aclose()
+    pauses = [(g, s * 1000) for _, g, s in clock.events]
+    return {
+        "flow": args["flow"],
+        "variant": variant,
+        "n": args["n"],
+        "seconds": elapsed,
+        "slowest_request_ms": slowest * 1000,
+        "pauses_ms": pauses,
+        "tracked_objects": len(gc.get_objects()),
+        "modules": len(sys.modules),
+        "gc_threshold": list(gc.get_threshold()),
+    }
+
+
+# --- profile ------------------------------------------------------------------------------
+
+
+async def profile(args: dict[str, Any]) -> dict[str, Any]:
+    import cProfile
+    import io
+    import pstats
+
+    url = args["merchant"] + "/weather"
+    options = args["options"]
+    flows = {k: make_flow(k, options) for k in ("sdk", "floor")}
+    out = Path(args["out"])
+    try:
+        for _ in range(args["warmup"]):
+            for flow in flows.values():
+                await _ok(await flow.get(url))
+        prof = cProfile.Profile()
+        for i in range(args["n"]):
+            for kind in ("sdk", "floor") if i % 2 == 0 else ("floor", "sdk"):
+                if kind == "sdk":
+                    prof.enable()
+                    response = await flows[kind].get(url)
+                    prof.disable()
+                else:
+                    response = await flows[kind].get(url)
+                await _ok(response)
+        text = io.StringIO()
+        stats = pstats.Stats(prof, stream=text)
+        stats.sort_stats("tottime").print_stats(60)
+        stats.sort_stats("cumulative").print_stats(80)
+        (out / "profile-cprofile.txt").write_text(text.getvalue())
+        own = []
+        for (filename, line, name), row in stats.stats.items():  # type: ignore[attr-defined]
+            if "x402_client" in filename:
+                own.append(
+                    {
+                        "function": f"{Path(filename).name}:{line}({name})",
+                        "calls_per_request": row[1] / args["n"],
+                        "tottime_us_per_request": row[2] / args["n"] * 1e6,
+                        "cumtime_us_per_request": row[3] / args["n"] * 1e6,
+                    }
+                )
+        own.sort(key=lambda r: -r["tottime_us_per_request"])
+        result: dict[str, Any] = {"own_top": own[:25], "pyinstrument": None}
+        try:
+            from pyinstrument import Profiler
+        except ImportError:
+            return result
+        # Sampling the thread, not the coroutines: time spent waiting for the servers shows
+        # up as the event loop's select, not as the SDK function that awaits.
+        profiler = Profiler(interval=0.0005, async_mode="disabled")
+        profiler.start()
+        for _ in range(args["n"]):
+            await _ok(await flows["sdk"].get(url))
+        profiler.stop()
+        (out / "profile-pyinstrument.txt").write_text(
+            profiler.output_text(unicode=False, color=False, show_all=False)
+        )
+        result["pyinstrument"] = str(out / "profile-pyinstrument.txt")
+        return result
+    finally:
+        for flow in flows.values():
+            await flow.aclose()
+
+
+# --- experiments --------------------------------------------------------------------------
+
+
+async def experiments(args: dict[str, Any]) -> dict[str, Any]:
+    """The latency workload with one candidate change (`_experiments.py`) applied to the
+    whole process (`none`: the library as it is)."""
+    import _experiments
+
+    name = args["experiment"]
+    undo = _experiments.apply(name)
+    try:
+        return {"experiment": name, **(await latency(args))}
+    finally:
+        undo()
+
+
+async def micro(args: dict[str, Any]) -> dict[str, Any]:
+    """Microbenchmarks of the sync pieces of a paid request (`_experiments.micro`)."""
+    import _experiments
+
+    return await _experiments.micro(args["options"], args.get("seconds", 0.4))
+
+
+# --- EIP-3009: our client vs the x402 foundation's -------------------------------------------
+
+
+async def eip3009(args: dict[str, Any]) -> dict[str, Any]:
+    from eth_account import Account
+    from x402 import x402Client
+    from x402.http.clients.httpx import x402HttpxClient
+    from x402.mechanisms.evm.exact import register_exact_evm_client
+
+    from x402_client import Asset, EvmOptions, PaymentOptions, with_eur_payment
+
+    url = args["paid_url"]
+    ours = with_eur_payment(
+        httpx.AsyncClient(timeout=60),
+        PaymentOptions(
+            evm=EvmOptions(private_key=args["payer_key"]),
+            assets=[Asset(args["chain_id"], args["token"], "EURC", "EUR")],
+        ),
+    )
+    foundation = x402Client()
+    register_exact_evm_client(foundation, Account.from_key(args["payer_key"]))
+    foundation.set_spend_controls(
+        {"allowed_assets": [{"network": args["network"], "asset": args["token"]}]}
+    )
+    theirs = x402HttpxClient(foundation, timeout=60)
+    clients = {"ours": ours, "foundation": theirs}
+    wall: dict[str, list[float]] = {"ours": [], "foundation": []}
+    cpu: dict[str, list[float]] = {"ours": [], "foundation": []}
+    clock = GcClock()
+    try:
+        for _ in range(args["warmup"]):
+            for client in clients.values():
+                await _ok(await client.get(url))
+        clock.install()
+        for i in range(args["pairs"]):
+            for kind in ("ours", "foundation") if i % 2 == 0 else ("foundation", "ours"):
+                clock.flow = kind
+                c0, t0 = time.process_time(), time.perf_counter()
+                response = await clients[kind].get(url)
+                wall[kind].append(time.perf_counter() - t0)
+                cpu[kind].append(time.process_time() - c0)
+                clock.flow = "idle"
+                await _ok(response)
+        clock.remove()
+    finally:
+        for client in clients.values():
+            await client.aclose()
+    return {"wall": wall, "cpu": cpu, "gc": clock.by_flow()}
+
+
+WORKLOADS = {
+    "latency": latency,
+    "floor": floor,
+    "throughput": throughput,
+    "gc": gc_pauses,
+    "profile": profile,
+    "experiments": experiments,
+    "micro": micro,
+    "eip3009": eip3009,
+}
+
+
+def main() -> None:
+    workload, raw = sys.argv[1], sys.argv[2]
+    args = json.loads(raw)
+    result = asyncio.run(WORKLOADS[workload](args))
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()
