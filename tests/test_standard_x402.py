@@ -91,13 +91,17 @@ async def test_pays_the_foundations_v2_merchant_with_no_rpc_call(stack, rpc_reco
     assert await stack.native_balance(stack.payer_address) == 0  # the facilitator paid gas
 
 
-async def test_pays_a_v1_merchant(stack):
+async def test_pays_a_v1_merchant_with_no_rpc_call(stack, rpc_recorder):
+    rpc_url, recorder = rpc_recorder
     payer_before = await stack.balance(stack.payer_address)
-    async with with_eur_payment(httpx.AsyncClient(timeout=30), options(stack)) as client:
+    merchant_before = await stack.balance(stack.merchant_address)
+    async with with_eur_payment(httpx.AsyncClient(timeout=30), options(stack, rpc_url)) as client:
         response = await client.get(stack.v1_paid_url)
     assert response.status_code == 200, response.text
     assert response.extensions["x402_payment"].network == stack.v1_network
     assert await stack.balance(stack.payer_address) == payer_before - stack.price_atomic
+    assert await stack.balance(stack.merchant_address) == merchant_before + stack.price_atomic
+    assert recorder.requests == []
 
 
 async def test_cap_and_budget_count_eurc_in_euros(stack):
