@@ -35,7 +35,14 @@ from ._exceptions import InvalidChallenge
 from ._models import ExactAcceptEntry
 from ._proof import ProofError, b64_json_decode
 
-__all__ = ["Challenge", "Dialect", "encode_payment", "is_x402", "read_challenge"]
+__all__ = [
+    "Challenge",
+    "Dialect",
+    "challenge_of",
+    "encode_payment",
+    "is_x402",
+    "read_challenge",
+]
 
 #: Header carrying a standard v2 challenge.
 PAYMENT_REQUIRED = "payment-required"
@@ -119,34 +126,63 @@ def _text(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
+def challenge_of(body: bytes, headers: Mapping[str, str], *, limit: int) -> Challenge | None:
+    """The challenge of a 402, or None when it does not speak x402 (`is_x402`'s rule); a
+    malformed x402 one is `InvalidChallenge`. Parses the body once."""
+    header = headers.get(PAYMENT_REQUIRED)
+    if header is not None:
+        return _from_header(header, limit)
+    if b"x402Version" not in body:
+        return None
+    try:
+        parsed = _json.loads(body)
+    except _json.JSONError as exc:
+        if body.lstrip().startswith(b"{"):
+            raise InvalidChallenge(f"402 body is not JSON: {exc}") from None
+        return None
+    if not isinstance(parsed, dict) or "x402Version" not in parsed:
+        return None
+    return _from_body(parsed)
+
+
 def read_challenge(body: bytes, headers: Mapping[str, str], *, limit: int) -> Challenge:
     """The challenge of an x402 402 (`is_x402` said yes); malformed: `InvalidChallenge`."""
     header = headers.get(PAYMENT_REQUIRED)
     if header is not None:
-        try:
-            data = b64_json_decode(header, limit=limit)
-        except ProofError as exc:
-            raise InvalidChallenge(f"PAYMENT-REQUIRED header is not base64 JSON: {exc}") from None
-        if not isinstance(data, dict):
-            raise InvalidChallenge("PAYMENT-REQUIRED header is not a JSON object")
-        where = "PAYMENT-REQUIRED"
-        if _version(data, where) != 2:
-            raise InvalidChallenge(f"{where}: x402Version {data['x402Version']} is not 2")
-        resource = data.get("resource")
-        extensions = data.get("extensions")
-        return Challenge(
-            Dialect.STANDARD_V2,
-            _accepts(data, where),
-            _text(data.get("error")),
-            resource if isinstance(resource, dict) else None,
-            extensions if isinstance(extensions, dict) and extensions else None,
-        )
+        return _from_header(header, limit)
     try:
         parsed = _json.loads(body)
     except _json.JSONError as exc:
         raise InvalidChallenge(f"402 body is not JSON: {exc}") from None
     if not isinstance(parsed, dict):
         raise InvalidChallenge("402 body is not a JSON object")
+    return _from_body(parsed)
+
+
+def _from_header(header: str, limit: int) -> Challenge:
+    """A standard v2 challenge from its `PAYMENT-REQUIRED` header."""
+    try:
+        data = b64_json_decode(header, limit=limit)
+    except ProofError as exc:
+        raise InvalidChallenge(f"PAYMENT-REQUIRED header is not base64 JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise InvalidChallenge("PAYMENT-REQUIRED header is not a JSON object")
+    where = "PAYMENT-REQUIRED"
+    if _version(data, where) != 2:
+        raise InvalidChallenge(f"{where}: x402Version {data['x402Version']} is not 2")
+    resource = data.get("resource")
+    extensions = data.get("extensions")
+    return Challenge(
+        Dialect.STANDARD_V2,
+        _accepts(data, where),
+        _text(data.get("error")),
+        resource if isinstance(resource, dict) else None,
+        extensions if isinstance(extensions, dict) and extensions else None,
+    )
+
+
+def _from_body(parsed: Mapping[str, Any]) -> Challenge:
+    """A euro-gate (v2) or standard v1 challenge from its JSON body object."""
     version = _version(parsed, "402 body")
     if version == 2:
         dialect = Dialect.EURO

@@ -44,7 +44,7 @@ from ._challenge import (
     parse_failure_body,
 )
 from ._delivery import Delivery, Step
-from ._dialects import Challenge, encode_payment, is_x402, read_challenge
+from ._dialects import Challenge, challenge_of, encode_payment
 from ._exceptions import (
     BudgetExceeded,
     ChallengeError,
@@ -600,10 +600,8 @@ class Payer:
             return None, _hand_back(response, head, rest)
         await response.aclose()
         as_read = _hand_back(response, head, None)
-        if not is_x402(head, response.headers):
-            return None, as_read
         try:
-            return read_challenge(head, response.headers, limit=limit), as_read
+            return challenge_of(head, response.headers, limit=limit), as_read
         except InvalidChallenge as exc:
             exc.request = request
             exc.response = as_read

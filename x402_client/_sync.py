@@ -428,15 +428,9 @@ class SyncPaymentTransport(httpx.BaseTransport):
 
 def install(client: httpx.Client, payer: Payer) -> httpx.Client:
     """`with_eur_payment` for a sync client: wrap its transport and mounts, one loop for all."""
+    from ._transport import wrap_transports
+
     driver = _Driver(payer)
-    try:
-        transport: httpx.BaseTransport = client._transport
-        mounts: dict[Any, httpx.BaseTransport | None] = client._mounts
-    except AttributeError as exc:  # pragma: no cover - guards against httpx internals moving
-        raise ConfigurationError(
-            "this httpx version keeps its transport elsewhere; build the client with "
-            "transport=SyncPaymentTransport(...) instead"
-        ) from exc
 
     def wrap(inner: httpx.BaseTransport) -> httpx.BaseTransport:
         if isinstance(inner, SyncPaymentTransport):
@@ -444,11 +438,7 @@ def install(client: httpx.Client, payer: Payer) -> httpx.Client:
             return inner
         return SyncPaymentTransport._sharing(inner, driver)
 
-    client._transport = wrap(transport)
-    for pattern, mounted in list(mounts.items()):
-        if mounted is not None:
-            mounts[pattern] = wrap(mounted)
-    return client
+    return wrap_transports(client, wrap, "SyncPaymentTransport")
 
 
 # --- quotes and budgets ----------------------------------------------------------------------

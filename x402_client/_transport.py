@@ -12,8 +12,8 @@ hops share (`_payer.LogicalRequest`). See `docs/design.md`.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, NoReturn, overload
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, overload
 
 import httpx
 
@@ -23,10 +23,18 @@ from ._options import PaymentOptions, coerce_options
 from ._payer import LogicalRequest, Payer
 from ._state import state_of
 
+_ClientT = TypeVar("_ClientT", httpx.AsyncClient, httpx.Client)
+
 if TYPE_CHECKING:
     from ._sync import SyncPaymentTransport
 
-__all__ = ["PaymentTransport", "later_hop_failed", "payment_ledger", "with_eur_payment"]
+__all__ = [
+    "PaymentTransport",
+    "later_hop_failed",
+    "payment_ledger",
+    "with_eur_payment",
+    "wrap_transports",
+]
 
 _NOT_FOR_SYNC = (
     "PaymentTransport is for httpx.AsyncClient; for an httpx.Client use "
@@ -182,14 +190,6 @@ def with_eur_payment(
         from ._sync import install as install_sync  # loaded by sync users only
 
         return install_sync(client, payer)
-    try:
-        transport: httpx.AsyncBaseTransport = client._transport
-        mounts: dict[Any, httpx.AsyncBaseTransport | None] = client._mounts
-    except AttributeError as exc:  # pragma: no cover - guards against httpx internals moving
-        raise ConfigurationError(
-            "this httpx version keeps its transport elsewhere; build the client with "
-            "transport=PaymentTransport(...) instead"
-        ) from exc
 
     def install(inner: httpx.AsyncBaseTransport) -> httpx.AsyncBaseTransport:
         if isinstance(inner, PaymentTransport):
@@ -197,10 +197,27 @@ def with_eur_payment(
             return inner
         return PaymentTransport(inner, payer=payer)
 
-    client._transport = install(transport)
+    return wrap_transports(client, install, "PaymentTransport")
+
+
+def wrap_transports(client: _ClientT, wrap: Callable[[Any], Any], transport_name: str) -> _ClientT:
+    """Replace `client`'s transport and each of its mounts by `wrap(it)` (sync or async).
+
+    httpx keeps them in `_transport` / `_mounts` (private, stable since 0.23); should that
+    move, the error says to build the client with the payment transport instead.
+    """
+    try:
+        transport = client._transport
+        mounts: dict[Any, Any] = client._mounts
+    except AttributeError as exc:  # pragma: no cover - guards against httpx internals moving
+        raise ConfigurationError(
+            "this httpx version keeps its transport elsewhere; build the client with "
+            f"transport={transport_name}(...) instead"
+        ) from exc
+    client._transport = wrap(transport)
     for pattern, mounted in list(mounts.items()):
         if mounted is not None:
-            mounts[pattern] = install(mounted)
+            mounts[pattern] = wrap(mounted)
     return client
 
 
