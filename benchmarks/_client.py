@@ -22,8 +22,6 @@ Workloads:
   timed (generation, duration);
 - `profile`: `n` paid requests interleaved SDK / floor, the SDK's profiled (cProfile and,
   if installed, pyinstrument);
-- `experiments`: the latency workload once per candidate hot-path change, each applied
-  by monkeypatching in this process (`_experiments.py`), to measure what it saves;
 - `eip3009`: paid GETs of the x402 foundation's merchant, our client vs the foundation's
   `x402HttpxClient`, interleaved, wall and client-process CPU time per request.
 """
@@ -244,24 +242,11 @@ async def throughput(args: dict[str, Any]) -> dict[str, Any]:
 
 async def gc_pauses(args: dict[str, Any]) -> dict[str, Any]:
     url = args["merchant"] + "/weather"
-    variant = args.get("variant", "default")
     flow = make_flow(args["flow"], args["options"])
-    if variant == "ledger0" and args["flow"] == "sdk":
-        # What the client retains per payment, taken out: a ledger that keeps no entries.
-        from x402_client import PaymentLedger, PaymentOptions, with_eur_payment
-
-        options = PaymentOptions(**args["options"], ledger=PaymentLedger(max_entries=0))
-        with_eur_payment(flow.client, options)
     clock = GcClock()
     try:
         for _ in range(args["warmup"]):
             await _ok(await flow.get(url))
-        if variant == "freeze":
-            # What an application can do: move everything alive after warm-up (modules,
-            # pools) out of the collector's reach, so a full collection scans only newer
-            # objects.
-            gc.collect()
-            gc.freeze()
         clock.install()
         clock.flow = args["flow"]
         perf = time.perf_counter
@@ -279,7 +264,6 @@ async def gc_pauses(args: dict[str, Any]) -> dict[str, Any]:
     pauses = [(g, s * 1000) for _, g, s in clock.events]
     return {
         "flow": args["flow"],
-        "variant": variant,
         "n": args["n"],
         "seconds": elapsed,
         "slowest_request_ms": slowest * 1000,
@@ -355,29 +339,6 @@ async def profile(args: dict[str, Any]) -> dict[str, Any]:
             await flow.aclose()
 
 
-# --- experiments --------------------------------------------------------------------------
-
-
-async def experiments(args: dict[str, Any]) -> dict[str, Any]:
-    """The latency workload with one candidate change (`_experiments.py`) applied to the
-    whole process (`none`: the library as it is)."""
-    import _experiments
-
-    name = args["experiment"]
-    undo = _experiments.apply(name)
-    try:
-        return {"experiment": name, **(await latency(args))}
-    finally:
-        undo()
-
-
-async def micro(args: dict[str, Any]) -> dict[str, Any]:
-    """Microbenchmarks of the sync pieces of a paid request (`_experiments.micro`)."""
-    import _experiments
-
-    return await _experiments.micro(args["options"], args.get("seconds", 0.4))
-
-
 # --- EIP-3009: our client vs the x402 foundation's -------------------------------------------
 
 
@@ -434,8 +395,6 @@ WORKLOADS = {
     "throughput": throughput,
     "gc": gc_pauses,
     "profile": profile,
-    "experiments": experiments,
-    "micro": micro,
     "eip3009": eip3009,
 }
 

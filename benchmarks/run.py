@@ -63,8 +63,6 @@ COUNTS: dict[str, dict[str, int]] = {
         "bridge_short": 1,
         "bridge_long_s": 1,
         "profile_n": 20,
-        "experiment_repeats": 1,
-        "experiment_pairs": 20,
     },
     "quick": {
         "latency_pairs": 400,
@@ -82,8 +80,6 @@ COUNTS: dict[str, dict[str, int]] = {
         "bridge_short": 3,
         "bridge_long_s": 5,
         "profile_n": 500,
-        "experiment_repeats": 3,
-        "experiment_pairs": 400,
     },
     "full": {
         "latency_pairs": 2000,
@@ -101,8 +97,6 @@ COUNTS: dict[str, dict[str, int]] = {
         "bridge_short": 10,
         "bridge_long_s": 20,
         "profile_n": 500,
-        "experiment_repeats": 4,
-        "experiment_pairs": 600,
     },
 }
 
@@ -1150,7 +1144,7 @@ def fig_bridge(counts: dict[str, int]) -> list[Figure]:
     ]
 
 
-# --- profile and experiments (not figures) ----------------------------------------------------
+# --- profile (not a figure) ----------------------------------------------------------------
 
 
 def run_profile(lean: Lean, counts: dict[str, int], out: Path) -> dict[str, Any]:
@@ -1172,166 +1166,6 @@ def run_profile(lean: Lean, counts: dict[str, int], out: Path) -> dict[str, Any]
         )
     print(f"  wrote {out / 'profile-cprofile.txt'} and {data['pyinstrument']}")
     return data
-
-
-def run_experiments(lean: Lean, counts: dict[str, int], names: list[str]) -> dict[str, Any]:
-    """Each candidate hot-path change (`_experiments.py`) in its own fresh client process,
-    right after a `none` process (the library as it is), `experiment_repeats` times: the
-    saving is the drop in (SDK - floor) per paid request, paired with that `none` run."""
-    args = {
-        "merchant": lean.merchant["url"],
-        "options": lean.options,
-        "pairs": counts["experiment_pairs"],
-        "warmup": counts["warmup"],
-    }
-    repeats = counts["experiment_repeats"]
-
-    def overheads(name: str) -> dict[str, float]:
-        data = client("experiments", {**args, "experiment": name})
-        t, c = data["times"], data["cpu"]
-        return {
-            "cpu_us": diff_of_medians(c["sdk"], c["floor"]) * 1e6,
-            "wall_us": diff_of_medians(t["sdk"], t["floor"]) * 1e6,
-            "free_cpu_us": diff_of_medians(c["sdk_free"], c["bare_free"]) * 1e6,
-            "floor_cpu_us": statistics.median(c["floor"]) * 1e6,
-        }
-
-    rows: dict[str, list[dict[str, float]]] = {name: [] for name in names}
-    for _ in range(repeats):
-        for name in names:
-            base = overheads("none")
-            changed = overheads(name)
-            row = {
-                "saves_cpu_us": base["cpu_us"] - changed["cpu_us"],
-                "saves_wall_us": base["wall_us"] - changed["wall_us"],
-                "saves_free_cpu_us": base["free_cpu_us"] - changed["free_cpu_us"],
-                "none_cpu_us": base["cpu_us"],
-                "cpu_us": changed["cpu_us"],
-                "floor_cpu_us": changed["floor_cpu_us"],
-            }
-            rows[name].append(row)
-            print(
-                f"    {name:20s} overhead {base['cpu_us']:5.0f} -> {changed['cpu_us']:5.0f} us "
-                f"CPU (saves {row['saves_cpu_us']:5.0f}; wall {row['saves_wall_us']:5.0f}; "
-                f"pass-through {row['saves_free_cpu_us']:+4.0f})",
-                flush=True,
-            )
-    table: dict[str, Any] = {}
-    for name, runs in rows.items():
-        table[name] = {key: statistics.median(r[key] for r in runs) for key in runs[0]}
-        table[name]["runs"] = runs
-    table["imports"] = run_import_experiments(counts)
-    table["gc"] = run_gc_experiments(lean, counts)
-    micro = client("micro", {"options": lean.options})
-    table["micro"] = micro
-    print(f"  end to end, median of {repeats} paired runs, {args['pairs']} pairs each:")
-    for name, row in sorted(table.items(), key=lambda kv: -kv[1].get("saves_cpu_us", 0)):
-        if name in ("micro", "imports", "gc"):
-            continue
-        print(
-            f"    {row['saves_cpu_us']:6.0f} us CPU, {row['saves_wall_us']:6.0f} us wall  {name}"
-            f"  (overhead {row['none_cpu_us']:.0f} -> {row['cpu_us']:.0f} us CPU)"
-        )
-    print("  sync pieces, best of 5 in one process (us per paid request):")
-    for name, row in sorted(micro.items(), key=lambda kv: -kv[1]["saves_us"]):
-        print(
-            f"    {row['old_us']:7.1f} -> {row['new_us']:6.1f}  saves {row['saves_us']:6.1f}  "
-            f"{name}"
-        )
-    return table
-
-
-def run_gc_experiments(lean: Lean, counts: dict[str, int]) -> dict[str, Any]:
-    """The GC figure's workload under variants: the SDK with a ledger that keeps nothing
-    (what the client retains per payment), and both flows with `gc.freeze()` after warm-up
-    (what an application can do about full collections)."""
-    n = max(counts["gc_n"] // 2, 100)
-    out: dict[str, Any] = {}
-    print(f"  GC pauses over {n} paid requests (gen2: count, longest; pauses > 5 ms):")
-    for variant, flow in (
-        ("default", "sdk"),
-        ("ledger0", "sdk"),
-        ("default", "floor"),
-        ("freeze", "sdk"),
-        ("freeze", "floor"),
-    ):
-        r = client(
-            "gc",
-            {
-                "merchant": lean.merchant["url"],
-                "options": lean.options,
-                "flow": flow,
-                "n": n,
-                "warmup": counts["warmup"],
-                "variant": variant,
-            },
-        )
-        gen2 = [p for g, p in r["pauses_ms"] if g == 2]
-        over = [p for _, p in r["pauses_ms"] if p > GC_PAUSE_MS]
-        row = {
-            "gen2": len(gen2),
-            "gen2_max_ms": max(gen2, default=0.0),
-            "over_5ms": len(over),
-            "max_ms": max((p for _, p in r["pauses_ms"]), default=0.0),
-            "tracked_objects": r["tracked_objects"],
-        }
-        out[f"{flow}/{variant}"] = row
-        print(
-            f"    {flow:5s} {variant:8s} gen2 {row['gen2']:3d}x longest "
-            f"{row['gen2_max_ms']:5.1f} ms; > 5 ms: {row['over_5ms']:3d}; "
-            f"tracked objects {row['tracked_objects']}",
-            flush=True,
-        )
-    return out
-
-
-#: What the import a user writes could cost under two structural changes (fresh
-#: processes, interleaved with `import httpx`; ratios of medians).
-IMPORT_EXPERIMENTS = {
-    "httpx": "import httpx",
-    "now": IMPORTS["api"],
-    "lazy _payer (PaymentOptions and the transport module only)": (
-        "import httpx; from x402_client._options import PaymentOptions; "
-        "import x402_client._exceptions, x402_client._state"
-    ),
-    "any pydantic PaymentOptions (httpx + pydantic's BaseModel, nothing of ours)": (
-        "import httpx; from pydantic import BaseModel, ConfigDict, Field, SecretStr, "
-        "field_validator, model_validator"
-    ),
-}
-
-
-def run_import_experiments(counts: dict[str, int]) -> dict[str, Any]:
-    runs = counts["import_runs"]
-    keys = list(IMPORT_EXPERIMENTS)
-    times: dict[str, list[float]] = {k: [] for k in keys}
-
-    def once(statement: str) -> float:
-        out = subprocess.run(
-            [PY, "-c", _IMPORT_SNIPPET.format(statement=statement)],
-            capture_output=True,
-            text=True,
-            check=True,
-            env=IMPORT_ENV,
-        ).stdout.split()
-        return float(out[0])
-
-    for key in keys:
-        once(IMPORT_EXPERIMENTS[key])
-    for i in range(runs):
-        for key in keys[i % len(keys) :] + keys[: i % len(keys)]:
-            times[key].append(once(IMPORT_EXPERIMENTS[key]))
-    result = {}
-    print("  import a user writes, as it is and under structural changes (x import httpx):")
-    for key in keys:
-        ratio = ratio_of_medians(times[key], times["httpx"])
-        result[key] = {
-            "statement": IMPORT_EXPERIMENTS[key],
-            "ms": statistics.median(times[key]) * 1000,
-            "ratio": ratio,
-        }
-        print(f"    {ratio:5.2f} x  {statistics.median(times[key]) * 1000:6.0f} ms  {key}")
-    return result
 
 
 # --- output -------------------------------------------------------------------------------
@@ -1478,8 +1312,8 @@ SECTIONS = (
     "eip3009",
     "bridge",
 )
-#: Run only when named in --only: tools for closing the gap, not figures.
-EXTRA_SECTIONS = ("profile", "experiments")
+#: Run only when named in --only: a tool for closing the gap, not a figure.
+EXTRA_SECTIONS = ("profile",)
 
 
 def main() -> None:
@@ -1491,7 +1325,6 @@ def main() -> None:
     parser.add_argument(
         "--only", default="", help="comma-separated: " + ",".join(SECTIONS + EXTRA_SECTIONS)
     )
-    parser.add_argument("--experiments", default="", help="experiments to run (default: all)")
     parser.add_argument("--compare", nargs="+", metavar="JSON", help="compare runs and exit")
     args = parser.parse_args()
     if args.compare:
@@ -1520,7 +1353,7 @@ def main() -> None:
     if wanted("servers"):
         with section("0. lean servers: raw asyncio vs uvicorn ASGI"):
             figures.append(fig_servers(counts))
-    lean_sections = ("latency", "throughput", "gc", "memory", "profile", "experiments")
+    lean_sections = ("latency", "throughput", "gc", "memory", "profile")
     if any(wanted(s) for s in lean_sections):
         with Lean("raw") as lean:
             if wanted("latency"):
@@ -1538,15 +1371,6 @@ def main() -> None:
             if wanted("profile"):
                 with section("profile (lean)"):
                     extras["profile"] = run_profile(lean, counts, out)
-            if wanted("experiments"):
-                import _experiments
-
-                names = [s for s in args.experiments.split(",") if s] or list(
-                    _experiments.EXPERIMENTS
-                )
-                names = [n for n in names if n != "none"]
-                with section("experiments (lean)"):
-                    extras["experiments"] = run_experiments(lean, counts, names)
     if wanted("sandbox"):
         with section("1s. latency against the sandbox (informational)"):
             figures.append(fig_sandbox_latency(counts))

@@ -34,8 +34,6 @@ from datetime import timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-import anyio
-
 from ._amounts import AmountError, format_amount, from_atomic, parse_amount, to_atomic
 from ._exceptions import BudgetExceeded, ConfigurationError
 
@@ -398,6 +396,8 @@ class Budgets:
                 held.append(Reservation(budget, rid))
         except BaseException:
             # cancelled or broken half-way: what this call holds goes back, no money moved
+            import anyio  # here, not at the top: `import x402_client` stays light
+
             with anyio.CancelScope(shield=True):
                 await self.release(held)
             raise

@@ -6,11 +6,25 @@ from collections.abc import AsyncIterator
 
 import httpx
 
-__all__ = ["BodyTooLarge", "read_bounded", "read_upto", "redact_url"]
+__all__ = ["BodyTooLarge", "known_small", "read_bounded", "read_upto", "redact_url"]
 
 
 class BodyTooLarge(ValueError):
     """A response body larger than the caller allowed."""
+
+
+def known_small(response: httpx.Response, limit: int) -> bool:
+    """True when the whole body can be read at once (`aread()`) without risk: its
+    `Content-Length` is declared and within `limit`, and it is not compressed (a compressed
+    body's decoded size is not bounded by its length)."""
+    headers = response.headers
+    declared = headers.get("content-length")
+    return (
+        declared is not None
+        and declared.isdigit()
+        and int(declared) <= limit
+        and headers.get("content-encoding", "identity") in ("identity", "")
+    )
 
 
 async def read_bounded(response: httpx.Response, limit: int) -> bytes:
@@ -20,6 +34,8 @@ async def read_bounded(response: httpx.Response, limit: int) -> bytes:
     limit is passed, so a hostile server cannot make the client buffer without bound.
     """
     try:
+        if known_small(response, limit):
+            return await response.aread()
         declared = response.headers.get("content-length")
         if declared is not None and declared.isdigit() and int(declared) > limit:
             raise BodyTooLarge(f"body of {declared} bytes exceeds the {limit}-byte limit")

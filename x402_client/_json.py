@@ -11,7 +11,7 @@ import json
 from decimal import Decimal
 from typing import Any
 
-__all__ = ["JSONError", "dumps", "loads"]
+__all__ = ["JSONError", "dumps", "loads", "number", "string"]
 
 
 class JSONError(ValueError):
@@ -30,6 +30,21 @@ def loads(data: bytes | str) -> Any:
         if isinstance(exc, JSONError):
             raise
         raise JSONError(f"invalid JSON: {exc}") from None
+
+
+_string = json.encoder.encode_basestring_ascii
+
+
+def string(value: str) -> str:
+    """A JSON string literal (what `json.dumps` writes for a `str`)."""
+    return _string(value)
+
+
+def number(value: Decimal) -> str:
+    """A `Decimal` as a JSON number, digit for digit."""
+    if not value.is_finite():
+        raise JSONError("cannot encode a non-finite Decimal")
+    return format(value, "f")
 
 
 def _encode(value: Any) -> str:

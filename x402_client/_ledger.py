@@ -26,14 +26,16 @@ Nothing secret is recorded: no API key, no private key.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
+import os
 import threading
+import time
 from collections import deque
 from collections.abc import Iterator
 from datetime import datetime, timezone
 from decimal import Decimal
 from typing import IO, Any, Literal, NamedTuple
-from uuid import uuid4
 
 from ._types import PaymentIntent
 
@@ -47,10 +49,6 @@ DEFAULT_MAX_ENTRIES = 1_000
 _OPEN = frozenset({"pending", "unknown"})
 
 
-def _now() -> datetime:
-    return datetime.now(timezone.utc)
-
-
 class LedgerStep(NamedTuple):
     """One step of a payment: when, what, and a short detail (a code, a URL, a status)."""
 
@@ -59,36 +57,75 @@ class LedgerStep(NamedTuple):
     detail: str = ""
 
 
+def _utc(stamp: float) -> datetime:
+    return datetime.fromtimestamp(stamp, timezone.utc)
+
+
+# Entry ids: unique across the processes that share a journal, and cheap (a payment makes
+# one). A random per-process prefix and a counter; a forked child draws a new prefix.
+_prefix = ""
+_serial: Iterator[int] = iter(())
+
+
+def _reset_ids() -> None:
+    global _prefix, _serial
+    _prefix = os.urandom(8).hex()
+    _serial = itertools.count()
+
+
+_reset_ids()
+os.register_at_fork(after_in_child=_reset_ids)
+
+
 def _new_id() -> str:
-    return uuid4().hex
+    return f"{_prefix}{next(_serial):016x}"
 
 
 @dataclasses.dataclass(slots=True)
 class LedgerEntry:
-    """One payment intent and what became of it."""
+    """One payment intent and what became of it.
+
+    Kept cheap for the garbage collector, since the ledger holds a thousand of them: the
+    steps are plain tuples of a timestamp and two strings (which CPython stops tracking),
+    turned into `LedgerStep`s with datetimes only when read (`steps`, `started_at`,
+    `finished_at`).
+    """
 
     intent: PaymentIntent
     id: str = dataclasses.field(default_factory=_new_id)
     outcome: Outcome = "pending"
     delivered: bool = False
-    #: Oldest first; a tuple (exactly sized, never shared mutable state).
-    steps: tuple[LedgerStep, ...] = ()
     proof: str | None = dataclasses.field(default=None, repr=False)
     payment_request_code: str | None = None
     transaction_code: str | None = None
     blockchain_tx_id: str | None = None
     tx_hash: str | None = None
     error: str | None = None
-    started_at: datetime = dataclasses.field(default_factory=_now)
-    finished_at: datetime | None = None
+    #: `(time.time(), step, detail)`, oldest first.
+    _steps: tuple[tuple[float, str, str], ...] = dataclasses.field(default=(), repr=False)
+    _started: float = dataclasses.field(default_factory=time.time, repr=False)
+    _finished: float | None = dataclasses.field(default=None, repr=False)
+
+    @property
+    def steps(self) -> tuple[LedgerStep, ...]:
+        """Oldest first; a tuple (exactly sized, never shared mutable state)."""
+        return tuple(LedgerStep(_utc(at), step, detail) for at, step, detail in self._steps)
+
+    @property
+    def started_at(self) -> datetime:
+        return _utc(self._started)
+
+    @property
+    def finished_at(self) -> datetime | None:
+        return None if self._finished is None else _utc(self._finished)
 
     def step(self, step: str, detail: str = "") -> None:
-        self.steps = (*self.steps, LedgerStep(_now(), step, detail))
+        self._steps = (*self._steps, (time.time(), step, detail))
 
     def finish(self, outcome: Outcome, *, error: str | None = None) -> None:
         self.outcome = outcome
         self.error = error
-        self.finished_at = _now()
+        self._finished = time.time()
         self.step(outcome, error or "")
 
     def to_json(self) -> dict[str, Any]:

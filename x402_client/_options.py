@@ -3,29 +3,26 @@
 Options are immutable. Keys are accepted in snake_case (`api_key`) and in the spec's
 camelCase (`apiKey`); unknown keys are an error, so that a typo in a limit cannot
 silently leave the default in force. Secrets are `SecretStr`: they print as `**********`.
+
+These are plain classes, not pydantic models, so that `from x402_client import
+with_eur_payment, PaymentOptions` stays cheap; they validate as pydantic's lax mode did
+(a numeric string for a number, a list for a tuple, a mapping for `evm`), with the same
+error messages, and keep the pydantic methods callers use: `model_validate`,
+`model_copy`, `model_dump`, `model_fields`.
 """
 
 from __future__ import annotations
 
-import difflib
+import dataclasses
 import ipaddress
+import math
 import os
 import pathlib
 import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
-
-from pydantic import (
-    BaseModel,
-    ConfigDict,
-    Field,
-    PrivateAttr,
-    SecretStr,
-    ValidationError,
-    field_validator,
-)
-from pydantic.alias_generators import to_camel
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ._amounts import AmountError, parse_amount
 from ._assets import Asset
@@ -34,9 +31,12 @@ from ._exceptions import ConfigurationError, X402Error
 from ._http import redact_url
 from ._ledger import PaymentLedger
 from ._progress import PaymentProgress
+from ._secret import SecretStr
 from ._types import PaymentIntent, PaymentReceipt
 
 if TYPE_CHECKING:
+    from typing import Self
+
     from ._state import PaymentState
 
 __all__ = [
@@ -86,47 +86,198 @@ ENV_VARS = {
 _KEY_RE = re.compile(r"\A(0x)?[0-9a-fA-F]{64}\Z")
 
 
-def _config_error(exc: ValidationError, cls: type[BaseModel]) -> ConfigurationError:
-    """A `ConfigurationError` from pydantic's: locations and messages only (input values may
-    be secrets), with "did you mean" for unknown keys."""
-    names = set(cls.model_fields)
-    names |= {f.alias for f in cls.model_fields.values() if f.alias}
-    problems = []
-    for err in exc.errors():
-        where = ".".join(str(p) for p in err["loc"]) or "options"
-        message = err["msg"]
-        if err["type"] == "extra_forbidden" and len(err["loc"]) == 1:
-            key = str(err["loc"][0])
-            close = sorted(n for n in names if n.startswith(key) or key.startswith(n))
-            close = close or difflib.get_close_matches(key, sorted(names), n=1, cutoff=0.5)
-            message = "unknown option" + (f"; did you mean {close[0]!r}?" if close else "")
-        problems.append(f"{where}: {message}")
-    return ConfigurationError(f"invalid {cls.__name__}: " + "; ".join(problems))
+# --- validation: pydantic's lax mode, by hand ----------------------------------------------------
+#
+# A validator takes the value given and returns the value kept. It raises `_Invalid` for a
+# value of the wrong kind (in pydantic's words, so that messages stay what they were) and
+# `ValueError` for a value of the right kind that breaks a rule ("Value error, ..."). Neither
+# message ever contains the value: it may be a secret.
+
+Validator = Callable[[Any], Any]
 
 
-class _Options(BaseModel):
-    """Options raise `ConfigurationError` (an `X402Error`) for bad values, never pydantic's
-    `ValidationError`, and never show the values given (they may be secrets)."""
+class _Invalid(Exception):
+    """Problems with one value: (where inside the value, message) pairs."""
 
-    model_config = ConfigDict(
-        frozen=True,
-        extra="forbid",
-        populate_by_name=True,
-        alias_generator=to_camel,
-        arbitrary_types_allowed=True,
-        hide_input_in_errors=True,
-        defer_build=True,
-    )
+    def __init__(self, message: str = "", *where: str | int) -> None:
+        super().__init__(message)
+        self.problems: list[tuple[tuple[str | int, ...], str]] = (
+            [(where, message)] if message else []
+        )
 
-    def __init__(self, /, **data: Any) -> None:
+
+def _str(value: Any) -> str:
+    if isinstance(value, str):
+        return value if type(value) is str else str.__str__(value)
+    if isinstance(value, (bytes, bytearray)):
         try:
-            super().__init__(**data)
-        except ValidationError as exc:
-            raise _config_error(exc, type(self)) from None
+            return bytes(value).decode()
+        except UnicodeDecodeError:
+            raise _Invalid(
+                "Input should be a valid string, unable to parse raw data as a unicode string"
+            ) from None
+    raise _Invalid("Input should be a valid string")
 
 
-def _check_url(value: str) -> str:
-    if not re.match(r"\Ahttps?://[^/\s]+", value):
+def _secret(value: Any) -> SecretStr:
+    if isinstance(value, SecretStr):
+        return value
+    reveal = getattr(type(value), "get_secret_value", None)
+    if callable(reveal):  # another library's SecretStr (pydantic's, from a settings object)
+        value = reveal(value)
+    try:
+        return SecretStr(_str(value))
+    except _Invalid:
+        raise _Invalid("Input should be a valid string") from None
+
+
+def _finite(value: float | Decimal) -> bool:
+    return value.is_finite() if isinstance(value, Decimal) else math.isfinite(value)
+
+
+_INT_RE = re.compile(r"[+-]?[0-9](?:_?[0-9])*(?:\.0*)?", re.ASCII)
+
+
+def _int(value: Any) -> int:
+    if isinstance(value, int):  # bool too, as pydantic's lax mode: True is 1
+        return int(value)
+    if isinstance(value, (float, Decimal)):
+        if not _finite(value):
+            raise _Invalid("Input should be a finite number")
+        if value != int(value):
+            raise _Invalid("Input should be a valid integer, got a number with a fractional part")
+        return int(value)
+    if isinstance(value, (str, bytes)):
+        text = (value.decode("latin-1") if isinstance(value, bytes) else value).strip()
+        if not _INT_RE.fullmatch(text):
+            raise _Invalid("Input should be a valid integer, unable to parse string as an integer")
+        return int(text.partition(".")[0])
+    raise _Invalid("Input should be a valid integer")
+
+
+def _float(value: Any) -> float:
+    if isinstance(value, (float, int, Decimal)):  # bool too: True is 1.0
+        try:
+            return float(value)
+        except OverflowError:
+            raise _Invalid("Input should be a valid number") from None
+    if isinstance(value, (str, bytes)):
+        text = (value.decode("latin-1") if isinstance(value, bytes) else value).strip()
+        if text.isascii():
+            try:
+                return float(text)
+            except ValueError:
+                pass
+        raise _Invalid("Input should be a valid number, unable to parse string as a number")
+    raise _Invalid("Input should be a valid number")
+
+
+def _number(
+    convert: Callable[[Any], float],
+    *,
+    ge: float | None = None,
+    gt: float | None = None,
+    le: float | None = None,
+) -> Validator:
+    """`convert`, then the bounds (written as `not x >= ge` so that NaN fails them)."""
+
+    def validate(value: Any) -> float:
+        number = convert(value)
+        if ge is not None and not number >= ge:
+            raise _Invalid(f"Input should be greater than or equal to {ge}")
+        if gt is not None and not number > gt:
+            raise _Invalid(f"Input should be greater than {gt}")
+        if le is not None and not number <= le:
+            raise _Invalid(f"Input should be less than or equal to {le}")
+        return number
+
+    return validate
+
+
+def _optional(validate: Validator) -> Validator:
+    return lambda value: None if value is None else validate(value)
+
+
+def _callable(value: Any) -> Any:
+    if not callable(value):
+        raise _Invalid("Input should be callable")
+    return value
+
+
+def _instance(cls: type) -> Validator:
+    def validate(value: Any) -> Any:
+        if not isinstance(value, cls):
+            raise _Invalid(f"Input should be an instance of {cls.__name__}")
+        return value
+
+    return validate
+
+
+def _path(value: Any) -> pathlib.Path:
+    if isinstance(value, pathlib.Path):
+        return value
+    if isinstance(value, str):
+        return pathlib.Path(value)
+    raise _Invalid("Input is not a valid path for <class 'pathlib.Path'>")
+
+
+def _dataclass(cls: type) -> Validator:
+    """An instance of the dataclass `cls` as it is, or one built from a mapping of its fields."""
+
+    def validate(value: Any) -> Any:
+        if isinstance(value, cls):
+            return value
+        if not isinstance(value, Mapping):
+            raise _Invalid(f"Input should be a dictionary or an instance of {cls.__name__}")
+        fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+        problem = _Invalid()
+        for key in value:
+            if key not in fields:
+                problem.problems.append(((str(key),), "Unexpected keyword argument"))
+        for name, field in fields.items():
+            required = (
+                field.default is dataclasses.MISSING
+                and field.default_factory is dataclasses.MISSING
+            )
+            if required and name not in value:
+                problem.problems.append(((name,), "Field required"))
+        if problem.problems:
+            raise problem
+        try:
+            return cls(**value)  # its own checks raise ConfigurationError, which goes through
+        except (TypeError, ValueError, AttributeError):
+            raise _Invalid(
+                f"Input should be a dictionary or an instance of {cls.__name__}"
+            ) from None
+
+    return validate
+
+
+def _tuple(item: Validator, single: type) -> Validator:
+    """A tuple of `item`s from any iterable (not a string or a mapping); a lone `single`
+    is a tuple of one."""
+
+    def validate(value: Any) -> tuple[Any, ...]:
+        if isinstance(value, single):
+            value = (value,)
+        if isinstance(value, (str, bytes, bytearray, Mapping)) or not isinstance(value, Iterable):
+            raise _Invalid("Input should be a valid tuple")
+        items: list[Any] = []
+        problem = _Invalid()
+        for index, element in enumerate(value):
+            try:
+                items.append(item(element))
+            except _Invalid as exc:
+                problem.problems += [((index, *where), msg) for where, msg in exc.problems]
+        if problem.problems:
+            raise problem
+        return tuple(items)
+
+    return validate
+
+
+def _check_url(value: Any) -> str:
+    if not isinstance(value, str) or not re.match(r"\Ahttps?://[^/\s]+", value):
         raise ValueError("must be an http(s) URL")
     return value.rstrip("/")
 
@@ -140,6 +291,275 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
+def _api_url(value: Any) -> str:
+    url = _check_url(_str(value))
+    # The API key travels to this URL: plain http only where it cannot leave the machine.
+    if not url.startswith("https://") and not _is_loopback(
+        re.sub(r"\Ahttps?://(\[[^\]]+\]|[^/:]+).*", r"\1", url)
+    ):
+        raise ValueError("must be https:// (plain http:// only for a loopback address)")
+    return url
+
+
+def _limits(value: Any) -> dict[str, Decimal]:
+    if isinstance(value, (str, int, Decimal)) and not isinstance(value, bool):
+        value = {"EUR": value}
+    if not isinstance(value, Mapping):
+        raise ValueError("must be an amount (euros) or a mapping of currency to amount")
+    limits = dict(DEFAULT_MAX_AMOUNT_PER_PAYMENT)
+    for currency, amount in value.items():
+        try:
+            limits[str(currency).upper()] = parse_amount(amount, allow_zero=True)
+        except AmountError as exc:
+            raise ValueError(f"limit for {currency}: {exc}") from None
+    return limits
+
+
+def _private_key(value: Any) -> SecretStr:
+    secret = _secret(value)
+    if not _KEY_RE.match(secret.get_secret_value()):
+        raise ValueError("private_key must be 32 bytes of hex")
+    return secret
+
+
+def _rpc_urls(value: Any) -> dict[int, tuple[str, ...]]:
+    if not isinstance(value, Mapping):
+        raise _Invalid("Input should be a valid dictionary")
+    result: dict[int, tuple[str, ...]] = {}
+    for chain, urls in value.items():
+        try:
+            listed = (urls,) if isinstance(urls, str) else tuple(urls)
+        except TypeError:
+            raise ValueError("must be an http(s) URL") from None
+        if not listed:
+            raise ValueError(f"no RPC URL for chain {chain}")
+        try:
+            result[int(chain)] = tuple(_check_url(u) for u in listed)
+        except TypeError:
+            raise ValueError("chain ids must be integers") from None
+    return result
+
+
+def _unknown(key: str, names: Iterable[str]) -> str:
+    """The message for an unknown key: "unknown option", and the nearest known name."""
+    import difflib  # only on this error path: not worth its import time otherwise
+
+    close = sorted(n for n in names if n.startswith(key) or key.startswith(n))
+    close = close or difflib.get_close_matches(key, sorted(names), n=1, cutoff=0.5)
+    return "unknown option" + (f"; did you mean {close[0]!r}?" if close else "")
+
+
+# --- the option classes --------------------------------------------------------------------------
+
+_REQUIRED: Any = object()
+
+
+class OptionField:
+    """One option, as `model_fields` lists it: `name`, camelCase `alias`, default."""
+
+    __slots__ = ("alias", "default", "default_factory", "name", "validate")
+
+    def __init__(
+        self, validate: Validator, default: Any, default_factory: Callable[[], Any] | None
+    ) -> None:
+        self.validate = validate
+        self.default = default
+        self.default_factory = default_factory
+        self.name = self.alias = ""
+
+    def is_required(self) -> bool:
+        return self.default is _REQUIRED and self.default_factory is None
+
+    def get_default(self) -> Any:
+        return self.default_factory() if self.default_factory is not None else self.default
+
+    def __repr__(self) -> str:
+        return f"OptionField(name={self.name!r}, alias={self.alias!r})"
+
+
+def _field(
+    validate: Validator, default: Any = _REQUIRED, *, factory: Callable[[], Any] | None = None
+) -> Any:
+    """Declare an option in the class body (its annotation is the type of the kept value)."""
+    return OptionField(validate, default, factory)
+
+
+def _camel(name: str) -> str:
+    first, *rest = name.split("_")
+    return first + "".join(part.title() for part in rest)
+
+
+class _InitSignature:
+    """`inspect.signature(PaymentOptions)`: the options as keyword arguments (for `help()`
+    and notebooks), built on first use so that importing stays cheap."""
+
+    def __get__(self, instance: object, owner: type[_Options]) -> Any:
+        import inspect
+
+        keyword = inspect.Parameter.KEYWORD_ONLY
+        empty = inspect.Parameter.empty
+        parameters = [
+            inspect.Parameter(
+                name, keyword, default=empty if field.is_required() else field.get_default()
+            )
+            for name, field in owner.model_fields.items()
+        ]
+        parameters.append(inspect.Parameter("aliases", inspect.Parameter.VAR_KEYWORD))
+        return inspect.Signature(parameters)
+
+
+class _Options:
+    """Validated, immutable options. Bad values raise `ConfigurationError` (an `X402Error`),
+    which names the option and the problem but never shows the value given (it may be a
+    secret); an unknown key gets a "did you mean".
+
+    Compatible with the pydantic models these once were: `model_validate(mapping)`,
+    `model_copy(update=...)` (validated), `model_dump()`, `model_fields`.
+    """
+
+    #: The options, in declaration order: name -> `OptionField`.
+    model_fields: ClassVar[Mapping[str, OptionField]] = MappingProxyType({})
+    #: Name or camelCase alias -> name.
+    _NAMES: ClassVar[Mapping[str, str]] = {}
+    #: Attributes that may be set after construction (not options; never compared).
+    _PRIVATE: ClassVar[tuple[str, ...]] = ()
+
+    __signature__ = _InitSignature()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        fields: dict[str, OptionField] = {}
+        for name, value in list(vars(cls).items()):
+            if isinstance(value, OptionField):
+                value.name, value.alias = name, _camel(name)
+                fields[name] = value
+                delattr(cls, name)  # the instance holds the value; the class has no default
+        cls.model_fields = MappingProxyType(fields)
+        cls._NAMES = {**{f.alias: n for n, f in fields.items()}, **{n: n for n in fields}}
+
+    def __init__(self, /, **values: Any) -> None:
+        # Each key in snake_case or camelCase (the camelCase one wins when both are given,
+        # and the other is then an unknown key, as pydantic had it). Errors are listed in
+        # the order of the fields, then the unknown keys in the order given.
+        problems: list[tuple[str, str]] = []
+        kept: dict[str, Any] = {}
+        used: set[str] = set()
+        for name, field in self.model_fields.items():
+            if field.alias in values:
+                key = field.alias
+            elif name in values:
+                key = name
+            elif field.is_required():
+                problems.append((field.alias, "Field required"))
+                continue
+            else:
+                kept[name] = field.get_default()
+                continue
+            used.add(key)
+            try:
+                kept[name] = field.validate(values[key])
+            except _Invalid as exc:
+                problems += [(".".join(map(str, (key, *w))), msg) for w, msg in exc.problems]
+            except ValueError as exc:
+                problems.append((key, f"Value error, {exc}"))
+        for key in values:
+            if key not in used:
+                problems.append((key, _unknown(key, self._NAMES)))
+        if problems:
+            raise ConfigurationError(
+                f"invalid {type(self).__name__}: "
+                + "; ".join(f"{where}: {message}" for where, message in problems)
+            )
+        set_attribute = object.__setattr__
+        for name, value in kept.items():
+            set_attribute(self, name, value)
+        for name in self._PRIVATE:
+            set_attribute(self, name, None)
+
+    @classmethod
+    def model_validate(cls, obj: Any) -> Self:
+        """Options from a mapping of options (snake_case or camelCase keys), or themselves."""
+        if isinstance(obj, cls):
+            return obj
+        if not isinstance(obj, Mapping):
+            raise ConfigurationError(
+                f"invalid {cls.__name__}: options: Input should be a valid dictionary or "
+                f"instance of {cls.__name__}"
+            )
+        return cls(**{str(key): value for key, value in obj.items()})
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        """A validated copy, with `update` (snake_case or camelCase keys) applied. The copy
+        has state of its own (budgets, ledger), as new options do."""
+        values = {name: getattr(self, name) for name in self.model_fields}
+        if deep:
+            import copy
+
+            values = copy.deepcopy(values)
+        for key, value in (update or {}).items():
+            values[self._NAMES.get(key, key)] = value
+        return type(self)(**values)
+
+    def model_dump(self, *, by_alias: bool = False, exclude_none: bool = False) -> dict[str, Any]:
+        """The options as a dict (nested options and dataclasses as dicts too); secrets stay
+        `SecretStr`."""
+
+        def dump(value: Any) -> Any:
+            if isinstance(value, _Options):
+                return value.model_dump(by_alias=by_alias, exclude_none=exclude_none)
+            if dataclasses.is_dataclass(value) and not isinstance(value, type):
+                return dataclasses.asdict(value)
+            if isinstance(value, tuple):
+                return tuple(dump(v) for v in value)
+            if isinstance(value, dict):
+                return {k: dump(v) for k, v in value.items()}
+            return value
+
+        dumped: dict[str, Any] = {}
+        for name, field in self.model_fields.items():
+            value = getattr(self, name)
+            if not (exclude_none and value is None):
+                dumped[field.alias if by_alias else name] = dump(value)
+        return dumped
+
+    def _repr_value(self, name: str, value: Any) -> str:
+        return repr(value)
+
+    def _repr_items(self) -> list[str]:
+        return [f"{n}={self._repr_value(n, getattr(self, n))}" for n in self.model_fields]
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({', '.join(self._repr_items())})"
+
+    def __str__(self) -> str:
+        return " ".join(self._repr_items())
+
+    def __eq__(self, other: object) -> bool:
+        if type(other) is not type(self):
+            return NotImplemented
+        return all(getattr(self, n) == getattr(other, n) for n in self.model_fields)
+
+    __hash__ = None  # type: ignore[assignment]  # options hold dicts: unhashable, as before
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in self._PRIVATE:
+            object.__setattr__(self, name, value)
+            return
+        raise dataclasses.FrozenInstanceError(
+            f"{type(self).__name__} is immutable: make a changed copy with "
+            f"model_copy(update={{{name!r}: ...}})"
+        )
+
+    def __delattr__(self, name: str) -> None:
+        raise dataclasses.FrozenInstanceError(f"{type(self).__name__} is immutable")
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Copies and pickles carry the options, not the state made from them (locks, files).
+        state = dict(self.__dict__)
+        state.update(dict.fromkeys(self._PRIVATE))
+        return state
+
+
 class EvmOptions(_Options):
     """The EVM permit rail: a private key holding EURQ/USDQ, and RPC endpoints by chain id.
 
@@ -147,36 +567,44 @@ class EvmOptions(_Options):
     extra (`pip install 'x402-eur[evm]'`).
     """
 
-    private_key: SecretStr
-    rpc_urls: dict[int, tuple[str, ...]] = Field(default_factory=dict)
-    supported_cache_seconds: float = Field(default=60.0, ge=0)
+    #: The payer's key: 32 bytes of hex, with or without `0x`.
+    private_key: SecretStr = _field(_private_key)
+    #: RPC endpoints by chain id, each one URL or a list (tried in order).
+    rpc_urls: dict[int, tuple[str, ...]] = _field(_rpc_urls, factory=dict)
+    #: How long a facilitator's `/supported` answer is reused, in seconds.
+    supported_cache_seconds: float = _field(_number(_float, ge=0), 60.0)
 
-    def __repr_args__(self) -> Iterable[tuple[str | None, Any]]:
+    if TYPE_CHECKING:
+
+        def __init__(
+            self,
+            *,
+            private_key: SecretStr | str,
+            rpc_urls: Mapping[int, str | Iterable[str]] = ...,
+            supported_cache_seconds: float = 60.0,
+            **aliases: Any,
+        ) -> None: ...
+
+    def _repr_value(self, name: str, value: Any) -> str:
         # RPC URLs often carry an API key in their path or query: shown redacted.
-        for name, value in super().__repr_args__():
-            if name == "rpc_urls":
-                value = {chain: tuple(redact_url(u) for u in urls) for chain, urls in value.items()}
-            yield name, value
+        if name == "rpc_urls":
+            value = {chain: tuple(redact_url(u) for u in urls) for chain, urls in value.items()}
+        return repr(value)
 
-    @field_validator("private_key")
-    @classmethod
-    def _key(cls, value: SecretStr) -> SecretStr:
-        if not _KEY_RE.match(value.get_secret_value()):
-            raise ValueError("private_key must be 32 bytes of hex")
+
+def _evm(value: Any) -> EvmOptions:
+    if isinstance(value, EvmOptions):
         return value
+    if isinstance(value, Mapping):
+        return EvmOptions.model_validate(value)  # its errors are its own ("invalid EvmOptions")
+    raise _Invalid("Input should be a valid dictionary or instance of EvmOptions")
 
-    @field_validator("rpc_urls", mode="before")
-    @classmethod
-    def _urls(cls, value: Any) -> Any:
-        if not isinstance(value, Mapping):
-            return value
-        result: dict[int, tuple[str, ...]] = {}
-        for chain, urls in value.items():
-            listed = (urls,) if isinstance(urls, str) else tuple(urls)
-            if not listed:
-                raise ValueError(f"no RPC URL for chain {chain}")
-            result[int(chain)] = tuple(_check_url(u) for u in listed)
-        return result
+
+def _default_limits() -> dict[str, Decimal]:
+    return dict(DEFAULT_MAX_AMOUNT_PER_PAYMENT)
+
+
+_optional_callable = _optional(_callable)
 
 
 class PaymentOptions(_Options):
@@ -196,104 +624,107 @@ class PaymentOptions(_Options):
     ```
     """
 
-    api_key: SecretStr | None = None
-    from_account: str | None = None
-    api_url: str | None = None
-    evm: EvmOptions | None = None
-    on_before_payment: BeforePaymentHook | None = None
-    on_progress: ProgressCallback | None = None
+    #: The managed account's API key (a secret: printed as `**********`).
+    api_key: SecretStr | None = _field(_optional(_secret), None)
+    #: The managed account that pays (`ACC_...`).
+    from_account: str | None = _field(_optional(_str), None)
+    #: The payment API: https:// (plain http:// only for a loopback address).
+    api_url: str | None = _field(_optional(_api_url), None)
+    #: The EVM permit rail: an `EvmOptions` or a mapping of its keys.
+    evm: EvmOptions | None = _field(_optional(_evm), None)
+    #: Asked before every payment (`BeforePaymentHook`): True approves, anything else refuses.
+    on_before_payment: BeforePaymentHook | None = _field(_optional_callable, None)
+    #: Told about long waits (`PaymentProgress`): the bridge.
+    on_progress: ProgressCallback | None = _field(_optional_callable, None)
     #: Told after every paid response (`PaymentReceipt`): logging, metrics, an agent's memory.
-    on_payment: PaymentCallback | None = None
+    on_payment: PaymentCallback | None = _field(_optional_callable, None)
     #: Told about every error after which money moved or may have (`money_moved` is not
     #: False). A callback that raises is logged and never breaks the payment.
-    on_payment_error: PaymentErrorCallback | None = None
-    max_amount_per_payment: dict[str, Decimal] = Field(
-        default_factory=lambda: dict(DEFAULT_MAX_AMOUNT_PER_PAYMENT)
-    )
+    on_payment_error: PaymentErrorCallback | None = _field(_optional_callable, None)
+    #: Cap on each payment, by currency; a plain amount means euros. Currencies not given
+    #: keep `DEFAULT_MAX_AMOUNT_PER_PAYMENT` (one euro, one dollar).
+    max_amount_per_payment: dict[str, Decimal] = _field(_limits, factory=_default_limits)
     #: Cumulative budgets (`Budget("5", window=86400)`), all enforced; one or a list.
-    budgets: tuple[Budget, ...] = ()
+    budgets: tuple[Budget, ...] = _field(_tuple(_dataclass(Budget), Budget), ())
     #: Where budgets are kept: in memory by default; `RedisBudgetStore` to share them.
-    budget_store: BudgetStore | None = None
+    budget_store: BudgetStore | None = _field(_optional(_instance(BudgetStore)), None)
     #: Where every payment is recorded in memory (a bounded window); one per options object.
-    ledger: PaymentLedger | None = None
+    ledger: PaymentLedger | None = _field(_optional(_instance(PaymentLedger)), None)
     #: A SQLite file that keeps the payment journal and the budgets across restarts and
     #: across the processes of this machine (written before any money moves); None: memory
     #: only. `x402_client.default_state_path()` is the CLI's default.
-    state_path: pathlib.Path | None = None
+    state_path: pathlib.Path | None = _field(_optional(_path), None)
     #: Tokens you pay standard x402 `exact` (EIP-3009) entries in, beyond the built-in
     #: table of Circle's EURC and USDC: each with its chain, address, currency and decimals.
-    assets: tuple[Asset, ...] = ()
+    assets: tuple[Asset, ...] = _field(_tuple(_dataclass(Asset), Asset), ())
     #: Preferred entries, most preferred first: rail names (`"euro"`, `"evm-permit"`,
     #: `"bridge"`), schemes, networks (`"eip155:137"`) or asset symbols (`"EURQ"`).
-    prefer: tuple[str, ...] = ()
+    prefer: tuple[str, ...] = _field(_tuple(_str, str), ())
     #: Or choose yourself among the payable intents; overrides `prefer`.
-    selector: Selector | None = None
+    selector: Selector | None = _field(_optional_callable, None)
     #: Re-sends of the same proof while the verifier says "not confirmed (status: Open)".
-    confirmation_attempts: int = Field(default=8, ge=1, le=100)
+    confirmation_attempts: int = _field(_number(_int, ge=1, le=100), 8)
     #: First wait before such a re-send, in seconds; doubles up to `confirmation_max_wait`.
-    confirmation_wait: float = Field(default=0.1, ge=0)
-    confirmation_max_wait: float = Field(default=2.0, ge=0)
+    confirmation_wait: float = _field(_number(_float, ge=0), 0.1)
+    confirmation_max_wait: float = _field(_number(_float, ge=0), 2.0)
     #: Re-sends of the same proof when the merchant answers the paid retry with 5xx.
-    merchant_error_retries: int = Field(default=2, ge=0, le=10)
+    merchant_error_retries: int = _field(_number(_int, ge=0, le=10), 2)
     #: Largest 402 or provider body read, in bytes.
-    max_body_bytes: int = Field(default=64 * 1024, ge=1024)
+    max_body_bytes: int = _field(_number(_int, ge=1024), 64 * 1024)
     #: Timeout of each payment-API call, in seconds.
-    payment_api_timeout: float = Field(default=30.0, gt=0)
+    payment_api_timeout: float = _field(_number(_float, gt=0), 30.0)
     #: Connections the payment-API client may open (and keeps alive) at once.
-    payment_api_max_connections: int = Field(default=100, ge=1)
+    payment_api_max_connections: int = _field(_number(_int, ge=1), 100)
     #: How many payable entries of one 402 may be prepared (RPC reads, the facilitator's
     #: `/supported`: URLs the merchant writes) before the client gives up on it.
-    max_candidates: int = Field(default=3, ge=1, le=20)
+    max_candidates: int = _field(_number(_int, ge=1, le=20), 3)
     #: How long the bridge may take to expose `blockchainTxId`, in seconds.
-    bridge_deadline: float = Field(default=300.0, gt=0)
+    bridge_deadline: float = _field(_number(_float, gt=0), 300.0)
     #: First and largest interval between bridge polls, in seconds.
-    bridge_poll_interval: float = Field(default=0.5, gt=0)
-    bridge_poll_max_interval: float = Field(default=3.0, gt=0)
+    bridge_poll_interval: float = _field(_number(_float, gt=0), 0.5)
+    bridge_poll_max_interval: float = _field(_number(_float, gt=0), 3.0)
 
-    @field_validator("budgets", mode="before")
-    @classmethod
-    def _budgets(cls, value: Any) -> Any:
-        return (value,) if isinstance(value, Budget) else value
+    #: The budgets, ledger and locks shared by every client built from these options
+    #: (`_state.state_of`); made on first use, never copied.
+    _state: PaymentState | None
+    _PRIVATE = ("_state",)
 
-    @field_validator("assets", mode="before")
-    @classmethod
-    def _assets(cls, value: Any) -> Any:
-        return (value,) if isinstance(value, Asset) else value
+    if TYPE_CHECKING:
 
-    @field_validator("prefer", mode="before")
-    @classmethod
-    def _prefer(cls, value: Any) -> Any:
-        return (value,) if isinstance(value, str) else value
-
-    _state: PaymentState | None = PrivateAttr(default=None)
-
-    @field_validator("api_url")
-    @classmethod
-    def _api_url(cls, value: str | None) -> str | None:
-        if value is None:
-            return None
-        value = _check_url(value)
-        # The API key travels to this URL: plain http only where it cannot leave the machine.
-        if not value.startswith("https://") and not _is_loopback(
-            re.sub(r"\Ahttps?://(\[[^\]]+\]|[^/:]+).*", r"\1", value)
-        ):
-            raise ValueError("must be https:// (plain http:// only for a loopback address)")
-        return value
-
-    @field_validator("max_amount_per_payment", mode="before")
-    @classmethod
-    def _limits(cls, value: Any) -> Any:
-        if isinstance(value, (str, int, Decimal)) and not isinstance(value, bool):
-            value = {"EUR": value}
-        if not isinstance(value, Mapping):
-            raise ValueError("must be an amount (euros) or a mapping of currency to amount")
-        limits = dict(DEFAULT_MAX_AMOUNT_PER_PAYMENT)
-        for currency, amount in value.items():
-            try:
-                limits[str(currency).upper()] = parse_amount(amount, allow_zero=True)
-            except AmountError as exc:
-                raise ValueError(f"limit for {currency}: {exc}") from None
-        return limits
+        def __init__(
+            self,
+            *,
+            api_key: SecretStr | str | None = None,
+            from_account: str | None = None,
+            api_url: str | None = None,
+            evm: EvmOptions | Mapping[str, Any] | None = None,
+            on_before_payment: BeforePaymentHook | None = None,
+            on_progress: ProgressCallback | None = None,
+            on_payment: PaymentCallback | None = None,
+            on_payment_error: PaymentErrorCallback | None = None,
+            max_amount_per_payment: (
+                Decimal | str | int | Mapping[str, Decimal | str | int]
+            ) = DEFAULT_MAX_AMOUNT_PER_PAYMENT,
+            budgets: Budget | Iterable[Budget] = (),
+            budget_store: BudgetStore | None = None,
+            ledger: PaymentLedger | None = None,
+            state_path: str | pathlib.Path | None = None,
+            assets: Asset | Iterable[Asset] = (),
+            prefer: str | Iterable[str] = (),
+            selector: Selector | None = None,
+            confirmation_attempts: int = 8,
+            confirmation_wait: float = 0.1,
+            confirmation_max_wait: float = 2.0,
+            merchant_error_retries: int = 2,
+            max_body_bytes: int = 64 * 1024,
+            payment_api_timeout: float = 30.0,
+            payment_api_max_connections: int = 100,
+            max_candidates: int = 3,
+            bridge_deadline: float = 300.0,
+            bridge_poll_interval: float = 0.5,
+            bridge_poll_max_interval: float = 3.0,
+            **aliases: Any,
+        ) -> None: ...
 
     @property
     def has_managed_account(self) -> bool:
@@ -371,7 +802,4 @@ def coerce_options(options: PaymentOptions | Mapping[str, Any] | None) -> Paymen
         raise ConfigurationError(
             f"options must be PaymentOptions or a mapping, not {type(options).__name__}"
         )
-    try:
-        return PaymentOptions.model_validate(dict(options))
-    except ValidationError as exc:
-        raise _config_error(exc, PaymentOptions) from None
+    return PaymentOptions.model_validate(options)

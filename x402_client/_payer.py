@@ -59,7 +59,7 @@ from ._exceptions import (
     UnreplayableRequest,
     X402Error,
 )
-from ._http import read_upto
+from ._http import known_small, read_upto
 from ._ledger import LedgerEntry, Outcome
 from ._options import PaymentOptions
 from ._payment_api import PaymentAPI
@@ -356,6 +356,14 @@ def _settlement_of(headers: httpx.Headers) -> Mapping[str, Any] | None:
     return None
 
 
+def _settlement_tx_hash(settlement: Mapping[str, Any] | None) -> str | None:
+    """The transaction a merchant's settlement header names, if any."""
+    if not settlement:
+        return None
+    found = settlement.get("transaction") or settlement.get("txHash")
+    return found if isinstance(found, str) else None
+
+
 def _failure_reason(body: bytes, headers: httpx.Headers) -> str | None:
     """Why the merchant refused a paid retry: the body's `error` (euro gates, v1), the
     `errorReason` of a `PAYMENT-RESPONSE`, or the `error` of a fresh `PAYMENT-REQUIRED`."""
@@ -591,6 +599,15 @@ class Payer:
         """The challenge of a 402 (None when it is not an x402 one), and the 402 as the caller
         would have had it, body readable."""
         limit = self.options.max_body_bytes
+        if known_small(response, limit):
+            # The whole body at once, and the 402 itself handed back read (the common case).
+            head = await response.aread()
+            try:
+                return challenge_of(head, response.headers, limit=limit), response
+            except InvalidChallenge as exc:
+                exc.request = request
+                exc.response = response
+                raise
         head, rest = await read_upto(response, limit)
         if rest is not None:
             # Larger than any challenge we read. Ours only if it says so up front.
@@ -713,7 +730,8 @@ class Payer:
         try:
             await self._ask_hook(intent, request)
             # A resumed payment was reserved (and paid) when it was made.
-            held = [] if resuming else await self.state.budgets.reserve(intent)
+            budgets = self.state.budgets
+            held = [] if resuming or not budgets.budgets else await budgets.reserve(intent)
             if held:
                 record.step("reserved", ", ".join(r.budget.key for r in held))
             if journal is not None and journal_id is None:
@@ -756,11 +774,10 @@ class Payer:
                                 transaction_code=paid.transaction_code,
                                 blockchain_tx_id=paid.blockchain_tx_id,
                             )
-                    paid_at = datetime.now(timezone.utc)
-                    guard.paid(
-                        self._receipt(intent, paid, paid_at, guard.payments + 1),
-                        certain=moves_first,
+                    made = self._receipt(
+                        intent, paid, datetime.now(timezone.utc), guard.payments + 1
                     )
+                    guard.paid(made, certain=moves_first)
                     if logger.isEnabledFor(logging.DEBUG):
                         logger.debug(
                             "x402: proving %s %s on %s (%s) to %s for %s",
@@ -771,7 +788,9 @@ class Payer:
                             intent.pay_to,
                             intent.resource,
                         )
-                    result = await self._deliver(guard, request, body, send, intent, paid, record)
+                    result = await self._deliver(
+                        guard, request, body, send, intent, paid, record, made=made
+                    )
             finally:
                 if NOTE.get() is note:
                     NOTE.reset(token)
@@ -817,22 +836,38 @@ class Payer:
             if resuming and outcome == "failed":
                 outcome = "unknown"
             record.finish(outcome, error=error)
-            with anyio.CancelScope(shield=True):
-                if journal is not None and journal_id is not None:
-                    await journal.finish_payment(
-                        journal_id,
-                        "unknown" if outcome == "pending" else outcome,
-                        delivered=record.delivered,
-                        error=error,
-                        tx_hash=record.tx_hash,
+            if (journal is not None and journal_id is not None) or (outcome == "failed" and held):
+                with anyio.CancelScope(shield=True):
+                    await self._settle_attempt(
+                        journal, journal_id, record, outcome, error, dead_proof, held
                     )
-                    if dead_proof is not None:
-                        # "already used" / "expired": this proof will never be served.
-                        await journal.mark_unrecoverable(
-                            journal_id, f"the merchant said {dead_proof!r}; paid again fresh"
-                        )
-                if outcome == "failed" and held:
-                    await self.state.budgets.release(held)
+
+    async def _settle_attempt(
+        self,
+        journal: SqliteStore | None,
+        journal_id: str | None,
+        record: LedgerEntry,
+        outcome: Outcome,
+        error: str | None,
+        dead_proof: str | None,
+        held: list[Reservation],
+    ) -> None:
+        """The end of an attempt on disk and in the budgets (shielded by the caller)."""
+        if journal is not None and journal_id is not None:
+            await journal.finish_payment(
+                journal_id,
+                "unknown" if outcome == "pending" else outcome,
+                delivered=record.delivered,
+                error=error,
+                tx_hash=record.tx_hash,
+            )
+            if dead_proof is not None:
+                # "already used" / "expired": this proof will never be served.
+                await journal.mark_unrecoverable(
+                    journal_id, f"the merchant said {dead_proof!r}; paid again fresh"
+                )
+        if outcome == "failed" and held:
+            await self.state.budgets.release(held)
 
     @staticmethod
     def _broken_body(
@@ -963,13 +998,9 @@ class Payer:
         paid: Paid,
         paid_at: datetime,
         payments: int,
-        response: httpx.Response | None = None,
     ) -> PaymentReceipt:
-        settlement = _settlement(response) if response is not None else None
-        tx_hash = None
-        if settlement:
-            found = settlement.get("transaction") or settlement.get("txHash")
-            tx_hash = found if isinstance(found, str) else None
+        """The receipt of a payment whose proof exists; the settlement is added when the
+        merchant's answer carries one (`_deliver`)."""
         return PaymentReceipt(
             rail=intent.rail,
             scheme=intent.scheme,
@@ -984,9 +1015,7 @@ class Payer:
             payment_request_code=paid.payment_request_code,
             transaction_code=paid.transaction_code,
             blockchain_tx_id=paid.blockchain_tx_id,
-            tx_hash=tx_hash,
             payer=paid.payer,
-            settlement=settlement,
             payments=payments,
         )
 
@@ -1001,8 +1030,10 @@ class Payer:
         record: LedgerEntry | None = None,
         *,
         resend: bool = False,
+        made: PaymentReceipt | None = None,
     ) -> httpx.Response | _PayFresh:
-        """Send the proof and act on the answers (`_delivery.Delivery` decides)."""
+        """Send the proof and act on the answers (`_delivery.Delivery` decides). `made`: the
+        receipt of the payment behind `paid`, when this request made it."""
         options = self.options
         machine = Delivery(
             confirmation_attempts=options.confirmation_attempts,
@@ -1012,11 +1043,17 @@ class Payer:
             resend=resend,
         )
         paid_request = _rebuild(request, body, paid.proof, paid.header)
-        paid_at = datetime.now(timezone.utc)
-        payments = max(guard.payments, 1)
+        if made is None:
+            made = self._receipt(intent, paid, datetime.now(timezone.utc), max(guard.payments, 1))
+        base = made
 
         def receipt(response: httpx.Response | None = None) -> PaymentReceipt:
-            return self._receipt(intent, paid, paid_at, payments, response)
+            settlement = None if response is None else _settlement(response)
+            if settlement is None:
+                return base
+            return dataclasses.replace(
+                base, settlement=settlement, tx_hash=_settlement_tx_hash(settlement)
+            )
 
         def unknown(message: str) -> PaymentOutcomeUnknown:
             return PaymentOutcomeUnknown(

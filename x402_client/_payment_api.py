@@ -27,7 +27,6 @@ from decimal import Decimal
 from typing import Any
 
 import httpx
-from pydantic import SecretStr
 
 from . import _json
 from ._exceptions import (
@@ -46,6 +45,7 @@ from ._provider import (
     transaction_code_of,
     unwrap,
 )
+from ._secret import SecretStr
 from ._types import PaymentIntent
 
 __all__ = ["PaymentAPI"]
@@ -61,6 +61,15 @@ def _decode(raw: bytes) -> Any:
         return _json.loads(raw) if raw else None
     except _json.JSONError:
         return None
+
+
+def payment_request_body(from_account: str, payment_request_code: str, amount: Decimal) -> bytes:
+    """The body of paying a payment request: what `_json.dumps` writes for `{"paymentFrom",
+    "toType": "PaymentRequestCode", "paymentTo", "amount"}` (the amount a JSON number)."""
+    return (
+        f'{{"paymentFrom":{_json.string(from_account)},"toType":"PaymentRequestCode",'
+        f'"paymentTo":{_json.string(payment_request_code)},"amount":{_json.number(amount)}}}'
+    ).encode()
 
 
 def _first_error(errors: list[ProviderError]) -> tuple[str | None, str | None]:
@@ -121,6 +130,9 @@ class PaymentAPI:
                     max_connections=max_connections, max_keepalive_connections=max_connections
                 )
             )
+        self._transport = transport
+        self._key = api_key
+        self._parts: tuple[httpx.URL, httpx.Headers, httpx.Headers, dict[str, Any]] | None = None
         self._client = httpx.AsyncClient(
             base_url=api_url,
             headers={"Accept": "application/json"},
@@ -146,12 +158,7 @@ class PaymentAPI:
         intent: PaymentIntent | None = None,
     ) -> str | None:
         """Pay a `pr_` payment request; returns the `transactionCode` when the API gave one."""
-        body = {
-            "paymentFrom": from_account,
-            "toType": "PaymentRequestCode",
-            "paymentTo": payment_request_code,
-            "amount": amount,
-        }
+        body = payment_request_body(from_account, payment_request_code, amount)
         answer = await self._pay(body, intent=intent, payment_request_code=payment_request_code)
         return transaction_code_of(answer)
 
@@ -173,7 +180,7 @@ class PaymentAPI:
             "shareName": False,
             "message": message,
         }
-        answer = await self._pay(body, intent=intent)
+        answer = await self._pay(_json.dumps(body), intent=intent)
         code = transaction_code_of(answer)
         if code is None:
             raise PaymentOutcomeUnknown(
@@ -182,19 +189,40 @@ class PaymentAPI:
             )
         return code
 
+    def _payment_request(self, content: bytes, *, keyed: bool) -> httpx.Request:
+        """The payment call as it goes on the wire (`keyed`: with the key) or as callers
+        may see it (without). Built from parts merged once: no per-call base-URL merge."""
+        parts = self._parts
+        if parts is None:
+            client = self._client
+            headers = httpx.Headers(client._merge_headers({"Content-Type": "application/json"}))
+            with_key = headers.copy()
+            with_key["X-API-KEY"] = self._key.get_secret_value()
+            parts = self._parts = (
+                client._merge_url("/transaction/payment"),
+                headers,
+                with_key,
+                {"timeout": client.timeout.as_dict()},
+            )
+        url, headers, with_key, extensions = parts
+        return httpx.Request(
+            "POST",
+            url,
+            headers=with_key if keyed else headers,
+            content=content,
+            extensions=extensions,
+        )
+
     async def _pay(
         self,
-        body: dict[str, Any],
+        body: bytes,
         *,
         intent: PaymentIntent | None,
         payment_request_code: str | None = None,
     ) -> Any:
-        request = self._client.build_request(
-            "POST",
-            "/transaction/payment",
-            content=_json.dumps(body),
-            headers={"Content-Type": "application/json"},
-        )
+        # Straight to the transport: this client uses none of `AsyncClient.send`'s auth,
+        # redirect, cookie or event-hook machinery (redirects are refused below anyway).
+        wire = self._payment_request(body, keyed=True)
 
         def unknown(message: str, **extra: Any) -> PaymentOutcomeUnknown:
             return PaymentOutcomeUnknown(
@@ -202,12 +230,14 @@ class PaymentAPI:
             )
 
         try:
-            response = await self._client.send(request, stream=True)
+            response = await self._transport.handle_async_request(wire)
         except _NOT_SENT as exc:
+            exc.request = self._payment_request(body, keyed=False)  # never the keyed copy
             raise PaymentFailed(
                 f"payment API unreachable ({type(exc).__name__}); nothing was paid", intent=intent
             ) from exc
         except httpx.TransportError as exc:
+            exc.request = self._payment_request(body, keyed=False)
             raise unknown(
                 f"payment API call failed in transit ({type(exc).__name__}); "
                 "the payment may have been made"
@@ -216,6 +246,8 @@ class PaymentAPI:
         try:
             raw = await read_bounded(response, self._max_body)
         except (httpx.TransportError, BodyTooLarge) as exc:
+            if isinstance(exc, httpx.TransportError):
+                exc.request = self._payment_request(body, keyed=False)
             if status >= 300 and status < 500:
                 raise PaymentAPIError(
                     f"payment API answered {status} with an unreadable body",

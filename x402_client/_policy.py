@@ -144,6 +144,10 @@ def effective_cap(
     return cap
 
 
+def _shown(intent: PaymentIntent) -> str:
+    return f"{format_amount(intent.amount)} {intent.currency}"
+
+
 def _describe(
     entry: AcceptEntry, rails: Sequence[Describer], resource: str, only: str | None
 ) -> tuple[Describer, PaymentIntent] | tuple[None, str]:
@@ -219,21 +223,19 @@ def select(
                 )
             )
             continue
-        amount = f"{format_amount(intent.amount)} {intent.currency}"
         cap = effective_cap(intent.currency, options.max_amount_per_payment, settings.limits)
         if cap is None:
-            message = f"{amount}: no max_amount_per_payment is set for {intent.currency}"
+            message = f"{_shown(intent)}: no max_amount_per_payment is set for {intent.currency}"
             skipped.append(SkippedEntry(index, SkipReason.NO_CAP, message, intent))
             continue
         if intent.amount > cap:
-            message = (
-                f"{amount} is above max_amount_per_payment {format_amount(cap)} {intent.currency}"
-            )
+            limit = f"{format_amount(cap)} {intent.currency}"
+            message = f"{_shown(intent)} is above max_amount_per_payment {limit}"
             skipped.append(SkippedEntry(index, SkipReason.OVER_CAP, message, intent))
             continue
         left = headroom.get(intent.currency)
         if not resuming and left is not None and intent.amount > left:
-            message = f"{amount} is above what the budget has left ({format_amount(left)})"
+            message = f"{_shown(intent)} is above what the budget has left ({format_amount(left)})"
             skipped.append(SkippedEntry(index, SkipReason.OVER_BUDGET, message, intent))
             continue
         payable.append(Candidate(index, rail, entry, intent))

@@ -20,12 +20,14 @@ import httpx
 from ._exceptions import ConfigurationError, PaymentOutcomeUnknown, X402Error
 from ._ledger import PaymentLedger
 from ._options import PaymentOptions, coerce_options
-from ._payer import LogicalRequest, Payer
-from ._state import state_of
 
 _ClientT = TypeVar("_ClientT", httpx.AsyncClient, httpx.Client)
 
 if TYPE_CHECKING:
+    # At run time these load on first use (a transport built, a ledger asked for): the
+    # payer brings pydantic, the wire models and anyio, which `import x402_client` and
+    # `PaymentOptions(...)` do not need.
+    from ._payer import LogicalRequest, Payer
     from ._sync import SyncPaymentTransport
 
 __all__ = [
@@ -75,8 +77,11 @@ class PaymentTransport(httpx.AsyncBaseTransport):
         *,
         payer: Payer | None = None,
     ) -> None:
+        from ._payer import LogicalRequest, Payer
+
         self._transport = transport if transport is not None else httpx.AsyncHTTPTransport()
         self._payer = payer if payer is not None else Payer(coerce_options(options))
+        self._guard_of = LogicalRequest.of
         self._retired: list[Payer] = []
 
     def __repr__(self) -> str:
@@ -101,7 +106,7 @@ class PaymentTransport(httpx.AsyncBaseTransport):
             self._payer = payer
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        guard = LogicalRequest.of(request)
+        guard = self._guard_of(request)
         try:
             response = await self._transport.handle_async_request(request)
         except httpx.TransportError as exc:
@@ -184,6 +189,8 @@ def with_eur_payment(
             "with_eur_payment needs an httpx.AsyncClient or an httpx.Client, not "
             f"{type(client).__name__}"
         )
+    from ._payer import Payer
+
     resolved = PaymentOptions.from_env() if options is None else coerce_options(options)
     payer = Payer(resolved)
     if isinstance(client, httpx.Client):
@@ -237,6 +244,8 @@ def payment_ledger(
     ```
     """
     if isinstance(client, PaymentOptions):
+        from ._state import state_of
+
         return state_of(client).ledger
     transport = (
         client

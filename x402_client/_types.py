@@ -13,7 +13,7 @@ __all__ = ["PaymentIntent", "PaymentReceipt", "Rail"]
 Rail = Literal["euro", "evm-permit", "bridge", "eip3009"]
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class PaymentIntent:
     """A payment the client is about to make for one request.
 
@@ -36,7 +36,7 @@ class PaymentIntent:
     accept: Mapping[str, Any] = dataclasses.field(default_factory=dict, repr=False, compare=False)
 
 
-@dataclasses.dataclass(frozen=True)
+@dataclasses.dataclass(frozen=True, slots=True)
 class PaymentReceipt:
     """What a payment was: found in `response.extensions["x402_payment"]`.
 

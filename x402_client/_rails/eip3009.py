@@ -44,11 +44,10 @@ from contextlib import asynccontextmanager
 from types import MappingProxyType
 from typing import Any
 
-from pydantic import SecretStr
-
 from .._assets import Asset, find_asset
 from .._challenge import AcceptEntry
 from .._models import ExactAcceptEntry
+from .._secret import SecretStr
 from .._types import PaymentIntent
 from . import EIP712_DOMAIN, Paid, RailContext, RequestSettings
 

@@ -2,20 +2,32 @@
 
 from __future__ import annotations
 
+import base64
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+from .. import _json
 from .._challenge import CURRENCY_OF, EURO_ASSET, PROVIDER_NETWORK, AcceptEntry
 from .._exceptions import PaymentOutcomeUnknown
-from .._models import EuroAcceptEntry, EuroPayload, PaymentProof
-from .._proof import encode_proof
+from .._models import X402_VERSION, EuroAcceptEntry
 from .._types import PaymentIntent
 from . import Paid, RailContext, RequestSettings, note
 
-__all__ = ["EuroRail"]
+__all__ = ["EuroRail", "euro_proof"]
 
 logger = logging.getLogger("x402_client")
+
+
+def euro_proof(scheme: str, network: str, payment_request_code: str) -> str:
+    """The `X-PAYMENT` value of a euro payment: the bytes `encode_proof` would write for
+    `PaymentProof(scheme, network, payload=EuroPayload(...))`, without building models."""
+    string = _json.string
+    raw = (
+        f'{{"x402Version":{X402_VERSION},"scheme":{string(scheme)},"network":{string(network)},'
+        f'"payload":{{"paymentRequestCode":{string(payment_request_code)}}}}}'
+    )
+    return base64.urlsafe_b64encode(raw.encode()).rstrip(b"=").decode("ascii")
 
 
 class EuroRail:
@@ -55,13 +67,7 @@ class EuroRail:
         assert isinstance(entry, EuroAcceptEntry)
         options = self._context.options
         assert options.from_account is not None
-        proof = encode_proof(
-            PaymentProof(
-                scheme=entry.scheme,
-                network=entry.network,
-                payload=EuroPayload(payment_request_code=entry.payment_request_code).to_wire(),
-            )
-        )
+        proof = euro_proof(entry.scheme, entry.network, entry.payment_request_code)
         try:
             transaction_code = await self._context.payment_api().pay_payment_request(
                 from_account=options.from_account,

@@ -1,0 +1,461 @@
+"""`PaymentOptions` / `EvmOptions` as plain classes: they validate as the pydantic models
+they replace did (lax mode: a numeric string for a number, a list for a tuple), with the
+same messages, and keep the pydantic methods callers use."""
+
+import ast
+import copy
+import dataclasses
+import inspect
+import pathlib
+import pickle
+import weakref
+from decimal import Decimal
+
+import pytest
+
+import x402_client._options as options_module
+from x402_client import (
+    Asset,
+    Budget,
+    ConfigurationError,
+    EvmOptions,
+    InMemoryBudgetStore,
+    PaymentLedger,
+    PaymentOptions,
+)
+from x402_client._secret import SecretStr
+from x402_client._state import state_of
+
+KEY = "11" * 32
+ADDRESS = "0x" + "ab" * 20
+
+
+def _error(**values: object) -> str:
+    with pytest.raises(ConfigurationError) as caught:
+        PaymentOptions(**values)  # type: ignore[arg-type]
+    return str(caught.value)
+
+
+# --- keys: snake_case, camelCase, unknown -----------------------------------------------------
+
+
+def test_aliases_are_pydantics_camel_case() -> None:
+    from pydantic.alias_generators import to_camel
+
+    for cls in (PaymentOptions, EvmOptions):
+        assert {n: f.alias for n, f in cls.model_fields.items()} == {
+            n: to_camel(n) for n in cls.model_fields
+        }
+
+
+def test_camel_case_keys() -> None:
+    options = PaymentOptions(
+        apiKey="k",
+        fromAccount="ACC_1",
+        apiUrl="https://api.example/",
+        maxAmountPerPayment="0.25",
+        statePath="state.db",
+        paymentApiMaxConnections="7",
+        evm={"privateKey": KEY, "rpcUrls": {137: "https://rpc/"}, "supportedCacheSeconds": 5},
+    )
+    assert options.api_key == SecretStr("k")
+    assert (options.from_account, options.api_url) == ("ACC_1", "https://api.example")
+    assert options.max_amount_per_payment == {"EUR": Decimal("0.25"), "USD": Decimal("1.00")}
+    assert options.state_path == pathlib.Path("state.db")
+    assert options.payment_api_max_connections == 7
+    assert options.evm is not None and options.evm.rpc_urls == {137: ("https://rpc",)}
+    assert options.evm.supported_cache_seconds == 5.0
+    assert PaymentOptions.model_validate({"confirmationAttempts": 3}).confirmation_attempts == 3
+
+
+def test_both_spellings_of_one_key_is_an_error() -> None:
+    # As pydantic had it: the camelCase key wins and the other is unknown.
+    assert "api_key: unknown option" in _error(api_key="a", apiKey="b")
+
+
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        ({"max_amount": "1"}, "max_amount: unknown option; did you mean 'max_amount_per_payment'?"),
+        ({"maxAmount": "1"}, "maxAmount: unknown option; did you mean 'maxAmountPerPayment'?"),
+        ({"apikey": "k"}, "apikey: unknown option; did you mean 'api_key'?"),
+        (
+            {"confirmation_attempt": 1},
+            "confirmation_attempt: unknown option; did you mean 'confirmation_attempts'?",
+        ),
+        ({"zzzzzz": 1}, "zzzzzz: unknown option"),
+    ],
+)
+def test_unknown_keys_get_a_did_you_mean(values: dict[str, object], expected: str) -> None:
+    assert _error(**values) == f"invalid PaymentOptions: {expected}"
+
+
+def test_nested_evm_errors_are_evm_options_errors() -> None:
+    with pytest.raises(ConfigurationError) as caught:
+        PaymentOptions(evm={"private_key": KEY, "rpc_url": {137: "https://r"}})
+    assert str(caught.value) == (
+        "invalid EvmOptions: rpc_url: unknown option; did you mean 'rpc_urls'?"
+    )
+    with pytest.raises(
+        ConfigurationError, match=r"^invalid EvmOptions: privateKey: Field required$"
+    ):
+        EvmOptions.model_validate({})
+
+
+def test_every_problem_is_listed_fields_first_then_unknown_keys() -> None:
+    assert _error(foo=1, confirmation_attempts=0, maxCandidates=50, bar=2) == (
+        "invalid PaymentOptions: confirmation_attempts: Input should be greater than or equal "
+        "to 1; maxCandidates: Input should be less than or equal to 20; foo: unknown option; "
+        "bar: unknown option"
+    )
+
+
+# --- numbers: lax coercion and bounds ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "kept"),
+    [(5, 5), ("5", 5), (" 5 ", 5), (b"5", 5), (5.0, 5), ("5.0", 5), (Decimal("5"), 5), (True, 1)],
+)
+def test_int_options_take_what_pydantic_lax_mode_took(value: object, kept: int) -> None:
+    options = PaymentOptions(max_candidates=value)  # type: ignore[arg-type]
+    assert options.max_candidates == kept and type(options.max_candidates) is int
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        (5.5, "Input should be a valid integer, got a number with a fractional part"),
+        ("5.5", "Input should be a valid integer, unable to parse string as an integer"),
+        ("abc", "Input should be a valid integer, unable to parse string as an integer"),
+        (float("inf"), "Input should be a finite number"),
+        (None, "Input should be a valid integer"),
+        ([5], "Input should be a valid integer"),
+        (0, "Input should be greater than or equal to 1"),
+        (21, "Input should be less than or equal to 20"),
+    ],
+)
+def test_int_option_errors(value: object, message: str) -> None:
+    assert _error(max_candidates=value) == f"invalid PaymentOptions: max_candidates: {message}"
+
+
+@pytest.mark.parametrize(
+    ("value", "kept"),
+    [(1, 1.0), ("0.5", 0.5), (b"0.5", 0.5), (Decimal("0.5"), 0.5), (True, 1.0), ("inf", 1e999)],
+)
+def test_float_options_take_what_pydantic_lax_mode_took(value: object, kept: float) -> None:
+    options = PaymentOptions(confirmation_wait=value)  # type: ignore[arg-type]
+    assert options.confirmation_wait == kept and type(options.confirmation_wait) is float
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("confirmation_wait", -1, "Input should be greater than or equal to 0"),
+        ("confirmation_wait", "nan", "Input should be greater than or equal to 0"),
+        (
+            "confirmation_wait",
+            "abc",
+            "Input should be a valid number, unable to parse string as a number",
+        ),
+        ("confirmation_wait", None, "Input should be a valid number"),
+        ("payment_api_timeout", 0, "Input should be greater than 0"),
+        ("bridge_deadline", -0.1, "Input should be greater than 0"),
+        ("confirmation_attempts", 101, "Input should be less than or equal to 100"),
+        ("merchant_error_retries", -1, "Input should be greater than or equal to 0"),
+        ("merchant_error_retries", 11, "Input should be less than or equal to 10"),
+        ("max_body_bytes", 1023, "Input should be greater than or equal to 1024"),
+        ("payment_api_max_connections", 0, "Input should be greater than or equal to 1"),
+        ("supported_cache_seconds", -1, "Input should be greater than or equal to 0"),
+    ],
+)
+def test_bounds(field: str, value: object, message: str) -> None:
+    if field in EvmOptions.model_fields:
+        with pytest.raises(ConfigurationError) as caught:
+            EvmOptions(private_key=KEY, **{field: value})
+        assert str(caught.value) == f"invalid EvmOptions: {field}: {message}"
+    else:
+        assert _error(**{field: value}) == f"invalid PaymentOptions: {field}: {message}"
+
+
+def test_bounds_are_inclusive_where_pydantic_had_ge_and_le() -> None:
+    options = PaymentOptions(
+        confirmation_attempts=100, merchant_error_retries=0, max_body_bytes=1024, max_candidates=1
+    )
+    assert (options.confirmation_attempts, options.merchant_error_retries) == (100, 0)
+    assert PaymentOptions(confirmation_wait=0).confirmation_wait == 0.0
+
+
+# --- other kinds of value ---------------------------------------------------------------------
+
+
+def test_strings_paths_and_tuples() -> None:
+    options = PaymentOptions(
+        from_account=b"ACC_1",  # type: ignore[arg-type]
+        state_path="x.db",
+        prefer="euro",
+        budgets=Budget("1"),
+        assets=[Asset(chain_id=1, address=ADDRESS, symbol="T", currency="EUR")],
+    )
+    assert options.from_account == "ACC_1"
+    assert options.state_path == pathlib.Path("x.db")
+    assert options.prefer == ("euro",) and PaymentOptions(prefer=["a", "b"]).prefer == ("a", "b")
+    assert options.budgets == (Budget("1"),) and len(options.assets) == 1
+    budget = Budget("2")
+    assert PaymentOptions(budgets=(b for b in [budget])).budgets[0] is budget
+    assert PaymentOptions(budgets=[{"limit": "3"}]).budgets == (Budget("3"),)  # type: ignore[list-item]
+
+
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"from_account": 5}, "from_account: Input should be a valid string"),
+        ({"api_key": 5}, "api_key: Input should be a valid string"),
+        ({"state_path": 5}, "state_path: Input is not a valid path for <class 'pathlib.Path'>"),
+        ({"prefer": ["euro", 5]}, "prefer.1: Input should be a valid string"),
+        ({"prefer": None}, "prefer: Input should be a valid tuple"),
+        ({"budgets": 5}, "budgets: Input should be a valid tuple"),
+        (
+            {"budgets": [Budget("1"), 5]},
+            "budgets.1: Input should be a dictionary or an instance of Budget",
+        ),
+        ({"budgets": [{"limit": "1", "foo": 2}]}, "budgets.0.foo: Unexpected keyword argument"),
+        ({"on_payment": 5}, "on_payment: Input should be callable"),
+        ({"selector": "first"}, "selector: Input should be callable"),
+        ({"budget_store": object()}, "budget_store: Input should be an instance of BudgetStore"),
+        ({"ledger": []}, "ledger: Input should be an instance of PaymentLedger"),
+        ({"evm": 5}, "evm: Input should be a valid dictionary or instance of EvmOptions"),
+        ({"api_url": "ftp://x"}, "api_url: Value error, must be an http(s) URL"),
+        (
+            {"api_url": "http://api.example"},
+            "api_url: Value error, must be https:// (plain http:// only for a loopback address)",
+        ),
+        (
+            {"max_amount_per_payment": 0.5},
+            "max_amount_per_payment: Value error, must be an amount (euros) or a mapping of "
+            "currency to amount",
+        ),
+        (
+            {"max_amount_per_payment": {"usd": "-1"}},
+            "max_amount_per_payment: Value error, limit for usd: amount '-1' is not a plain "
+            "decimal with at most 6 decimals",
+        ),
+    ],
+)
+def test_wrong_kinds_of_value(values: dict[str, object], message: str) -> None:
+    assert _error(**values) == f"invalid PaymentOptions: {message}"
+
+
+def test_instances_and_callables_are_kept_as_given() -> None:
+    store, ledger, evm = InMemoryBudgetStore(), PaymentLedger(), EvmOptions(private_key=KEY)
+
+    def hook(intent: object) -> bool:
+        return True
+
+    options = PaymentOptions(budget_store=store, ledger=ledger, evm=evm, on_before_payment=hook)
+    assert options.budget_store is store and options.ledger is ledger and options.evm is evm
+    assert options.on_before_payment is hook
+
+
+def test_limits() -> None:
+    assert PaymentOptions(max_amount_per_payment=2).max_amount_per_payment == {
+        "EUR": Decimal("2"),
+        "USD": Decimal("1.00"),
+    }
+    assert PaymentOptions(max_amount_per_payment={"usd": "0.5"}).max_amount_per_payment == {
+        "EUR": Decimal("1.00"),
+        "USD": Decimal("0.5"),
+    }
+    assert PaymentOptions().max_amount_per_payment is not PaymentOptions().max_amount_per_payment
+
+
+def test_api_url_loopback_and_trailing_slash() -> None:
+    for url in (
+        "http://127.0.0.1:8080",
+        "http://localhost:1",
+        "http://[::1]:2",
+        "http://a.localhost",
+    ):
+        assert PaymentOptions(api_url=url + "/").api_url == url
+    assert PaymentOptions(api_url="https://api.example//").api_url == "https://api.example"
+
+
+def test_evm_options() -> None:
+    evm = EvmOptions(
+        private_key="0x" + KEY, rpc_urls={"137": ["https://a/", "http://b"], 1: "https://c"}
+    )
+    assert evm.rpc_urls == {137: ("https://a", "http://b"), 1: ("https://c",)}
+    assert evm.private_key.get_secret_value() == "0x" + KEY
+    assert EvmOptions(private_key=KEY).rpc_urls == {}
+    for bad, message in (
+        ({"private_key": "zz"}, "private_key: Value error, private_key must be 32 bytes of hex"),
+        (
+            {"private_key": KEY, "rpc_urls": {137: []}},
+            "rpc_urls: Value error, no RPC URL for chain 137",
+        ),
+        (
+            {"private_key": KEY, "rpc_urls": {137: "ftp://x"}},
+            "rpc_urls: Value error, must be an http(s) URL",
+        ),
+        (
+            {"private_key": KEY, "rpc_urls": {137: 5}},
+            "rpc_urls: Value error, must be an http(s) URL",
+        ),
+        ({"private_key": KEY, "rpc_urls": [137]}, "rpc_urls: Input should be a valid dictionary"),
+    ):
+        with pytest.raises(ConfigurationError) as caught:
+            EvmOptions.model_validate(bad)
+        assert str(caught.value) == f"invalid EvmOptions: {message}"
+
+
+# --- secrets ----------------------------------------------------------------------------------
+
+
+def test_secret_str() -> None:
+    secret = SecretStr("sk_live_x")
+    assert secret.get_secret_value() == "sk_live_x"
+    assert str(secret) == "**********" and repr(secret) == "SecretStr('**********')"
+    assert f"{secret}" == "**********" and "sk_live" not in f"{secret!r}"
+    assert (
+        secret == SecretStr("sk_live_x") and secret != SecretStr("other") and secret != "sk_live_x"
+    )
+    assert hash(secret) == hash(SecretStr("sk_live_x")) and len(secret) == 9
+    assert secret and not SecretStr("") and str(SecretStr("")) == ""
+    with pytest.raises(TypeError):
+        SecretStr(5)  # type: ignore[arg-type]
+
+
+def test_secrets_never_show() -> None:
+    key = "sk_live_super_secret_value"
+    options = PaymentOptions(
+        api_key=key, evm={"private_key": KEY, "rpc_urls": {137: "https://rpc.example/v2/sk_rpc_1"}}
+    )
+    assert isinstance(options.api_key, SecretStr) and options.api_key.get_secret_value() == key
+    dumped = options.model_dump()
+    assert dumped["api_key"] == SecretStr(key) and dumped["evm"]["private_key"] == SecretStr(KEY)
+    for text in (repr(options), str(options), repr(options.evm), str(dumped)):
+        assert key not in text and KEY not in text
+    for text in (repr(options), str(options)):
+        assert "sk_rpc_1" not in text and "rpc.example" in text
+    # Errors name the option, never the value.
+    for bad in ({"api_key": key, "api_url": f"ftp://{key}"}, {"evm": {"private_key": key}}):
+        assert key not in _error(**bad)
+
+
+def test_another_librarys_secret_str_is_accepted() -> None:
+    import pydantic
+
+    options = PaymentOptions(api_key=pydantic.SecretStr("k"))  # type: ignore[arg-type]
+    assert options.api_key == SecretStr("k")
+
+
+# --- immutability, copies, equality -----------------------------------------------------------
+
+
+def test_options_are_frozen() -> None:
+    options = PaymentOptions()
+    with pytest.raises(dataclasses.FrozenInstanceError, match="model_copy"):
+        options.max_candidates = 5  # type: ignore[misc]
+    with pytest.raises(AttributeError):
+        options.anything_else = 5  # type: ignore[attr-defined]
+    with pytest.raises(AttributeError):
+        del options.prefer
+    evm = EvmOptions(private_key=KEY)
+    with pytest.raises(AttributeError):
+        evm.rpc_urls = {}  # type: ignore[misc]
+    assert options.max_candidates == 3
+
+
+def test_state_is_per_options_object() -> None:
+    options = PaymentOptions(budgets=Budget("1"))
+    assert options._state is None
+    state = state_of(options)
+    assert options._state is state and state_of(options) is state
+    weakref.ref(options)  # the state file's finalizer needs it
+
+
+def test_model_copy_is_validated_and_has_its_own_state() -> None:
+    options = PaymentOptions(api_key="k", prefer="euro")
+    state = state_of(options)
+    copied = options.model_copy(update={"maxCandidates": "5", "prefer": "bridge"})
+    assert (copied.max_candidates, copied.prefer, copied.api_key) == (
+        5,
+        ("bridge",),
+        options.api_key,
+    )
+    assert (options.max_candidates, options.prefer) == (3, ("euro",))
+    assert copied._state is None and state_of(copied) is not state
+    assert options.model_copy() == options
+    with pytest.raises(ConfigurationError, match="max_candidates: Input should be less"):
+        options.model_copy(update={"max_candidates": 50})
+    with pytest.raises(ConfigurationError, match="did you mean 'prefer'"):
+        options.model_copy(update={"prefers": "euro"})
+
+
+def test_copy_and_pickle_carry_the_options_not_the_state() -> None:
+    options = PaymentOptions(api_key="k", prefer="euro")
+    state_of(options)
+    pickled = pickle.loads(pickle.dumps(options))  # noqa: S301 - our own bytes
+    for clone in (copy.copy(options), copy.deepcopy(options), pickled):
+        assert clone == options and clone._state is None
+
+
+def test_model_validate_and_dump() -> None:
+    options = PaymentOptions.model_validate({"apiKey": "k", "evm": {"private_key": KEY}})
+    assert PaymentOptions.model_validate(options) is options
+    with pytest.raises(ConfigurationError, match="Input should be a valid dictionary"):
+        PaymentOptions.model_validate([("api_key", "k")])
+    dumped = options.model_dump()
+    assert list(dumped) == list(PaymentOptions.model_fields)
+    assert dumped["evm"] == {
+        "private_key": SecretStr(KEY),
+        "rpc_urls": {},
+        "supported_cache_seconds": 60.0,
+    }
+    assert "apiKey" in options.model_dump(by_alias=True)
+    assert "from_account" not in options.model_dump(exclude_none=True)
+    assert PaymentOptions.model_validate(dumped) == options
+
+
+def test_equality() -> None:
+    assert PaymentOptions(api_key="k") == PaymentOptions(apiKey="k")
+    assert PaymentOptions(api_key="k") != PaymentOptions(api_key="j")
+    assert PaymentOptions() != EvmOptions(private_key=KEY)
+    with pytest.raises(TypeError):
+        hash(PaymentOptions())
+
+
+# --- the typed signature matches the options --------------------------------------------------
+
+
+def _typed_init(cls: type) -> ast.FunctionDef:
+    tree = ast.parse(inspect.getsource(options_module))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and node.name == cls.__name__:
+            for branch in node.body:
+                if isinstance(branch, ast.If) and ast.unparse(branch.test) == "TYPE_CHECKING":
+                    for item in branch.body:
+                        if isinstance(item, ast.FunctionDef) and item.name == "__init__":
+                            return item
+    raise AssertionError(f"no typed __init__ for {cls.__name__}")
+
+
+@pytest.mark.parametrize("cls", [PaymentOptions, EvmOptions])
+def test_the_typed_init_lists_every_option_with_its_default(cls: type) -> None:
+    init = _typed_init(cls)
+    names = [a.arg for a in init.args.kwonlyargs]
+    assert names == list(cls.model_fields)  # type: ignore[attr-defined]
+    assert init.args.kwarg is not None and init.args.kwarg.arg == "aliases"
+    for name, default in zip(names, init.args.kw_defaults, strict=True):
+        field = cls.model_fields[name]  # type: ignore[attr-defined]
+        if default is None:
+            assert field.is_required(), name
+            continue
+        try:
+            value = ast.literal_eval(default)
+        except ValueError:  # a name or an expression: compared by eye
+            continue
+        if value is not Ellipsis:
+            assert value == field.get_default(), name
+    parameters = inspect.signature(cls).parameters
+    assert list(parameters) == [*cls.model_fields, "aliases"]  # type: ignore[attr-defined]
