@@ -86,7 +86,7 @@ COUNTS: dict[str, dict[str, int]] = {
         "warmup": 50,
         "server_pairs": 500,
         "tp_n": 1000,
-        "tp_rounds": 5,
+        "tp_rounds": 7,
         "gc_n": 10_000,
         "import_runs": 30,
         "memory_mb": 200,

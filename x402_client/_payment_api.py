@@ -2,9 +2,11 @@
 
 It owns its own `httpx.AsyncClient`, so the API key (`X-API-KEY`) can only ever reach
 `api_url`'s origin: never the merchant, never a redirect target (redirects are not
-followed). The key is added by the innermost transport to the copy of each request that
-goes on the wire, so no request object a caller can reach (an exception's `.request`, a
-response's `.request`, anything in a traceback) ever holds it.
+followed). The key is only on the copy of each request that goes on the wire: the
+payment call builds that copy and hands it straight to the transport (an error gets a copy
+without the key); the safe reads get it from the innermost transport. So no request
+object a caller can reach (an exception's `.request`, a response's `.request`, anything
+in a traceback) ever holds it.
 
 The money-moving call (`POST /transaction/payment`) is never retried. How its failures
 are classified:
