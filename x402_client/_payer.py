@@ -99,6 +99,10 @@ _SETTINGS = frozenset(
 
 # --- the logical request ---------------------------------------------------------------------
 
+#: Shared by every logical request that paid nothing (never mutated: `paid` replaces them).
+_NO_RECEIPTS: list[PaymentReceipt] = []
+_NO_FLAGS: list[bool] = []
+
 
 def _origin(url: httpx.URL) -> tuple[str, str, int | None]:
     return (url.scheme, url.host, url.port)
@@ -141,39 +145,62 @@ def _parse_settings(raw: Any) -> RequestSettings:
     )
 
 
-@dataclasses.dataclass(eq=False)
 class LogicalRequest:
     """One `client.send` of the caller's, across all its redirect hops.
 
     Made at the first hop and put into `request.extensions`; httpx copies the extensions
     into each redirect request, so later hops find the same object. A request object seen
     again (the caller re-sends it) or a logical request that already ended starts a new one.
+
+    Every request has one, paid or not, so it is small: one slotted object until a
+    redirect or a payment needs more.
     """
 
-    origin: tuple[str, str, int | None]
-    raw_settings: Any
-    hops: list[httpx.Request] = dataclasses.field(default_factory=list)
-    #: Receipts of the payments made, in order; `uncertain[i]`: money may not have moved yet
-    #: (a permit handed over that the merchant has not settled for sure).
-    receipts: list[PaymentReceipt] = dataclasses.field(default_factory=list)
-    uncertain: list[bool] = dataclasses.field(default_factory=list)
-    fresh_used: bool = False
-    done: bool = False
-    _settings: RequestSettings | None = None
+    __slots__ = (
+        "_settings",
+        "done",
+        "first",
+        "fresh_used",
+        "later",
+        "origin",
+        "raw_settings",
+        "receipts",
+        "uncertain",
+    )
+
+    def __init__(self, request: httpx.Request) -> None:
+        url = request.url
+        self.origin: tuple[str, str, int | None] = (url.scheme, url.host, url.port)
+        self.raw_settings: Any = request.extensions.get(EXTENSION)
+        #: The first hop, and the later ones (redirects) when there are any.
+        self.first = request
+        self.later: list[httpx.Request] | None = None
+        #: Receipts of the payments made, in order; `uncertain[i]`: money may not have
+        #: moved yet (a permit handed over that the merchant has not settled for sure).
+        self.receipts: list[PaymentReceipt] = _NO_RECEIPTS
+        self.uncertain: list[bool] = _NO_FLAGS
+        self.fresh_used = False
+        self.done = False
+        self._settings: RequestSettings | None = None
 
     @classmethod
     def of(cls, request: httpx.Request) -> LogicalRequest:
         found = request.extensions.get(_GUARD)
-        if (
-            isinstance(found, LogicalRequest)
-            and not found.done
-            and not any(hop is request for hop in found.hops)
-        ):
-            found.hops.append(request)
+        if isinstance(found, LogicalRequest) and not found.done and not found.saw(request):
+            if found.later is None:
+                found.later = [request]
+            else:
+                found.later.append(request)
             return found
-        made = cls(_origin(request.url), request.extensions.get(EXTENSION), [request])
+        made = cls(request)
         request.extensions[_GUARD] = made
         return made
+
+    def saw(self, request: httpx.Request) -> bool:
+        """Whether `request` is one of this logical request's hops already."""
+        return request is self.first or (
+            self.later is not None and any(hop is request for hop in self.later)
+        )
 
     @property
     def settings(self) -> RequestSettings:
@@ -190,6 +217,8 @@ class LogicalRequest:
         return _origin(request.url) == self.origin
 
     def paid(self, receipt: PaymentReceipt, *, certain: bool) -> None:
+        if self.receipts is _NO_RECEIPTS:
+            self.receipts, self.uncertain = [], []
         self.receipts.append(receipt)
         self.uncertain.append(not certain)
 

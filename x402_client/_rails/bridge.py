@@ -33,10 +33,10 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from decimal import Decimal
+from typing import TYPE_CHECKING
 
 import anyio
 import httpx
-from tenacity import AsyncRetrying, RetryCallState, RetryError, retry_if_result, wait_exponential
 
 from .._amounts import format_amount
 from .._challenge import CHAIN_A_ASSETS, CHAIN_A_NETWORK, AcceptEntry, exact_amount, exact_intent
@@ -53,6 +53,9 @@ from .._proof import encode_proof
 from .._provider import FAILED_STATUSES, TransactionRecord
 from .._types import PaymentIntent
 from . import Paid, RailContext, RequestSettings, note
+
+if TYPE_CHECKING:
+    from tenacity import RetryCallState
 
 __all__ = [
     "BRIDGE_ASSET",
@@ -136,6 +139,11 @@ async def wait_for_blockchain_tx_id(
     5xx answers are polled through. Besides the injected `clock`, a real-time guard of
     the same deadline (plus one interval of grace) bounds a lookup that hangs.
     """
+    # Here, not at the top: tenacity imports tornado's IOLoop support when tornado is
+    # installed, thousands of objects every garbage collection would scan for a rail
+    # most processes never use.
+    from tenacity import AsyncRetrying, RetryError, retry_if_result, wait_exponential
+
     started = clock()
     deadline_at = started + policy.deadline
     backoff = wait_exponential(
