@@ -1,4 +1,4 @@
-"""The hot path's hand-framed JSON writes the same bytes as the generic, model-based path.
+"""The hot path's hand-built pieces are what the generic path would have built.
 
 The euro proof and the payment-API body are written with f-strings (a paid request spends
 no time building models for them); these properties pin them to `encode_proof` and
@@ -14,8 +14,9 @@ from hypothesis import strategies as st
 
 from x402_client import _json, decode_proof, encode_proof
 from x402_client._models import EuroPayload, PaymentProof
-from x402_client._payment_api import payment_request_body
+from x402_client._payment_api import PaymentAPI, payment_request_body
 from x402_client._rails.euro import euro_proof
+from x402_client._secret import SecretStr
 
 texts = st.text(max_size=40)
 amounts = st.decimals(min_value=Decimal("0.01"), max_value=Decimal("1000000"), places=2)
@@ -50,3 +51,24 @@ def test_payment_body_is_the_generic_encoding(account: str, code: str, amount: D
     framed = payment_request_body(account, code, amount)
     assert framed == _json.dumps(body)
     assert _json.loads(framed) == body
+
+
+def test_payment_call_is_what_the_client_would_build() -> None:
+    """The payment call is built from parts merged once; it must be the request
+    `AsyncClient.build_request` makes (URL under any base path, the client's default
+    headers), with the key on the wire copy only."""
+    for base in ("http://127.0.0.1:8000", "http://127.0.0.1:8000/api", "https://p.test/v1/"):
+        api = PaymentAPI(base, SecretStr("the-key"))
+        expected = api._client.build_request(
+            "POST",
+            "/transaction/payment",
+            content=b"{}",
+            headers={"Content-Type": "application/json"},
+        )
+        shown = api._payment_request(b"{}", keyed=False)
+        wire = api._payment_request(b"{}", keyed=True)
+        assert str(shown.url) == str(wire.url) == str(expected.url)
+        assert list(shown.headers.multi_items()) == list(expected.headers.multi_items())
+        assert "x-api-key" not in shown.headers
+        assert wire.headers["x-api-key"] == "the-key"
+        assert wire.extensions["timeout"] == expected.extensions["timeout"]

@@ -197,11 +197,13 @@ class PaymentAPI:
         parts = self._parts
         if parts is None:
             client = self._client
-            headers = httpx.Headers(client._merge_headers({"Content-Type": "application/json"}))
+            headers = client.headers.copy()  # the client's defaults, as `send` would add
+            headers["Content-Type"] = "application/json"
             with_key = headers.copy()
             with_key["X-API-KEY"] = self._key.get_secret_value()
+            base = client.base_url  # normalised with a trailing slash
             parts = self._parts = (
-                client._merge_url("/transaction/payment"),
+                base.copy_with(raw_path=base.raw_path + b"transaction/payment"),
                 headers,
                 with_key,
                 {"timeout": client.timeout.as_dict()},
