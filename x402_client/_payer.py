@@ -173,7 +173,7 @@ class LogicalRequest:
         self.origin: tuple[str, str, int | None] = (url.scheme, url.host, url.port)
         self.raw_settings: Any = request.extensions.get(EXTENSION)
         #: The first hop, and the later ones (redirects) when there are any.
-        self.first = request
+        self.first: httpx.Request | None = request
         self.later: list[httpx.Request] | None = None
         #: Receipts of the payments made, in order; `uncertain[i]`: money may not have
         #: moved yet (a permit handed over that the merchant has not settled for sure).
@@ -227,17 +227,24 @@ class LogicalRequest:
         self.receipts[-1] = receipt
         self.uncertain[-1] = False
 
+    def end(self) -> None:
+        """The logical request is over: let go of its hops (a request refers to this object
+        through its extensions, so holding it back would make a reference cycle)."""
+        self.done = True
+        self.first = None
+        self.later = None
+
     def finish_hop(self, response: httpx.Response) -> httpx.Response:
         """Pass a non-402 answer on; the last hop of a paid request carries the receipt."""
         if response.status_code not in _REDIRECTS or "location" not in response.headers:
-            self.done = True
+            self.end()
         if self.receipts and RECEIPT_EXTENSION not in response.extensions:
             response.extensions = {**response.extensions, RECEIPT_EXTENSION: self.receipts[-1]}
         return response
 
     def truthful(self, exc: X402Error) -> X402Error:
         """`exc`, or, when this request already paid, a "money moved" error wrapping it."""
-        self.done = True
+        self.end()
         if not self.receipts:
             return exc
         if isinstance(exc, (PaymentVerificationFailed, PaymentOutcomeUnknown)):
@@ -287,28 +294,37 @@ class _PayFresh:
 class _GuardedStream(httpx.AsyncByteStream):
     """The body of a paid response: a transit failure while reading it becomes
     `PaymentOutcomeUnknown` carrying the proof, so the caller learns the payment was made
-    and the resource was lost, and can re-send the proof."""
+    and the resource was lost, and can re-send the proof.
+
+    Closing it lets go of the callbacks (and the paid request, intent and receipt they
+    hold): httpx's response and its stream refer to each other, so whatever hangs off the
+    stream would otherwise wait for the garbage collector, and make it run more often.
+    """
 
     def __init__(self, stream: httpx.AsyncByteStream, unknown: Callable[[str], Exception]) -> None:
         self._stream = stream
-        self._unknown = unknown
+        self._unknown: Callable[[str], Exception] | None = unknown
         #: Told when the body breaks off: the ledger and journal learn it was not delivered.
         self.on_broken: Callable[[], Awaitable[None]] | None = None
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
+        unknown, broken = self._unknown, self.on_broken
         try:
             async for chunk in self._stream:
                 yield chunk
         except httpx.TransportError as exc:
-            if self.on_broken is not None:
+            if broken is not None:
                 with anyio.CancelScope(shield=True):
-                    await self.on_broken()
-            raise self._unknown(
+                    await broken()
+            if unknown is None:  # read after close: httpx refuses that before we get here
+                raise
+            raise unknown(
                 f"the paid response broke off in transit ({type(exc).__name__}); the payment "
                 "was made; re-sending the proof is safe"
             ) from exc
 
     async def aclose(self) -> None:
+        self._unknown = self.on_broken = None
         await self._stream.aclose()
 
 
@@ -563,7 +579,7 @@ class Payer:
     ) -> httpx.Response:
         settings = guard.settings
         if not settings.pay:
-            guard.done = True
+            guard.end()
             return response
         challenge, as_read = await self._read_challenge(response, request)
         if challenge is None:
