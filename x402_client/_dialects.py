@@ -33,7 +33,7 @@ from . import _json
 from ._challenge import AcceptEntry, InvalidEntry, parse_accept
 from ._exceptions import InvalidChallenge
 from ._models import ExactAcceptEntry
-from ._proof import ProofError, b64_json_decode
+from ._proof import ProofError, b64_json_decode, encode_proof
 
 __all__ = [
     "Challenge",
@@ -222,4 +222,4 @@ def encode_payment(
         framed = {"x402Version": 1, "scheme": scheme, "network": network, "payload": payload}
         return "X-PAYMENT", _b64(framed)
     framed = {"x402Version": 2, "scheme": scheme, "network": network, "payload": dict(payload)}
-    return "X-PAYMENT", base64.urlsafe_b64encode(_json.dumps(framed)).rstrip(b"=").decode()
+    return "X-PAYMENT", encode_proof(framed)

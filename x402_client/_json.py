@@ -32,12 +32,8 @@ def loads(data: bytes | str) -> Any:
         raise JSONError(f"invalid JSON: {exc}") from None
 
 
-_string = json.encoder.encode_basestring_ascii
-
-
-def string(value: str) -> str:
-    """A JSON string literal (what `json.dumps` writes for a `str`)."""
-    return _string(value)
+#: A JSON string literal: what `json.dumps` writes for a `str`.
+string = json.encoder.encode_basestring_ascii
 
 
 def number(value: Decimal) -> str:

@@ -169,8 +169,7 @@ class LogicalRequest:
     )
 
     def __init__(self, request: httpx.Request) -> None:
-        url = request.url
-        self.origin: tuple[str, str, int | None] = (url.scheme, url.host, url.port)
+        self.origin = _origin(request.url)
         self.raw_settings: Any = request.extensions.get(EXTENSION)
         #: The first hop, and the later ones (redirects) when there are any.
         self.first: httpx.Request | None = request
@@ -647,21 +646,19 @@ class Payer:
         if known_small(response, limit):
             # The whole body at once, and the 402 itself handed back read (the common case).
             head = await response.aread()
-            try:
-                return challenge_of(head, response.headers, limit=limit), response
-            except InvalidChallenge as exc:
-                exc.request = request
-                exc.response = response
-                raise
-        head, rest = await read_upto(response, limit)
-        if rest is not None:
-            # Larger than any challenge we read. Ours only if it says so up front.
-            if b"x402Version" in head[:4096] or "payment-required" in response.headers:
-                await response.aclose()
-                raise InvalidChallenge(f"402 body exceeds the {limit}-byte limit", request=request)
-            return None, _hand_back(response, head, rest)
-        await response.aclose()
-        as_read = _hand_back(response, head, None)
+            as_read = response
+        else:
+            head, rest = await read_upto(response, limit)
+            if rest is not None:
+                # Larger than any challenge we read. Ours only if it says so up front.
+                if b"x402Version" in head[:4096] or "payment-required" in response.headers:
+                    await response.aclose()
+                    raise InvalidChallenge(
+                        f"402 body exceeds the {limit}-byte limit", request=request
+                    )
+                return None, _hand_back(response, head, rest)
+            await response.aclose()
+            as_read = _hand_back(response, head, None)
         try:
             return challenge_of(head, response.headers, limit=limit), as_read
         except InvalidChallenge as exc:

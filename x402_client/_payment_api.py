@@ -235,13 +235,13 @@ class PaymentAPI:
 
         try:
             response = await self._transport.handle_async_request(wire)
-        except _NOT_SENT as exc:
-            exc.request = self._payment_request(body, keyed=False)  # never the keyed copy
-            raise PaymentFailed(
-                f"payment API unreachable ({type(exc).__name__}); nothing was paid", intent=intent
-            ) from exc
         except httpx.TransportError as exc:
-            exc.request = self._payment_request(body, keyed=False)
+            exc.request = self._payment_request(body, keyed=False)  # never the keyed copy
+            if isinstance(exc, _NOT_SENT):
+                raise PaymentFailed(
+                    f"payment API unreachable ({type(exc).__name__}); nothing was paid",
+                    intent=intent,
+                ) from exc
             raise unknown(
                 f"payment API call failed in transit ({type(exc).__name__}); "
                 "the payment may have been made"

@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from . import _json
 from ._models import PaymentProof
 
-__all__ = ["ProofError", "b64_json_decode", "decode_proof", "encode_proof"]
+__all__ = ["ProofError", "b64_json_decode", "b64url", "decode_proof", "encode_proof"]
 
 # A proof is a few hundred bytes; anything far larger is not a proof.
 MAX_PROOF_CHARS = 16_384
@@ -26,10 +26,15 @@ class ProofError(ValueError):
     """Not a decodable X-PAYMENT value."""
 
 
+def b64url(raw: bytes) -> str:
+    """base64url without padding: the form every `X-PAYMENT` value is emitted in."""
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+
+
 def encode_proof(proof: PaymentProof | dict[str, Any]) -> str:
     """Encode a proof as base64url of compact JSON, without padding."""
     body = proof.to_wire() if isinstance(proof, PaymentProof) else proof
-    return base64.urlsafe_b64encode(_json.dumps(body)).rstrip(b"=").decode("ascii")
+    return b64url(_json.dumps(body))
 
 
 def b64_json_decode(value: str | bytes, *, limit: int = MAX_PROOF_CHARS) -> Any:

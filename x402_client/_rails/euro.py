@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import base64
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -11,6 +10,7 @@ from .. import _json
 from .._challenge import CURRENCY_OF, EURO_ASSET, PROVIDER_NETWORK, AcceptEntry
 from .._exceptions import PaymentOutcomeUnknown
 from .._models import X402_VERSION, EuroAcceptEntry
+from .._proof import b64url
 from .._types import PaymentIntent
 from . import Paid, RailContext, RequestSettings, note
 
@@ -27,7 +27,7 @@ def euro_proof(scheme: str, network: str, payment_request_code: str) -> str:
         f'{{"x402Version":{X402_VERSION},"scheme":{string(scheme)},"network":{string(network)},'
         f'"payload":{{"paymentRequestCode":{string(payment_request_code)}}}}}'
     )
-    return base64.urlsafe_b64encode(raw.encode()).rstrip(b"=").decode("ascii")
+    return b64url(raw.encode())
 
 
 class EuroRail:
