@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import contextlib
 import cProfile
 import datetime
@@ -30,7 +31,7 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,9 +49,11 @@ MiB = 1024 * 1024
 #: Repetitions per mode. `smoke` only proves that every figure still runs (CI, seconds).
 COUNTS: dict[str, dict[str, int]] = {
     "smoke": {
-        "latency_pairs": 30,
+        "latency_blocks": 2,
+        "latency_pairs": 15,
         "warmup": 5,
-        "server_pairs": 20,
+        "server_blocks": 2,
+        "server_pairs": 10,
         "tp_n": 100,
         "tp_rounds": 1,
         "gc_n": 200,
@@ -65,9 +68,11 @@ COUNTS: dict[str, dict[str, int]] = {
         "profile_n": 20,
     },
     "quick": {
-        "latency_pairs": 400,
+        "latency_blocks": 4,
+        "latency_pairs": 150,
         "warmup": 30,
-        "server_pairs": 200,
+        "server_blocks": 2,
+        "server_pairs": 100,
         "tp_n": 500,
         "tp_rounds": 2,
         "gc_n": 2000,
@@ -82,9 +87,11 @@ COUNTS: dict[str, dict[str, int]] = {
         "profile_n": 500,
     },
     "full": {
-        "latency_pairs": 2000,
+        "latency_blocks": 10,
+        "latency_pairs": 300,
         "warmup": 50,
-        "server_pairs": 500,
+        "server_blocks": 5,
+        "server_pairs": 150,
         "tp_n": 1000,
         "tp_rounds": 7,
         "gc_n": 10_000,
@@ -330,22 +337,95 @@ def client(workload: str, args: dict[str, Any], timeout: float = 1800) -> dict[s
     return result
 
 
+# --- blocks: short repeats spread over the whole run -------------------------------------------
+
+
+#: Student's t, two-sided 95%, by degrees of freedom (more than 30: the normal's 1.96).
+_T95 = {
+    1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306,
+    9: 2.262, 10: 2.228, 11: 2.201, 12: 2.179, 13: 2.160, 14: 2.145, 15: 2.131, 16: 2.120,
+    17: 2.110, 18: 2.101, 19: 2.093, 20: 2.086, 25: 2.060, 30: 2.042,
+}  # fmt: skip
+
+
+def t95(df: int) -> float:
+    if df in _T95:
+        return _T95[df]
+    return next((_T95[k] for k in sorted(_T95) if k >= df), 1.96)
+
+
+def over_blocks(values: list[float]) -> tuple[float, tuple[float, float]]:
+    """The mean of per-block values and its 95% Student-t interval.
+
+    Each block is an independent short repeat (fresh processes, at a different time of
+    the run), so the interval covers what changes between processes and over minutes on a
+    shared machine, not only the noise within one long run."""
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return mean, (mean, mean)
+    half = t95(len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
+    return mean, (mean - half, mean + half)
+
+
+BLOCK_SPREAD = "95% t-interval over blocks"
+
+
+class Blocks:
+    """Short blocks of the latency figures, run between the other sections.
+
+    A single long measurement states a spread (a bootstrap over its own samples) that
+    says nothing about the next run: on a shared machine the floor moves by a millisecond
+    between runs. So the latency figures (and the servers figure) are measured as short
+    blocks, each in fresh server and client processes, spread over the whole benchmark
+    run; a figure's value is the mean over its blocks, its spread the 95% interval of
+    that mean."""
+
+    def __init__(self, jobs: dict[str, tuple[int, Callable[[], dict[str, Any]]]]) -> None:
+        # Interleave the kinds evenly: job i of n sits at (i + 0.5) / n of the run.
+        placed = [((i + 0.5) / n, name, job) for name, (n, job) in jobs.items() for i in range(n)]
+        self._queue = collections.deque((name, job) for _, name, job in sorted(placed))
+        self.results: dict[str, list[dict[str, Any]]] = {name: [] for name in jobs}
+        self._per_gap = 1
+
+    def plan(self, gaps: int) -> None:
+        """Spread the blocks over `gaps` places (between and after sections)."""
+        self._per_gap = max(1, math.ceil(len(self._queue) / max(gaps, 1)))
+
+    def run(self, count: int | None = None) -> None:
+        for _ in range(self._per_gap if count is None else count):
+            if not self._queue:
+                return
+            name, job = self._queue.popleft()
+            started = time.perf_counter()
+            self.results[name].append(job())
+            done = len(self.results[name])
+            print(f"   block {name} {done} ({time.perf_counter() - started:.1f} s)", flush=True)
+
+    def finish(self) -> None:
+        self.run(len(self._queue))
+
+
 # --- 0. which lean server ---------------------------------------------------------------------
 
 
-def fig_servers(counts: dict[str, int]) -> Figure:
-    """The floor against the raw asyncio servers and against the same handlers as ASGI
-    apps under uvicorn: the floor figures use the leaner (raw)."""
-    title = "0. Lean floor servers: paid GET floor, uvicorn ASGI / raw asyncio (informational)"
+def servers_block(counts: dict[str, int]) -> dict[str, Any]:
+    """One block of figure 0: the floor against raw and ASGI servers, interleaved."""
     with Lean("raw") as raw, Lean("asgi") as asgi:
         targets = [
             {"merchant": raw.merchant["url"], "options": raw.options},
             {"merchant": asgi.merchant["url"], "options": asgi.options},
         ]
-        data = client("floor", {"targets": targets, "pairs": counts["server_pairs"], "warmup": 20})
-    raw_t, asgi_t = data["times"][0], data["times"][1]
-    value = ratio_of_medians(asgi_t, raw_t)
-    spread = bootstrap(asgi_t, raw_t, ratio_of_medians)
+        return client("floor", {"targets": targets, "pairs": counts["server_pairs"], "warmup": 20})
+
+
+def fig_servers(blocks: list[dict[str, Any]]) -> Figure:
+    """The floor against the raw asyncio servers and against the same handlers as ASGI
+    apps under uvicorn: the floor figures use the leaner (raw)."""
+    title = "0. Lean floor servers: paid GET floor, uvicorn ASGI / raw asyncio (informational)"
+    raw_t = [t for b in blocks for t in b["times"][0]]
+    asgi_t = [t for b in blocks for t in b["times"][1]]
+    per_block = [ratio_of_medians(b["times"][1], b["times"][0]) for b in blocks]
+    value, spread = over_blocks(per_block)
     return Figure(
         "servers",
         title,
@@ -354,16 +434,17 @@ def fig_servers(counts: dict[str, int]) -> Figure:
         "informational (the floor uses the leaner)",
         None,
         f"floor median {statistics.median(raw_t) * 1e6:.0f} us on raw asyncio vs "
-        f"{statistics.median(asgi_t) * 1e6:.0f} us on uvicorn/h11 ASGI; "
-        f"{len(raw_t)} interleaved pairs",
-        [a / r for a, r in zip(asgi_t, raw_t, strict=True)],
+        f"{statistics.median(asgi_t) * 1e6:.0f} us on uvicorn/h11 ASGI; {len(blocks)} blocks "
+        f"of {len(blocks[0]['times'][0])} interleaved pairs; per block "
+        + ", ".join(f"{r:.3f}" for r in per_block),
+        per_block,
         None,
         {
             "raw_us": summary([t * 1e6 for t in raw_t]),
             "asgi_us": summary([t * 1e6 for t in asgi_t]),
         },
         spread=spread,
-        spread_kind="95% bootstrap CI",
+        spread_kind=BLOCK_SPREAD,
     )
 
 
@@ -382,36 +463,62 @@ def _gc_summary(gc: dict[str, Any], flow: str, n: int) -> str:
     )
 
 
-def fig_latency(lean: Lean, counts: dict[str, int]) -> list[Figure]:
-    lean.reset()
-    data = client(
-        "latency",
-        {
-            "merchant": lean.merchant["url"],
-            "options": lean.options,
-            "pairs": counts["latency_pairs"],
-            "warmup": counts["warmup"],
-        },
-    )
-    codes_ok = lean.paid_codes_match()
-    times = data["times"]
-    sdk, floor = times["sdk"], times["floor"]
+def latency_block(counts: dict[str, int]) -> dict[str, Any]:
+    """One block of figures 1a-1d: fresh lean servers, a fresh client process."""
+    with Lean("raw") as lean:
+        data = client(
+            "latency",
+            {
+                "merchant": lean.merchant["url"],
+                "options": lean.options,
+                "pairs": counts["latency_pairs"],
+                "warmup": counts["warmup"],
+            },
+        )
+        data["paid_codes_match"] = lean.paid_codes_match()
+    return data
+
+
+def _merge_gc(blocks: list[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for b in blocks:
+        for flow, row in b["gc"].items():
+            into = out.setdefault(
+                flow, {"collections": [0, 0, 0], "seconds": [0.0, 0.0, 0.0], "max_ms": 0.0}
+            )
+            for g in range(3):
+                into["collections"][g] += row["collections"][g]
+                into["seconds"][g] += row["seconds"][g]
+            into["max_ms"] = max(into["max_ms"], row["max_ms"])
+    return out
+
+
+def fig_latency(blocks: list[dict[str, Any]]) -> list[Figure]:
+    codes_ok = all(b["paid_codes_match"] for b in blocks)
+
+    def pooled(name: str) -> list[float]:
+        return [t for b in blocks for t in b["times"][name]]
+
+    def per_block(stat: Any, a: str, b: str, source: str = "times") -> list[float]:
+        return [stat(blk[source][a], blk[source][b]) for blk in blocks]
+
+    sdk, floor = pooled("sdk"), pooled("floor")
     pairs = len(sdk)
-    ratio = ratio_of_medians(sdk, floor)
-    ratio_ci = bootstrap(sdk, floor, ratio_of_medians)
-    overhead = diff_of_medians(sdk, floor) * 1e6
-    lo, hi = bootstrap(sdk, floor, diff_of_medians)
-    overhead_ci = (lo * 1e6, hi * 1e6)
-    per_pair = [s / f for s, f in zip(sdk, floor, strict=True)]
+    shape = f"{len(blocks)} blocks of {len(blocks[0]['times']['sdk'])} interleaved rounds"
+    ratios = per_block(ratio_of_medians, "sdk", "floor")
+    ratio, ratio_ci = over_blocks(ratios)
+    overheads = [d * 1e6 for d in per_block(diff_of_medians, "sdk", "floor")]
+    overhead, overhead_ci = over_blocks(overheads)
     per_pair_diff = [(s - f) * 1e6 for s, f in zip(sdk, floor, strict=True)]
-    gc_text = "; ".join(_gc_summary(data["gc"], f, pairs) for f in ("sdk", "floor"))
+    gc = _merge_gc(blocks)
+    gc_text = "; ".join(_gc_summary(gc, f, pairs) for f in ("sdk", "floor"))
     common = {
         "sdk_us": summary([t * 1e6 for t in sdk]),
         "floor_us": summary([t * 1e6 for t in floor]),
-        "median_of_pair_ratios": statistics.median(per_pair),
+        "floor_median_us_per_block": [statistics.median(b["times"]["floor"]) * 1e6 for b in blocks],
         "median_of_pair_differences_us": statistics.median(per_pair_diff),
-        "gc": data["gc"],
-        "gc_threshold": data["gc_threshold"],
+        "gc": gc,
+        "gc_threshold": blocks[0]["gc_threshold"],
         "paid_codes_match": codes_ok,
     }
     ratio_ok = ratio <= LATENCY_RATIO
@@ -424,16 +531,16 @@ def fig_latency(lean: Lean, counts: dict[str, int]) -> list[Figure]:
             "x",
             f"<= {LATENCY_RATIO}",
             ratio_ok and codes_ok,
-            f"median {statistics.median(sdk) * 1e6:.0f} us vs {statistics.median(floor) * 1e6:.0f}"
-            f" us over {pairs} interleaved pairs; median of pair ratios "
-            f"{statistics.median(per_pair):.3f}; GC {gc_text}; every served proof paid once: "
-            f"{codes_ok}"
+            f"mean over {shape} of the ratio of medians; pooled medians "
+            f"{statistics.median(sdk) * 1e6:.0f} us vs {statistics.median(floor) * 1e6:.0f} us; "
+            f"per block {', '.join(f'{r:.3f}' for r in ratios)}; GC {gc_text}; every served "
+            f"proof paid once: {codes_ok}"
             + ("" if ratio_ok else f"; {missed_by(ratio, LATENCY_RATIO, upper=True)}"),
-            per_pair,
+            ratios,
             LATENCY_RATIO,
             common,
             spread=ratio_ci,
-            spread_kind="95% bootstrap CI",
+            spread_kind=BLOCK_SPREAD,
         ),
         Figure(
             "latency_overhead",
@@ -442,20 +549,22 @@ def fig_latency(lean: Lean, counts: dict[str, int]) -> list[Figure]:
             "us",
             f"<= {OVERHEAD_US:.0f} us",
             overhead_ok,
-            f"median of per-pair differences {statistics.median(per_pair_diff):.0f} us"
+            f"mean over {shape}; per block {', '.join(f'{d:.0f}' for d in overheads)} us; "
+            f"median of all per-pair differences {statistics.median(per_pair_diff):.0f} us"
             + (
                 ""
                 if overhead_ok
                 else f"; {missed_by(overhead, OVERHEAD_US, upper=True, unit='us')}"
             ),
-            per_pair_diff,
+            overheads,
             OVERHEAD_US,
             spread=overhead_ci,
-            spread_kind="95% bootstrap CI",
+            spread_kind=BLOCK_SPREAD,
         ),
     ]
-    sdk_free, bare = times["sdk_free"], times["bare_free"]
-    pt = ratio_of_medians(sdk_free, bare)
+    sdk_free, bare = pooled("sdk_free"), pooled("bare_free")
+    pts = per_block(ratio_of_medians, "sdk_free", "bare_free")
+    pt, pt_ci = over_blocks(pts)
     pt_ok = pt <= PASSTHROUGH_RATIO
     figures.append(
         Figure(
@@ -465,19 +574,45 @@ def fig_latency(lean: Lean, counts: dict[str, int]) -> list[Figure]:
             "x",
             f"<= {PASSTHROUGH_RATIO}",
             pt_ok,
-            f"median {statistics.median(sdk_free) * 1e6:.0f} us vs "
+            f"mean over {shape}; pooled medians {statistics.median(sdk_free) * 1e6:.0f} us vs "
             f"{statistics.median(bare) * 1e6:.0f} us ({diff_of_medians(sdk_free, bare) * 1e6:+.0f}"
-            f" us) over {len(bare)} interleaved pairs; GC "
-            + "; ".join(_gc_summary(data["gc"], f, pairs) for f in ("sdk_free", "bare_free"))
+            f" us); per block {', '.join(f'{r:.3f}' for r in pts)}; GC "
+            + "; ".join(_gc_summary(gc, f, pairs) for f in ("sdk_free", "bare_free"))
             + ("" if pt_ok else f"; {missed_by(pt, PASSTHROUGH_RATIO, upper=True)}"),
-            [s / b for s, b in zip(sdk_free, bare, strict=True)],
+            pts,
             PASSTHROUGH_RATIO,
             {
                 "sdk_us": summary([t * 1e6 for t in sdk_free]),
                 "bare_us": summary([t * 1e6 for t in bare]),
             },
-            spread=bootstrap(sdk_free, bare, ratio_of_medians),
-            spread_kind="95% bootstrap CI",
+            spread=pt_ci,
+            spread_kind=BLOCK_SPREAD,
+        )
+    )
+    # The client process's CPU per request: the servers run elsewhere, so this is the
+    # client's own work (GC included), which other processes on the machine barely move.
+    cpu_diffs = [d * 1e6 for d in per_block(diff_of_medians, "sdk", "floor", "cpu")]
+    cpu_diff, cpu_ci = over_blocks(cpu_diffs)
+    cpu_sdk = statistics.median(pooled_cpu := [t for b in blocks for t in b["cpu"]["sdk"]])
+    cpu_floor = statistics.median([t for b in blocks for t in b["cpu"]["floor"]])
+    free_diffs = [d * 1e6 for d in per_block(diff_of_medians, "sdk_free", "bare_free", "cpu")]
+    figures.append(
+        Figure(
+            "latency_cpu",
+            "1d. Paid euro GET: client-process CPU, median SDK - median floor (informational)",
+            cpu_diff,
+            "us",
+            "informational (the client's own work; 1b is what a user waits)",
+            None,
+            f"mean over {shape}; pooled medians {cpu_sdk * 1e6:.0f} us vs "
+            f"{cpu_floor * 1e6:.0f} us of CPU per paid GET; per block "
+            f"{', '.join(f'{d:.0f}' for d in cpu_diffs)} us; pass-through (SDK client - bare): "
+            f"{statistics.fmean(free_diffs):+.1f} us",
+            cpu_diffs,
+            None,
+            {"samples_per_flow": len(pooled_cpu)},
+            spread=cpu_ci,
+            spread_kind=BLOCK_SPREAD,
         )
     )
     return figures
@@ -723,6 +858,8 @@ def fig_startup(counts: dict[str, int]) -> list[Figure]:
             "0",
             not heavy,
             ", ".join(sorted(heavy)) or "none of web3, eth_account, eth_abi",
+            spread=(float(len(heavy)), float(len(heavy))),
+            spread_kind="exact count",
         )
     )
     cli_title = "3c. Start-up: `x402-eur --help` / `python -c 'import httpx'` (wall, informational)"
@@ -790,15 +927,24 @@ async def _evm_payments(server: Sandbox, n: int) -> dict[str, Any]:
             if response.status_code != 200:
                 raise RuntimeError(f"EVM payment answered {response.status_code}")
         server.reset()
-        profile = cProfile.Profile()
-        cpu0 = time.process_time()
-        profile.enable()
-        for _ in range(n):
-            response = await http.get(url)
-            if response.status_code != 200:
-                raise RuntimeError(f"EVM payment answered {response.status_code}")
-        profile.disable()
-        cpu = time.process_time() - cpu0
+        # Signing CPU per payment, profiled in chunks of up to 5 payments: the chunks give
+        # the figure its spread.
+        chunks: list[float] = []
+        cpu = 0.0
+        done = 0
+        while done < n:
+            size = min(5, n - done) if n >= 4 else 1
+            profile = cProfile.Profile()
+            cpu0 = time.process_time()
+            profile.enable()
+            for _ in range(size):
+                response = await http.get(url)
+                if response.status_code != 200:
+                    raise RuntimeError(f"EVM payment answered {response.status_code}")
+            profile.disable()
+            cpu += time.process_time() - cpu0
+            chunks.append(_sign_seconds(profile) * 1000 / size)
+            done += size
     stats = server.stats()
     calls = sum(c["calls"] for c in stats["rpc"].values())
     trips = sum(c["http_requests"] for c in stats["rpc"].values())
@@ -811,7 +957,8 @@ async def _evm_payments(server: Sandbox, n: int) -> dict[str, Any]:
         "rpc_calls_per_payment": calls / n,
         "methods": methods,
         "client_cpu_ms_per_payment": cpu * 1000 / n,
-        "signing_cpu_ms_per_payment": _sign_seconds(profile) * 1000 / n,
+        "signing_cpu_ms_per_payment": statistics.fmean(chunks),
+        "signing_cpu_ms_per_chunk": chunks,
     }
 
 
@@ -857,10 +1004,13 @@ def fig_evm(counts: dict[str, int]) -> list[Figure]:
             "ms",
             "informational",
             None,
-            f"client CPU per paid request {data['client_cpu_ms_per_payment']:.1f} ms (cProfile on)",
-            [],
+            f"client CPU per paid request {data['client_cpu_ms_per_payment']:.1f} ms (cProfile on);"
+            f" mean over {len(data['signing_cpu_ms_per_chunk'])} chunks of payments",
+            data["signing_cpu_ms_per_chunk"],
             None,
             data,
+            spread=over_blocks(data["signing_cpu_ms_per_chunk"])[1],
+            spread_kind="95% t-interval over chunks",
         ),
     ]
 
@@ -930,7 +1080,9 @@ def attribute_pauses(
 ) -> list[tuple[int, float]]:
     """The SDK process's pauses over the threshold that are the client's.
 
-    Per generation, the SDK's pauses and the floor process's (same load) are matched
+    Pauses are `(generation, CPU ms)`: the collecting thread's CPU time, so that time the
+    machine gave to other processes during a collection is charged to neither flow. Per
+    generation, the SDK's pauses and the floor process's (same load) are matched
     longest first; an SDK pause over the threshold is attributable to the client when the
     floor has no counterpart for it (the client made that generation collect more often)
     or the SDK's is more than the threshold longer than its counterpart (the client made
@@ -966,16 +1118,22 @@ def fig_gc(lean: Lean, counts: dict[str, int]) -> Figure:
     for flow, r in runs.items():
         rows = {}
         for gen in (0, 1, 2):
-            ms = [p for g, p in r["pauses_ms"] if g == gen]
+            ms = [cpu for g, _, cpu in r["pauses_ms"] if g == gen]
+            wall = [w for g, w, _ in r["pauses_ms"] if g == gen]
             rows[str(gen)] = {
                 "count": len(ms),
                 "max_ms": max(ms) if ms else 0.0,
                 "median_ms": statistics.median(ms) if ms else 0.0,
                 "total_ms": sum(ms),
+                "max_wall_ms": max(wall) if wall else 0.0,
             }
         per_gen[flow] = rows
-    over = {flow: [p for _, p in r["pauses_ms"] if p > GC_PAUSE_MS] for flow, r in runs.items()}
-    attributable = attribute_pauses(runs["sdk"]["pauses_ms"], runs["floor"]["pauses_ms"])
+    cpu = {flow: [(g, c) for g, _, c in r["pauses_ms"]] for flow, r in runs.items()}
+    over = {flow: [p for _, p in pauses if p > GC_PAUSE_MS] for flow, pauses in cpu.items()}
+    over_wall = {
+        flow: [w for _, w, _ in r["pauses_ms"] if w > GC_PAUSE_MS] for flow, r in runs.items()
+    }
+    attributable = attribute_pauses(cpu["sdk"], cpu["floor"])
     ok = not attributable
     gen_text = "; ".join(
         f"{flow}: "
@@ -984,7 +1142,8 @@ def fig_gc(lean: Lean, counts: dict[str, int]) -> Figure:
         )
         for flow in ("sdk", "floor")
     )
-    sdk_max = max((p for _, p in runs["sdk"]["pauses_ms"]), default=0.0)
+    sdk_max = max((p for _, p in cpu["sdk"]), default=0.0)
+    sdk_max_wall = max((w for _, w, _ in runs["sdk"]["pauses_ms"]), default=0.0)
     return Figure(
         "gc",
         f"6. GC pauses > {GC_PAUSE_MS:g} ms attributable to the client in {n} paid requests",
@@ -992,19 +1151,23 @@ def fig_gc(lean: Lean, counts: dict[str, int]) -> Figure:
         "pauses",
         "0",
         ok,
-        f"pauses > {GC_PAUSE_MS:g} ms: SDK process {len(over['sdk'])}, floor process "
-        f"{len(over['floor'])} (same load, each flow in its own process); attributable "
+        f"pauses (CPU time of the collection) > {GC_PAUSE_MS:g} ms: SDK process "
+        f"{len(over['sdk'])}, floor process {len(over['floor'])} (same load, each flow in its "
+        f"own process; by wall time {len(over_wall['sdk'])} and {len(over_wall['floor'])}); "
+        "attributable "
         f"(no floor counterpart of the same generation, or > {GC_PAUSE_MS:g} ms longer than "
         f"it): {', '.join(f'gen{g} {p:.1f} ms' for g, p in attributable) or 'none'}; "
         "longest SDK pause "
-        f"{sdk_max:.2f} ms; {gen_text}; tracked objects at the end: SDK "
-        f"{runs['sdk']['tracked_objects']}, floor {runs['floor']['tracked_objects']}",
+        f"{sdk_max:.2f} ms CPU ({sdk_max_wall:.2f} ms wall); {gen_text}; tracked objects at "
+        f"the end: SDK {runs['sdk']['tracked_objects']}, floor {runs['floor']['tracked_objects']}",
         [],
         0.0,
         {
-            "sdk_pauses_ms": [p for _, p in runs["sdk"]["pauses_ms"]],
+            "sdk_pauses_ms": [p for _, p in cpu["sdk"]],
+            "sdk_pauses_wall_ms": [w for _, w, _ in runs["sdk"]["pauses_ms"]],
             "per_generation": per_gen,
             "over_threshold_ms": over,
+            "over_threshold_wall_ms": over_wall,
             "attributable": attributable,
             "runs": {
                 k: {kk: vv for kk, vv in v.items() if kk != "pauses_ms"} for k, v in runs.items()
@@ -1140,6 +1303,16 @@ def fig_bridge(counts: dict[str, int]) -> list[Figure]:
             [],
             60.0,
             long,
+            # A count of polls over a measured wait: its resolution is one poll.
+            spread=(
+                (
+                    max(long["polls"] - 1, 0) / long["waiting_seconds"] * 60,
+                    (long["polls"] + 1) / long["waiting_seconds"] * 60,
+                )
+                if long["waiting_seconds"]
+                else None
+            ),
+            spread_kind="+-1 poll (the count's resolution)",
         ),
     ]
 
@@ -1347,46 +1520,73 @@ def main() -> None:
     info["mode"] = mode_name
     figures: list[Figure] = []
     extras: dict[str, Any] = {}
+    # The latency figures (and figure 0) are short blocks spread over the whole run
+    # (`Blocks`): between the other sections, and the rest at the end.
+    block_jobs: dict[str, tuple[int, Callable[[], dict[str, Any]]]] = {}
+    if wanted("latency"):
+        block_jobs["latency"] = (counts["latency_blocks"], lambda: latency_block(counts))
+    if wanted("servers"):
+        block_jobs["servers"] = (counts["server_blocks"], lambda: servers_block(counts))
+    blocks = Blocks(block_jobs)
+    others = ("startup", "throughput", "gc", "memory", "profile", "sandbox", "evm", "eip3009")
+    others += ("bridge",)
+    blocks.plan(1 + sum(wanted(s) for s in others))
+    if block_jobs:
+        print(
+            "== 0/1. latency blocks: "
+            + ", ".join(f"{n} x {name}" for name, (n, _) in block_jobs.items())
+            + ", spread over the run",
+            flush=True,
+        )
     if wanted("startup"):
+        blocks.run()
         with section("3. start-up"):
             figures += fig_startup(counts)
-    if wanted("servers"):
-        with section("0. lean servers: raw asyncio vs uvicorn ASGI"):
-            figures.append(fig_servers(counts))
-    lean_sections = ("latency", "throughput", "gc", "memory", "profile")
+    lean_sections = ("throughput", "gc", "memory", "profile")
     if any(wanted(s) for s in lean_sections):
         with Lean("raw") as lean:
-            if wanted("latency"):
-                with section("1. latency and pass-through (lean)"):
-                    figures += fig_latency(lean, counts)
             if wanted("throughput"):
+                blocks.run()
                 with section("2. throughput (lean)"):
                     figures.append(fig_throughput(lean, counts))
             if wanted("gc"):
+                blocks.run()
                 with section("6. GC pauses (lean)"):
                     figures.append(fig_gc(lean, counts))
             if wanted("memory"):
+                blocks.run()
                 with section("7. memory (lean)"):
                     figures.append(fig_memory(lean, counts))
             if wanted("profile"):
+                blocks.run()
                 with section("profile (lean)"):
                     extras["profile"] = run_profile(lean, counts, out)
     if wanted("sandbox"):
+        blocks.run()
         with section("1s. latency against the sandbox (informational)"):
             figures.append(fig_sandbox_latency(counts))
     if wanted("evm"):
+        blocks.run()
         with section("4. EVM permit rail"):
             figures += fig_evm(counts)
     if wanted("eip3009"):
+        blocks.run()
         with section("5. EIP-3009 vs the x402 foundation client"):
             figures.append(fig_eip3009(counts))
     if wanted("bridge"):
+        blocks.run()
         with section("8. bridge rail (sandbox)"):
             figures += fig_bridge(counts)
+    blocks.finish()
+    if blocks.results.get("latency"):
+        figures += fig_latency(blocks.results["latency"])
+    if blocks.results.get("servers"):
+        figures.append(fig_servers(blocks.results["servers"]))
     order = [
         "latency",
         "latency_overhead",
         "passthrough",
+        "latency_cpu",
         "throughput",
         "import_api",
         "import",

@@ -23,6 +23,7 @@ FIGURES = {
     "latency",
     "latency_overhead",
     "passthrough",
+    "latency_cpu",
     "throughput",
     "import_api",
     "import",
@@ -91,16 +92,58 @@ def test_benchmarks_smoke_run_writes_every_figure(tmp_path: Path) -> None:
     assert (tmp_path / "latest.png").stat().st_size > 10_000
 
 
-def test_gc_pause_attribution() -> None:
-    # Pure helper of the GC figure: matched per generation, longest first.
+def _run_module() -> Any:
     sys.path.insert(0, str(ROOT / "benchmarks"))
     try:
         import run
     finally:
         sys.path.remove(str(ROOT / "benchmarks"))
+    return run
+
+
+def test_gc_pause_attribution() -> None:
+    # Pure helper of the GC figure: matched per generation, longest first.
+    run = _run_module()
     sdk = [(0, 0.4), (2, 30.0), (2, 12.0), (2, 6.0), (1, 5.5)]
     floor = [(0, 0.3), (2, 20.0), (2, 11.0), (1, 2.0)]
     # gen2 30 vs 20: 10 ms longer -> the client's; 12 vs 11: not; 6 vs none -> the client's;
     # gen1 5.5 vs 2.0: only 3.5 ms longer -> not.
     assert run.attribute_pauses(sdk, floor) == [(2, 30.0), (2, 6.0)]
     assert run.attribute_pauses(floor, floor) == []
+
+
+def test_over_blocks_is_the_mean_and_its_student_t_interval() -> None:
+    run = _run_module()
+    mean, (low, high) = run.over_blocks([1.0, 2.0, 3.0, 4.0])
+    # mean 2.5, sample sd 1.2910, t(3) = 3.182: half-width 3.182 * 1.2910 / 2 = 2.054
+    assert mean == 2.5
+    assert math.isclose(high - mean, 2.0540, abs_tol=1e-3)
+    assert math.isclose(mean - low, high - mean)
+    assert run.over_blocks([7.0]) == (7.0, (7.0, 7.0))
+    assert run.over_blocks([5.0, 5.0, 5.0]) == (5.0, (5.0, 5.0))
+    assert run.t95(3) == 3.182
+    assert run.t95(22) == run.t95(25)  # between table rows: the next (wider) row
+    assert run.t95(1000) == 1.96
+
+
+def test_blocks_are_spread_over_the_run_and_interleaved() -> None:
+    run = _run_module()
+    seen: list[str] = []
+
+    def job(name: str) -> Any:
+        return lambda: seen.append(name) or {"name": name}
+
+    blocks = run.Blocks({"latency": (4, job("latency")), "servers": (2, job("servers"))})
+    blocks.plan(3)  # 6 blocks over 3 places: 2 each
+    blocks.run()
+    assert len(seen) == 2
+    blocks.run()
+    assert len(seen) == 4
+    blocks.finish()
+    assert len(seen) == 6
+    blocks.run()  # nothing left
+    assert len(seen) == 6
+    # Each kind is spread evenly, not run back to back.
+    assert seen == ["latency", "servers", "latency", "latency", "servers", "latency"]
+    assert [r["name"] for r in blocks.results["latency"]] == ["latency"] * 4
+    assert len(blocks.results["servers"]) == 2
