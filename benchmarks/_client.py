@@ -34,6 +34,7 @@ import json
 import random
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -92,6 +93,25 @@ class GcClock:
         return out
 
 
+async def _timed(
+    clock: GcClock,
+    flow: str,
+    get: Callable[[str], Awaitable[httpx.Response]],
+    url: str,
+    wall: list[float],
+    cpu: list[float],
+) -> None:
+    """One GET booked to `flow`: its wall time, the client process's CPU time (the
+    servers run elsewhere, so this is the client's own work) and its collections."""
+    clock.flow = flow
+    c0, t0 = time.process_time(), time.perf_counter()
+    response = await get(url)
+    wall.append(time.perf_counter() - t0)
+    cpu.append(time.process_time() - c0)
+    clock.flow = "idle"
+    await _ok(response)
+
+
 async def _ok(response: httpx.Response) -> None:
     if response.status_code != 200:
         raise RuntimeError(f"answered {response.status_code}: {response.text[:200]}")
@@ -117,7 +137,6 @@ async def latency(args: dict[str, Any]) -> dict[str, Any]:
             for kind in ("sdk", "bare"):
                 await _ok(await flows[kind].get(free_url))
         clock.install()
-        perf, process = time.perf_counter, time.process_time
         # The four requests of each round run in a random order (seeded: the same order
         # every run). A fixed order lets the collector's allocation-count trigger lock
         # into phase with the pattern, so that one flow would take nearly every collection
@@ -133,13 +152,7 @@ async def latency(args: dict[str, Any]) -> dict[str, Any]:
         for _ in range(args["pairs"]):
             order.shuffle(plan)
             for name, url, kind in plan:
-                clock.flow = name
-                c0, started = process(), perf()
-                response = await flows[kind].get(url)
-                times[name].append(perf() - started)
-                cpu[name].append(process() - c0)
-                clock.flow = "idle"
-                await _ok(response)
+                await _timed(clock, name, flows[kind].get, url, times[name], cpu[name])
         clock.remove()
     finally:
         for flow in flows.values():
@@ -391,13 +404,7 @@ async def eip3009(args: dict[str, Any]) -> dict[str, Any]:
         clock.install()
         for i in range(args["pairs"]):
             for kind in ("ours", "foundation") if i % 2 == 0 else ("foundation", "ours"):
-                clock.flow = kind
-                c0, t0 = time.process_time(), time.perf_counter()
-                response = await clients[kind].get(url)
-                wall[kind].append(time.perf_counter() - t0)
-                cpu[kind].append(time.process_time() - c0)
-                clock.flow = "idle"
-                await _ok(response)
+                await _timed(clock, kind, clients[kind].get, url, wall[kind], cpu[kind])
         clock.remove()
     finally:
         for client in clients.values():

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
-import threading
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from _ready import serve_until_stdin_closes  # noqa: E402
 
 from tests.x402_foundation import DEFAULT_PRICE_ATOMIC, foundation_stack  # noqa: E402
 
@@ -37,16 +37,7 @@ async def main() -> None:
             "payer_key": stack.payer_key,
             "price_atomic": stack.price_atomic,
         }
-        print(json.dumps(info), flush=True)
-        loop = asyncio.get_running_loop()
-        closed = asyncio.Event()
-
-        def wait_stdin() -> None:
-            sys.stdin.read()
-            loop.call_soon_threadsafe(closed.set)
-
-        threading.Thread(target=wait_stdin, daemon=True).start()
-        await closed.wait()
+        await serve_until_stdin_closes(info)
 
 
 if __name__ == "__main__":

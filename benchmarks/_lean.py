@@ -38,12 +38,12 @@ import contextlib
 import hashlib
 import json
 import socket
-import sys
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
+
+from _ready import serve_until_stdin_closes
 
 #: The lean world's identities (what `run.py` gives the client as options).
 API_KEY = "lean-bench-api-key"
@@ -401,16 +401,7 @@ async def main() -> None:
         "url": f"http://127.0.0.1:{port}",
         "control_url": f"http://127.0.0.1:{control_port}",
     }
-    print(json.dumps(info), flush=True)
-    loop = asyncio.get_running_loop()
-    closed = asyncio.Event()
-
-    def wait_stdin() -> None:
-        sys.stdin.read()
-        loop.call_soon_threadsafe(closed.set)
-
-    threading.Thread(target=wait_stdin, daemon=True).start()
-    await closed.wait()
+    await serve_until_stdin_closes(info)
     if uvicorn_server is not None and task is not None:
         uvicorn_server.should_exit = True
         with contextlib.suppress(asyncio.CancelledError):

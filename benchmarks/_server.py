@@ -31,13 +31,12 @@ import asyncio
 import contextlib
 import dataclasses
 import json
-import sys
-import threading
 import time
 from collections import Counter
 from typing import Any
 
 import httpx
+from _ready import serve_until_stdin_closes
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -246,16 +245,7 @@ async def main() -> None:
             "offers": [getattr(o, "name", type(o).__name__) for o in sandbox.offers],
             "prices": sorted(sandbox.prices),
         }
-        print(json.dumps(info), flush=True)
-        loop = asyncio.get_running_loop()
-        stdin_closed = asyncio.Event()
-
-        def wait_stdin() -> None:
-            sys.stdin.read()
-            loop.call_soon_threadsafe(stdin_closed.set)
-
-        threading.Thread(target=wait_stdin, daemon=True).start()
-        await stdin_closed.wait()
+        await serve_until_stdin_closes(info)
         if watch_task is not None:
             watch_task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

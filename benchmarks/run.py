@@ -34,7 +34,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import httpx
 
@@ -118,6 +118,29 @@ EIP3009_RATIO = 0.95
 GC_PAUSE_MS = 5.0
 MEMORY_MB = 2.0
 CONCURRENCY = 50
+
+
+#: Every figure, in the order of the table.
+FIGURES = (
+    "latency",
+    "latency_overhead",
+    "passthrough",
+    "latency_cpu",
+    "throughput",
+    "import_api",
+    "import",
+    "lazy_evm",
+    "cli",
+    "evm_rpc",
+    "evm_cpu",
+    "eip3009",
+    "gc",
+    "memory",
+    "latency_sandbox",
+    "servers",
+    "bridge_delay",
+    "bridge_polls",
+)
 
 
 # --- statistics ------------------------------------------------------------------------
@@ -225,7 +248,7 @@ class Proc:
         self.proc: subprocess.Popen[str] | None = None
         self.info: dict[str, Any] = {}
 
-    def __enter__(self) -> Proc:
+    def __enter__(self) -> Self:
         self.proc = subprocess.Popen(
             [PY, *self.argv],
             stdin=subprocess.PIPE,
@@ -370,6 +393,11 @@ def over_blocks(values: list[float]) -> tuple[float, tuple[float, float]]:
 BLOCK_SPREAD = "95% t-interval over blocks"
 
 
+def listed(values: list[float], fmt: str = ".3f") -> str:
+    """Per-block values for a figure's details: `1.021, 1.000, ...`."""
+    return ", ".join(format(v, fmt) for v in values)
+
+
 class Blocks:
     """Short blocks of the latency figures, run between the other sections.
 
@@ -435,8 +463,7 @@ def fig_servers(blocks: list[dict[str, Any]]) -> Figure:
         None,
         f"floor median {statistics.median(raw_t) * 1e6:.0f} us on raw asyncio vs "
         f"{statistics.median(asgi_t) * 1e6:.0f} us on uvicorn/h11 ASGI; {len(blocks)} blocks "
-        f"of {len(blocks[0]['times'][0])} interleaved pairs; per block "
-        + ", ".join(f"{r:.3f}" for r in per_block),
+        f"of {len(blocks[0]['times'][0])} interleaved pairs; per block " + listed(per_block),
         per_block,
         None,
         {
@@ -496,8 +523,8 @@ def _merge_gc(blocks: list[dict[str, Any]]) -> dict[str, Any]:
 def fig_latency(blocks: list[dict[str, Any]]) -> list[Figure]:
     codes_ok = all(b["paid_codes_match"] for b in blocks)
 
-    def pooled(name: str) -> list[float]:
-        return [t for b in blocks for t in b["times"][name]]
+    def pooled(name: str, source: str = "times") -> list[float]:
+        return [t for b in blocks for t in b[source][name]]
 
     def per_block(stat: Any, a: str, b: str, source: str = "times") -> list[float]:
         return [stat(blk[source][a], blk[source][b]) for blk in blocks]
@@ -533,7 +560,7 @@ def fig_latency(blocks: list[dict[str, Any]]) -> list[Figure]:
             ratio_ok and codes_ok,
             f"mean over {shape} of the ratio of medians; pooled medians "
             f"{statistics.median(sdk) * 1e6:.0f} us vs {statistics.median(floor) * 1e6:.0f} us; "
-            f"per block {', '.join(f'{r:.3f}' for r in ratios)}; GC {gc_text}; every served "
+            f"per block {listed(ratios)}; GC {gc_text}; every served "
             f"proof paid once: {codes_ok}"
             + ("" if ratio_ok else f"; {missed_by(ratio, LATENCY_RATIO, upper=True)}"),
             ratios,
@@ -549,7 +576,7 @@ def fig_latency(blocks: list[dict[str, Any]]) -> list[Figure]:
             "us",
             f"<= {OVERHEAD_US:.0f} us",
             overhead_ok,
-            f"mean over {shape}; per block {', '.join(f'{d:.0f}' for d in overheads)} us; "
+            f"mean over {shape}; per block {listed(overheads, '.0f')} us; "
             f"median of all per-pair differences {statistics.median(per_pair_diff):.0f} us"
             + (
                 ""
@@ -576,7 +603,7 @@ def fig_latency(blocks: list[dict[str, Any]]) -> list[Figure]:
             pt_ok,
             f"mean over {shape}; pooled medians {statistics.median(sdk_free) * 1e6:.0f} us vs "
             f"{statistics.median(bare) * 1e6:.0f} us ({diff_of_medians(sdk_free, bare) * 1e6:+.0f}"
-            f" us); per block {', '.join(f'{r:.3f}' for r in pts)}; GC "
+            f" us); per block {listed(pts)}; GC "
             + "; ".join(_gc_summary(gc, f, pairs) for f in ("sdk_free", "bare_free"))
             + ("" if pt_ok else f"; {missed_by(pt, PASSTHROUGH_RATIO, upper=True)}"),
             pts,
@@ -593,8 +620,8 @@ def fig_latency(blocks: list[dict[str, Any]]) -> list[Figure]:
     # client's own work (GC included), which other processes on the machine barely move.
     cpu_diffs = [d * 1e6 for d in per_block(diff_of_medians, "sdk", "floor", "cpu")]
     cpu_diff, cpu_ci = over_blocks(cpu_diffs)
-    cpu_sdk = statistics.median(pooled_cpu := [t for b in blocks for t in b["cpu"]["sdk"]])
-    cpu_floor = statistics.median([t for b in blocks for t in b["cpu"]["floor"]])
+    cpu_sdk = statistics.median(pooled("sdk", "cpu"))
+    cpu_floor = statistics.median(pooled("floor", "cpu"))
     free_diffs = [d * 1e6 for d in per_block(diff_of_medians, "sdk_free", "bare_free", "cpu")]
     figures.append(
         Figure(
@@ -606,11 +633,11 @@ def fig_latency(blocks: list[dict[str, Any]]) -> list[Figure]:
             None,
             f"mean over {shape}; pooled medians {cpu_sdk * 1e6:.0f} us vs "
             f"{cpu_floor * 1e6:.0f} us of CPU per paid GET; per block "
-            f"{', '.join(f'{d:.0f}' for d in cpu_diffs)} us; pass-through (SDK client - bare): "
+            f"{listed(cpu_diffs, '.0f')} us; pass-through (SDK client - bare): "
             f"{statistics.fmean(free_diffs):+.1f} us",
             cpu_diffs,
             None,
-            {"samples_per_flow": len(pooled_cpu)},
+            {"samples_per_flow": pairs},
             spread=cpu_ci,
             spread_kind=BLOCK_SPREAD,
         )
@@ -1528,8 +1555,7 @@ def main() -> None:
     if wanted("servers"):
         block_jobs["servers"] = (counts["server_blocks"], lambda: servers_block(counts))
     blocks = Blocks(block_jobs)
-    others = ("startup", "throughput", "gc", "memory", "profile", "sandbox", "evm", "eip3009")
-    others += ("bridge",)
+    others = [s for s in SECTIONS + EXTRA_SECTIONS if s not in ("latency", "servers")]
     blocks.plan(1 + sum(wanted(s) for s in others))
     if block_jobs:
         print(
@@ -1582,27 +1608,7 @@ def main() -> None:
         figures += fig_latency(blocks.results["latency"])
     if blocks.results.get("servers"):
         figures.append(fig_servers(blocks.results["servers"]))
-    order = [
-        "latency",
-        "latency_overhead",
-        "passthrough",
-        "latency_cpu",
-        "throughput",
-        "import_api",
-        "import",
-        "lazy_evm",
-        "cli",
-        "evm_rpc",
-        "evm_cpu",
-        "eip3009",
-        "gc",
-        "memory",
-        "latency_sandbox",
-        "servers",
-        "bridge_delay",
-        "bridge_polls",
-    ]
-    figures.sort(key=lambda f: order.index(f.key) if f.key in order else 99)
+    figures.sort(key=lambda f: FIGURES.index(f.key) if f.key in FIGURES else len(FIGURES))
     info["seconds"] = round(time.perf_counter() - started, 1)
     info["loadavg_end"] = list(os.getloadavg())
     print()

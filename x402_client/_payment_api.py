@@ -252,7 +252,7 @@ class PaymentAPI:
         except (httpx.TransportError, BodyTooLarge) as exc:
             if isinstance(exc, httpx.TransportError):
                 exc.request = self._payment_request(body, keyed=False)
-            if status >= 300 and status < 500:
+            if 300 <= status < 500:
                 raise PaymentAPIError(
                     f"payment API answered {status} with an unreadable body",
                     status_code=status,
