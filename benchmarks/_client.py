@@ -17,7 +17,8 @@ Workloads:
   interleaved (`pairs` of each, order alternating), after `warmup` of each;
 - `floor`: the floor flow against several server sets, interleaved;
 - `throughput`: `rounds` interleaved rounds of `n` paid requests at `concurrency`, one
-  fresh flow per round, SDK vs floor, with the servers' connection counts per round;
+  fresh flow per round, SDK vs floor (`first` bursts first in even rounds), with the
+  servers' connection counts per round;
 - `gc`: `n` sequential paid requests of one flow in this process alone, every collection
   timed (generation, duration);
 - `profile`: `n` paid requests interleaved SDK / floor, the SDK's profiled (cProfile and,
@@ -237,13 +238,14 @@ async def throughput(args: dict[str, Any]) -> dict[str, Any]:
     options = args["options"]
     controls = args["controls"]  # {"merchant": url, "payment_api": url}
     n, concurrency = args["n"], args["concurrency"]
-    for kind in ("sdk", "floor"):  # warm both code paths
+    order = ("sdk", "floor") if args.get("first", "sdk") == "sdk" else ("floor", "sdk")
+    for kind in order:  # warm both code paths
         flow = make_flow(kind, options)
         await _burst(flow, url, min(n, 100), concurrency)
         await flow.aclose()
     runs: dict[str, list[dict[str, Any]]] = {"sdk": [], "floor": []}
     for i in range(args["rounds"]):
-        for kind in ("sdk", "floor") if i % 2 == 0 else ("floor", "sdk"):
+        for kind in order if i % 2 == 0 else order[::-1]:
             for control in controls.values():
                 await _control(control, "/reset")
             flow = make_flow(kind, options)

@@ -18,6 +18,7 @@ import collections
 import contextlib
 import datetime
 import importlib.util
+import itertools
 import json
 import math
 import os
@@ -52,8 +53,8 @@ COUNTS: dict[str, dict[str, int]] = {
         "warmup": 5,
         "server_blocks": 2,
         "server_pairs": 10,
+        "tp_blocks": 1,
         "tp_n": 100,
-        "tp_rounds": 1,
         "gc_n": 200,
         "import_runs": 3,
         "memory_mb": 8,
@@ -71,8 +72,8 @@ COUNTS: dict[str, dict[str, int]] = {
         "warmup": 30,
         "server_blocks": 2,
         "server_pairs": 100,
-        "tp_n": 500,
-        "tp_rounds": 2,
+        "tp_blocks": 3,
+        "tp_n": 300,
         "gc_n": 2000,
         "import_runs": 12,
         "memory_mb": 200,
@@ -90,8 +91,8 @@ COUNTS: dict[str, dict[str, int]] = {
         "warmup": 50,
         "server_blocks": 5,
         "server_pairs": 150,
-        "tp_n": 1000,
-        "tp_rounds": 7,
+        "tp_blocks": 12,
+        "tp_n": 500,
         "gc_n": 10_000,
         "import_runs": 30,
         "memory_mb": 200,
@@ -780,25 +781,39 @@ def fig_sandbox_latency(counts: dict[str, int]) -> Figure:
 # --- 2. throughput ------------------------------------------------------------------------
 
 
-def fig_throughput(lean: Lean, counts: dict[str, int]) -> Figure:
-    n, rounds = counts["tp_n"], counts["tp_rounds"]
-    data = client(
-        "throughput",
-        {
-            "merchant": lean.merchant["url"],
-            "options": lean.options,
-            "controls": lean.controls,
-            "n": n,
-            "concurrency": CONCURRENCY,
-            "rounds": rounds,
-        },
-    )
-    runs = data["runs"]
-    ratios = [s["rps"] / f["rps"] for s, f in zip(runs["sdk"], runs["floor"], strict=True)]
-    value = statistics.median(ratios)
-    overhead = [
-        (1 / s["rps"] - 1 / f["rps"]) * 1e6 for s, f in zip(runs["sdk"], runs["floor"], strict=True)
-    ]
+def throughput_block(counts: dict[str, int], first: str) -> dict[str, Any]:
+    """One block of figure 2: fresh lean servers, a fresh client process, one burst of
+    each flow (`first` first)."""
+    with Lean("raw") as lean:
+        data = client(
+            "throughput",
+            {
+                "merchant": lean.merchant["url"],
+                "options": lean.options,
+                "controls": lean.controls,
+                "n": counts["tp_n"],
+                "concurrency": CONCURRENCY,
+                "rounds": 1,
+                "first": first,
+            },
+        )
+    data["n"] = counts["tp_n"]
+    return data
+
+
+def throughput_orders() -> Callable[[], str]:
+    """Which flow bursts first in the next throughput block: alternating, sdk first."""
+    turns = itertools.cycle(("sdk", "floor"))
+    return lambda: next(turns)
+
+
+def fig_throughput(blocks: list[dict[str, Any]]) -> Figure:
+    n = blocks[0]["n"]
+    runs = {kind: [r for b in blocks for r in b["runs"][kind]] for kind in ("sdk", "floor")}
+    pairs = list(zip(runs["sdk"], runs["floor"], strict=True))
+    ratios = [s["rps"] / f["rps"] for s, f in pairs]
+    value, spread = over_blocks(ratios)
+    overhead = [(1 / s["rps"] - 1 / f["rps"]) * 1e6 for s, f in pairs]
     cpu = {
         kind: statistics.median(r["cpu_seconds"] / n * 1e6 for r in rs) for kind, rs in runs.items()
     }
@@ -822,15 +837,16 @@ def fig_throughput(lean: Lean, counts: dict[str, int]) -> Figure:
         "x",
         f">= {THROUGHPUT_RATIO}",
         ok and failures == 0 and codes_ok,
-        f"{rounds} interleaved rounds; SDK {statistics.median(r['rps'] for r in runs['sdk']):.0f}"
-        f" req/s vs {statistics.median(r['rps'] for r in runs['floor']):.0f}; client time "
-        f"{statistics.median(overhead):+.0f} us per request (wall, 1/rps), client CPU "
-        f"{cpu['sdk']:.0f} vs {cpu['floor']:.0f} us per request; new connections, most seen "
-        f"(merchant / payment API): SDK {connections['sdk']['merchant']} / "
+        f"mean over {len(blocks)} blocks of one burst per flow of the ratio of req/s; per "
+        f"block {listed(ratios)}; SDK {statistics.median(r['rps'] for r in runs['sdk']):.0f}"
+        f" req/s vs {statistics.median(r['rps'] for r in runs['floor']):.0f} (medians); "
+        f"client time {statistics.median(overhead):+.0f} us per request (wall, 1/rps), client "
+        f"CPU {cpu['sdk']:.0f} vs {cpu['floor']:.0f} us per request; new connections, most "
+        f"seen (merchant / payment API): SDK {connections['sdk']['merchant']} / "
         f"{connections['sdk']['payment_api']}, floor {connections['floor']['merchant']} / "
         f"{connections['floor']['payment_api']} (churn bound {churn_bound}: "
         f"{'none' if no_churn else 'CHURN'}); failures {failures}; every served proof paid "
-        f"once: {codes_ok}"
+        f"once: {codes_ok}; {gate_summary(blocks)}"
         + ("" if ok else f"; {missed_by(value, THROUGHPUT_RATIO, upper=False)}"),
         ratios,
         THROUGHPUT_RATIO,
@@ -840,8 +856,8 @@ def fig_throughput(lean: Lean, counts: dict[str, int]) -> Figure:
             "cpu_us_per_request": cpu,
             "max_new_connections": connections,
         },
-        spread=(min(ratios), max(ratios)),
-        spread_kind=f"range over {rounds} rounds",
+        spread=spread,
+        spread_kind=BLOCK_SPREAD,
     )
 
 
@@ -898,7 +914,7 @@ def import_profile(statement: str, top: int = 15) -> list[dict[str, Any]]:
         check=True,
         env=IMPORT_ENV,
     ).stderr
-    rows = []
+    rows: list[dict[str, Any]] = []
     for line in err.splitlines():
         if not line.startswith("import time:") or "self [us]" in line:
             continue
@@ -973,7 +989,7 @@ def fig_startup(counts: dict[str, int]) -> list[Figure]:
                 spread_kind="95% bootstrap CI",
             )
         )
-    heavy = heavy_seen["x402_client"] | heavy_seen["api"]
+    heavy = sorted(heavy_seen["x402_client"] | heavy_seen["api"])
     figures.append(
         Figure(
             "lazy_evm",
@@ -982,7 +998,7 @@ def fig_startup(counts: dict[str, int]) -> list[Figure]:
             "modules",
             "0",
             not heavy,
-            ", ".join(sorted(heavy)) or "none of web3, eth_account, eth_abi",
+            ", ".join(heavy) or "none of web3, eth_account, eth_abi",
             spread=(float(len(heavy)), float(len(heavy))),
             spread_kind="exact count",
         )
@@ -1630,6 +1646,8 @@ SECTIONS = (
     "eip3009",
     "bridge",
 )
+#: Measured as short blocks spread over the run (`Blocks`), not as sections of their own.
+BLOCK_SECTIONS = ("latency", "servers", "throughput")
 #: Run only when named in --only: a tool for closing the gap, not a figure.
 EXTRA_SECTIONS = ("profile",)
 
@@ -1665,16 +1683,19 @@ def main() -> None:
     info["mode"] = mode_name
     figures: list[Figure] = []
     extras: dict[str, Any] = {}
-    # The latency figures (and figure 0) are short blocks spread over the whole run
+    # The latency figures, throughput and figure 0 are short blocks spread over the whole run
     # (`Blocks`): between the other sections, and the rest at the end.
     block_jobs: dict[str, tuple[int, Callable[[], dict[str, Any]]]] = {}
     if wanted("latency"):
         block_jobs["latency"] = (counts["latency_blocks"], lambda: latency_block(counts))
     if wanted("servers"):
         block_jobs["servers"] = (counts["server_blocks"], lambda: servers_block(counts))
+    if wanted("throughput"):
+        first = throughput_orders()
+        block_jobs["throughput"] = (counts["tp_blocks"], lambda: throughput_block(counts, first()))
     # The smoke run (CI) only proves that every figure runs: its blocks are measured once.
     blocks = Blocks(block_jobs, attempts=1 if mode_name == "smoke" else BLOCK_ATTEMPTS)
-    others = [s for s in SECTIONS + EXTRA_SECTIONS if s not in ("latency", "servers")]
+    others = [s for s in SECTIONS + EXTRA_SECTIONS if s not in BLOCK_SECTIONS]
     blocks.plan(1 + sum(wanted(s) for s in others))
     if block_jobs:
         print(
@@ -1687,13 +1708,9 @@ def main() -> None:
         blocks.run()
         with section("3. start-up"):
             figures += fig_startup(counts)
-    lean_sections = ("throughput", "gc", "memory", "profile")
+    lean_sections = ("gc", "memory", "profile")
     if any(wanted(s) for s in lean_sections):
         with Lean("raw") as lean:
-            if wanted("throughput"):
-                blocks.run()
-                with section("2. throughput (lean)"):
-                    figures.append(fig_throughput(lean, counts))
             if wanted("gc"):
                 blocks.run()
                 with section("6. GC pauses (lean)"):
@@ -1727,6 +1744,8 @@ def main() -> None:
         figures += fig_latency(blocks.results["latency"])
     if blocks.results.get("servers"):
         figures.append(fig_servers(blocks.results["servers"]))
+    if blocks.results.get("throughput"):
+        figures.append(fig_throughput(blocks.results["throughput"]))
     figures.sort(key=lambda f: FIGURES.index(f.key) if f.key in FIGURES else len(FIGURES))
     info["seconds"] = round(time.perf_counter() - started, 1)
     info["loadavg_end"] = list(os.getloadavg())

@@ -178,3 +178,47 @@ def test_quiet_gate_measures_a_perturbed_block_again_later() -> None:
     assert "2 of 3 blocks measured again" in summary
     assert "1 kept perturbed" in summary
     assert run.gate_summary([{"steal": None}]).startswith("steal not measured")
+
+
+def test_throughput_is_the_mean_over_blocks_of_paired_bursts() -> None:
+    """Figure 2 pairs each block's SDK burst with its floor burst: the value is the mean
+    of the per-block ratios of req/s, the spread their t-interval; the burst order
+    alternates from block to block."""
+    run = _run_module()
+
+    def burst(rps: float, digest_ok: bool = True) -> dict[str, Any]:
+        return {
+            "rps": rps,
+            "cpu_seconds": 10.0 / rps,
+            "connections": {"merchant": 50, "payment_api": 50},
+            "failures": 0,
+            "paid_codes_match": digest_ok,
+        }
+
+    def block(sdk: float, floor: float, steal: float = 0.01) -> dict[str, Any]:
+        return {
+            "n": 500,
+            "runs": {"sdk": [burst(sdk)], "floor": [burst(floor)]},
+            "steal": steal,
+            "attempts": 1,
+            "max_steal": 0.05,
+        }
+
+    blocks = [block(50, 50), block(60, 50), block(40, 50)]
+    figure = run.fig_throughput(blocks)
+    assert figure.key == "throughput"
+    assert figure.samples == [1.0, 1.2, 0.8]
+    assert math.isclose(figure.value, 1.0)
+    assert figure.spread == run.over_blocks([1.0, 1.2, 0.8])[1]
+    assert figure.spread_kind == run.BLOCK_SPREAD
+    assert figure.passed is True
+    assert "per block 1.000, 1.200, 0.800" in figure.detail
+
+    slower = run.fig_throughput([block(45, 50), block(47, 50)])
+    assert slower.passed is False and "missed by" in slower.detail
+    unpaid = [block(60, 50), block(60, 50)]
+    unpaid[1]["runs"]["floor"][0]["paid_codes_match"] = False
+    assert run.fig_throughput(unpaid).passed is False  # a value met, a proof unpaid
+
+    first = run.throughput_orders()
+    assert [first() for _ in range(4)] == ["sdk", "floor", "sdk", "floor"]
