@@ -16,9 +16,9 @@ Workloads:
 - `latency`: paid GETs, SDK vs hand-written floor, and free GETs, SDK vs a bare client,
   interleaved (`pairs` of each, order alternating), after `warmup` of each;
 - `floor`: the floor flow against several server sets, interleaved;
-- `throughput`: `rounds` interleaved rounds of `n` paid requests at `concurrency`, one
-  fresh flow per round, SDK vs floor (`first` bursts first in even rounds), with the
-  servers' connection counts per round;
+- `throughput`: one burst of `n` paid requests at `concurrency` per flow, SDK and floor
+  (`first` goes first), each in a fresh flow, with the servers' connection counts per
+  burst;
 - `gc`: `n` sequential paid requests of one flow in this process alone, every collection
   timed (generation, duration);
 - `profile`: `n` paid requests interleaved SDK / floor, the SDK's profiled (cProfile and,
@@ -244,27 +244,26 @@ async def throughput(args: dict[str, Any]) -> dict[str, Any]:
         await _burst(flow, url, min(n, 100), concurrency)
         await flow.aclose()
     runs: dict[str, list[dict[str, Any]]] = {"sdk": [], "floor": []}
-    for i in range(args["rounds"]):
-        for kind in order if i % 2 == 0 else order[::-1]:
-            for control in controls.values():
-                await _control(control, "/reset")
-            flow = make_flow(kind, options)
-            try:
-                result = await _burst(flow, url, n, concurrency)
-            finally:
-                await flow.aclose()
-            stats = {name: await _control(c, "/stats") for name, c in controls.items()}
-            result["connections"] = {name: s["connections"] for name, s in stats.items()}
-            result["requests"] = {name: s["requests"] for name, s in stats.items()}
-            digests = {name: s.get("codes_digest") for name, s in stats.items()}
-            result["paid_codes_match"] = len(set(digests.values())) == 1
-            runs[kind].append(result)
-            print(
-                f"    {kind:6s} {result['rps']:7.1f} req/s  connections {result['connections']}"
-                f"  failures {result['failures']} {result['errors']}",
-                file=sys.stderr,
-                flush=True,
-            )
+    for kind in order:
+        for control in controls.values():
+            await _control(control, "/reset")
+        flow = make_flow(kind, options)
+        try:
+            result = await _burst(flow, url, n, concurrency)
+        finally:
+            await flow.aclose()
+        stats = {name: await _control(c, "/stats") for name, c in controls.items()}
+        result["connections"] = {name: s["connections"] for name, s in stats.items()}
+        result["requests"] = {name: s["requests"] for name, s in stats.items()}
+        digests = {name: s.get("codes_digest") for name, s in stats.items()}
+        result["paid_codes_match"] = len(set(digests.values())) == 1
+        runs[kind].append(result)
+        print(
+            f"    {kind:6s} {result['rps']:7.1f} req/s  connections {result['connections']}"
+            f"  failures {result['failures']} {result['errors']}",
+            file=sys.stderr,
+            flush=True,
+        )
     return {"runs": runs}
 
 

@@ -330,6 +330,11 @@ class Lean:
         return {"api_key": API_KEY, "from_account": PAYER_ACCOUNT, "api_url": self.api["url"]}
 
     @property
+    def target(self) -> dict[str, Any]:
+        """What a client workload needs to reach these servers: the merchant and options."""
+        return {"merchant": self.merchant["url"], "options": self.options}
+
+    @property
     def controls(self) -> dict[str, str]:
         return {"merchant": self.merchant["control_url"], "payment_api": self.api["control_url"]}
 
@@ -435,12 +440,13 @@ BLOCK_ATTEMPTS = 3
 
 
 class Blocks:
-    """Short blocks of the latency figures, run between the other sections.
+    """Short blocks of the latency, servers, throughput and EVM figures, run between the
+    other sections.
 
     A single long measurement states a spread (a bootstrap over its own samples) that
     says nothing about the next run: on a shared machine the floor moves by a millisecond
-    between runs. So the latency figures (and the servers figure) are measured as short
-    blocks, each in fresh server and client processes, spread over the whole benchmark
+    between runs. So those figures are measured as short blocks, each in fresh server
+    and client processes, spread over the whole benchmark
     run; a figure's value is the mean over its blocks, its spread the 95% interval of
     that mean.
 
@@ -540,10 +546,7 @@ def gate_summary(blocks: list[dict[str, Any]]) -> str:
 def servers_block(counts: dict[str, int]) -> dict[str, Any]:
     """One block of figure 0: the floor against raw and ASGI servers, interleaved."""
     with Lean("raw") as raw, Lean("asgi") as asgi:
-        targets = [
-            {"merchant": raw.merchant["url"], "options": raw.options},
-            {"merchant": asgi.merchant["url"], "options": asgi.options},
-        ]
+        targets = [raw.target, asgi.target]
         return client("floor", {"targets": targets, "pairs": counts["server_pairs"], "warmup": 20})
 
 
@@ -598,8 +601,7 @@ def latency_block(counts: dict[str, int]) -> dict[str, Any]:
         data = client(
             "latency",
             {
-                "merchant": lean.merchant["url"],
-                "options": lean.options,
+                **lean.target,
                 "pairs": counts["latency_pairs"],
                 "warmup": counts["warmup"],
             },
@@ -791,12 +793,10 @@ def throughput_block(counts: dict[str, int], first: str) -> dict[str, Any]:
         data = client(
             "throughput",
             {
-                "merchant": lean.merchant["url"],
-                "options": lean.options,
+                **lean.target,
                 "controls": lean.controls,
                 "n": counts["tp_n"],
                 "concurrency": CONCURRENCY,
-                "rounds": 1,
                 "first": first,
             },
         )
@@ -1274,8 +1274,7 @@ def fig_gc(lean: Lean, counts: dict[str, int]) -> Figure:
         runs[flow] = client(
             "gc",
             {
-                "merchant": lean.merchant["url"],
-                "options": lean.options,
+                **lean.target,
                 "flow": flow,
                 "n": n,
                 "warmup": counts["warmup"],
@@ -1493,8 +1492,7 @@ def run_profile(lean: Lean, counts: dict[str, int], out: Path) -> dict[str, Any]
     data = client(
         "profile",
         {
-            "merchant": lean.merchant["url"],
-            "options": lean.options,
+            **lean.target,
             "n": counts["profile_n"],
             "warmup": counts["warmup"],
             "out": str(out),
@@ -1711,7 +1709,7 @@ def main() -> None:
     blocks.plan(1 + sum(wanted(s) for s in others))
     if block_jobs:
         print(
-            "== 0/1. latency blocks: "
+            "== blocks: "
             + ", ".join(f"{n} x {name}" for name, (n, _) in block_jobs.items())
             + ", spread over the run",
             flush=True,
