@@ -30,6 +30,7 @@ import statistics
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -431,6 +432,66 @@ def stolen_between(before: tuple[int, int] | None, after: tuple[int, int] | None
     return (after[0] - before[0]) / (after[1] - before[1])
 
 
+#: The speed probe's fixed piece of CPU work: what a client does most (JSON in and out of
+#: small dicts), about a millisecond on this machine when it is quiet.
+_PROBE_DOC = {
+    "accepts": [
+        {"scheme": "euro", "payTo": f"pr_{i}", "maxAmountRequired": "0.01", "extra": [1, 2]}
+        for i in range(40)
+    ]
+}
+
+
+def _probe_once() -> float:
+    started = time.thread_time()
+    for _ in range(10):
+        json.loads(json.dumps(_PROBE_DOC))
+    return time.thread_time() - started
+
+
+class SpeedProbe:
+    """How fast the machine runs a fixed piece of CPU work while a block is measured.
+
+    The steal counter does not see everything a shared machine does to a block: a
+    neighbour on the same physical core (its other hyperthread) or on the shared caches
+    slows every instruction without stealing any time. The probe shows it: a thread
+    of this (otherwise idle) orchestrating process times `_probe_once` in its own CPU
+    time every `every` seconds, on each vCPU in turn, and the block keeps the median.
+    On this machine the same work took 1.26-2.76 ms within 20 s of a busy spell.
+
+    It records, it does not gate (yet): what threshold separates a quiet block from a
+    perturbed one is to be chosen from these readings, before the runs that use it. Its
+    cost is about 1 ms of CPU every quarter second, alike for both flows of a block."""
+
+    def __init__(self, every: float = 0.25) -> None:
+        self.every = every
+        self.samples: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="speed-probe", daemon=True)
+
+    def _loop(self) -> None:
+        setaffinity = getattr(os, "sched_setaffinity", None)
+        cpus = sorted(os.sched_getaffinity(0)) if setaffinity else [None]
+        for cpu in itertools.cycle(cpus):
+            if self._stop.wait(self.every):
+                return
+            if setaffinity is not None and cpu is not None:
+                setaffinity(0, {cpu})  # this thread only (Linux: 0 is the calling thread)
+            self.samples.append(_probe_once())
+
+    def __enter__(self) -> Self:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    @property
+    def median_ms(self) -> float | None:
+        return statistics.median(self.samples) * 1000 if self.samples else None
+
+
 #: A block during which the hypervisor took more than this share of the CPU time is
 #: measured again later (`Blocks`). Chosen before the runs, from the steal seen on quiet
 #: blocks (0-3 %) against perturbed ones (5-19 %); never from the figures' values.
@@ -493,9 +554,11 @@ class Blocks:
                 time.sleep(self.pause)
             started = time.perf_counter()
             before = self.meter()
-            result = item.job()
+            with SpeedProbe() as probe:
+                result = item.job()
             steal = stolen_between(before, self.meter())
             result["steal"] = steal
+            result["probe_ms"] = probe.median_ms
             item.tried.append(result)
             seconds = time.perf_counter() - started
             shown = "n/a" if steal is None else f"{steal:.1%}"
@@ -538,7 +601,11 @@ def gate_summary(blocks: list[dict[str, Any]]) -> str:
         f"hypervisor steal per block {min(steals):.1%}-{max(steals):.1%}; "
         f"{again} of {len(blocks)} blocks measured again (> {gate:.0%} stolen)"
     )
-    return text + (f", {over} kept perturbed (every attempt was)" if over else "")
+    text += f", {over} kept perturbed (every attempt was)" if over else ""
+    probes = [b["probe_ms"] for b in blocks if b.get("probe_ms") is not None]
+    if probes:
+        text += f"; speed probe per block {min(probes):.2f}-{max(probes):.2f} ms"
+    return text
 
 
 # --- 0. which lean server ---------------------------------------------------------------------
@@ -1654,6 +1721,18 @@ def compare(paths: list[str]) -> None:
         shown = " | ".join(f"{_fmt(v)}" for v in values)
         spread_text = "-" if spread is None else _fmt(spread)
         print(f"| {key} | {shown} | {_fmt(width)} | {spread_text} | {verdict} |")
+    probes = [probe_of(r) for r in runs]
+    print(
+        "\nThe machine (the speed probe's median over every block of the run, ms; lower is "
+        "quieter): " + ", ".join("-" if p is None else f"{p:.2f}" for p in probes)
+    )
+
+
+def probe_of(run: dict[str, Any]) -> float | None:
+    """The median speed-probe reading over every block of a run (`SpeedProbe`)."""
+    per_kind = run["machine"].get("speed_probe_ms") or {}
+    readings = [v for values in per_kind.values() for v in values if v is not None]
+    return statistics.median(readings) if readings else None
 
 
 @contextlib.contextmanager
@@ -1770,6 +1849,9 @@ def main() -> None:
         with section("8. bridge rail (sandbox)"):
             figures += fig_bridge(counts)
     blocks.finish()
+    info["speed_probe_ms"] = {
+        name: [b.get("probe_ms") for b in kept] for name, kept in blocks.results.items()
+    }
     if blocks.results.get("latency"):
         figures += fig_latency(blocks.results["latency"])
     if blocks.results.get("servers"):
@@ -1791,6 +1873,7 @@ def main() -> None:
         f"\n{mode_name} run, {info['seconds']} s on {info['uname']}; load average "
         f"{info['loadavg_start'][0]:.2f} -> {info['loadavg_end'][0]:.2f}; hypervisor steal "
         + ("n/a" if info["steal"] is None else f"{info['steal']:.1%} of the CPU time")
+        + ("" if (p := probe_of({"machine": info})) is None else f"; speed probe {p:.2f} ms")
     )
     result = {
         "machine": info,

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -260,3 +263,20 @@ def test_evm_figures_over_blocks_count_the_worst_block_and_skip_on_failure() -> 
         [block(1.0, [1.0], [0.0]), {"error": "EVM sandbox or rail not working: x"}]
     )
     assert [f.skipped for f in broken] == ["EVM sandbox or rail not working: x"] * 2
+
+
+def test_speed_probe_times_the_machine_from_its_own_thread_and_leaves_affinity_alone() -> None:
+    run = _run_module()
+    before = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
+    with run.SpeedProbe(every=0.02) as probe:
+        time.sleep(0.3)
+    assert len(probe.samples) >= 3 and all(s > 0 for s in probe.samples)
+    assert probe.median_ms == pytest.approx(statistics.median(probe.samples) * 1000)
+    if before is not None:
+        assert os.sched_getaffinity(0) == before  # pinning was the probe thread's own
+    assert run.SpeedProbe().median_ms is None  # never started: nothing to report
+
+    blocks = [{"steal": 0.01, "max_steal": 0.05, "probe_ms": v} for v in (1.2, 2.5, None)]
+    assert "speed probe per block 1.20-2.50 ms" in run.gate_summary(blocks)
+    assert run.probe_of({"machine": {"speed_probe_ms": {"a": [1.0, 3.0], "b": [2.0, None]}}}) == 2.0
+    assert run.probe_of({"machine": {}}) is None
