@@ -561,9 +561,11 @@ class Blocks:
             result["probe_ms"] = probe.median_ms
             item.tried.append(result)
             seconds = time.perf_counter() - started
-            shown = "n/a" if steal is None else f"{steal:.1%}"
+            state = ("n/a" if steal is None else f"{steal:.1%}") + " stolen"
+            if probe.median_ms is not None:
+                state += f", probe {probe.median_ms:.2f} ms"
             if steal is not None and steal > self.max_steal and len(item.tried) < self.attempts:
-                print(f"   block {item.name}: {shown} stolen, measured again later", flush=True)
+                print(f"   block {item.name}: {state}, measured again later", flush=True)
                 self._queue.append(item)
                 continue
             # A meter that reads nothing (None) never sends a block back: one attempt.
@@ -573,7 +575,7 @@ class Blocks:
             kept["steal_of_attempts"] = [r["steal"] for r in item.tried]
             self.results[item.name].append(kept)
             done = len(self.results[item.name])
-            print(f"   block {item.name} {done} ({seconds:.1f} s, {shown} stolen)", flush=True)
+            print(f"   block {item.name} {done} ({seconds:.1f} s, {state})", flush=True)
 
     def finish(self) -> None:
         while self._queue:
