@@ -17,7 +17,6 @@ import asyncio
 import collections
 import contextlib
 import datetime
-import gc
 import importlib.util
 import itertools
 import json
@@ -42,6 +41,7 @@ import httpx
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
+from _client import GcClock  # noqa: E402
 from _flows import euro_options  # noqa: E402
 
 PY = sys.executable
@@ -470,13 +470,14 @@ class SpeedProbe:
         self._thread = threading.Thread(target=self._loop, name="speed-probe", daemon=True)
 
     def _loop(self) -> None:
-        setaffinity = getattr(os, "sched_setaffinity", None)
-        cpus = sorted(os.sched_getaffinity(0)) if setaffinity else [None]
+        cpus: list[int | None] = [None]  # unpinned where the OS cannot pin (not Linux)
+        if hasattr(os, "sched_setaffinity"):
+            cpus = [*sorted(os.sched_getaffinity(0))]
         for cpu in itertools.cycle(cpus):
             if self._stop.wait(self.every):
                 return
-            if setaffinity is not None and cpu is not None:
-                setaffinity(0, {cpu})  # this thread only (Linux: 0 is the calling thread)
+            if cpu is not None:
+                os.sched_setaffinity(0, {cpu})  # this thread only (0: the calling thread)
             self.samples.append(_probe_once())
 
     def __enter__(self) -> Self:
@@ -1131,29 +1132,23 @@ def _signing_clock() -> Iterator[list[tuple[float, float]]]:
     from x402_client._rails.evm import EvmPermitRail
 
     spent: list[tuple[float, float]] = []
-    collecting = [0.0, 0.0]  # [started, total so far], in thread CPU time
-
-    def on_gc(phase: str, info: dict[str, Any]) -> None:
-        if phase == "start":
-            collecting[0] = time.thread_time()
-        else:
-            collecting[1] += time.thread_time() - collecting[0]
-
+    clock = GcClock()
     original = EvmPermitRail._sign
 
     def timed(self: EvmPermitRail, typed: dict[str, Any]) -> bytes:
-        started, gc_before = time.thread_time(), collecting[1]
+        started, seen = time.thread_time(), len(clock.events)
         try:
             return original(self, typed)
         finally:
-            spent.append((time.thread_time() - started, collecting[1] - gc_before))
+            collected = sum(cpu for *_, cpu in clock.events[seen:])
+            spent.append((time.thread_time() - started, collected))
 
     EvmPermitRail._sign = timed  # type: ignore[method-assign]
-    gc.callbacks.append(on_gc)
+    clock.install()
     try:
         yield spent
     finally:
-        gc.callbacks.remove(on_gc)
+        clock.remove()
         EvmPermitRail._sign = original  # type: ignore[method-assign]
 
 
@@ -1180,15 +1175,14 @@ async def _evm_payments(server: Sandbox, n: int) -> dict[str, Any]:
     stats = server.stats()
     calls = sum(c["calls"] for c in stats["rpc"].values())
     trips = sum(c["http_requests"] for c in stats["rpc"].values())
-    methods: dict[str, int] = {}
+    methods: collections.Counter[str] = collections.Counter()
     for chain in stats["rpc"].values():
-        for method, count in chain["methods"].items():
-            methods[method] = methods.get(method, 0) + count
+        methods.update(chain["methods"])
     return {
         "payments": n,
         "rpc_round_trips_per_payment": trips / n,
         "rpc_calls_per_payment": calls / n,
-        "methods": methods,
+        "methods": dict(methods),
         "client_cpu_ms_per_payment": cpu * 1000 / n,
         "signing_cpu_ms": [total * 1000 for total, _ in signatures],
         "signing_gc_ms": [collected * 1000 for _, collected in signatures],
@@ -1222,10 +1216,10 @@ def fig_evm(blocks: list[dict[str, Any]]) -> list[Figure]:
     per_block = [b["rpc_round_trips_per_payment"] for b in blocks]
     trips = max(per_block)
     calls = sum(b["rpc_calls_per_payment"] * b["payments"] for b in blocks) / n
-    methods: dict[str, int] = {}
+    tally: collections.Counter[str] = collections.Counter()
     for b in blocks:
-        for method, count in b["methods"].items():
-            methods[method] = methods.get(method, 0) + count
+        tally.update(b["methods"])
+    methods = dict(tally)
     # A signature's own CPU: a collection that ran inside it was triggered by the whole
     # payment's allocations, and is counted in the client CPU per payment instead.
     signing = [
