@@ -2,21 +2,29 @@
 
 The euro proof and the payment-API body are written with f-strings (a paid request spends
 no time building models for them); these properties pin them to `encode_proof` and
-`_json.dumps`, for any strings and amounts the wire can carry.
+`_json.dumps`, for any strings and amounts the wire can carry. So are the shared JSON
+decoder (`_json.loads`) and the settled receipt (`_with_settlement`).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timezone
 from decimal import Decimal
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from x402_client import _json, decode_proof, encode_proof
 from x402_client._models import EuroPayload, PaymentProof
+from x402_client._payer import _with_settlement
 from x402_client._payment_api import PaymentAPI, payment_request_body
 from x402_client._rails.euro import euro_proof
 from x402_client._secret import SecretStr
+from x402_client._types import PaymentReceipt
 
 texts = st.text(max_size=40)
 amounts = st.decimals(min_value=Decimal("0.01"), max_value=Decimal("1000000"), places=2)
@@ -72,3 +80,75 @@ def test_payment_call_is_what_the_client_would_build() -> None:
         assert "x-api-key" not in shown.headers
         assert wire.headers["x-api-key"] == "the-key"
         assert wire.extensions["timeout"] == expected.extensions["timeout"]
+
+
+# --- the shared JSON decoder and the settled receipt --------------------------------------
+
+json_values = st.recursive(
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.decimals(allow_nan=False, allow_infinity=False, places=4)
+    | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner),
+    max_leaves=12,
+)
+
+
+@given(json_values, st.sampled_from(["utf-8", "utf-16", "utf-16-le", "utf-32-be", "str"]))
+def test_loads_reads_what_json_loads_reads(value: object, encoding: str) -> None:
+    """`_json.loads` keeps one decoder for every call; it must read what `json.loads` with
+    the same hooks reads, in every encoding `json.loads` detects."""
+    text = _json.dumps(value).decode()
+    data: str | bytes = text if encoding == "str" else text.encode(encoding)
+    expected = json.loads(data, parse_float=Decimal)
+    assert _json.loads(data) == expected
+    assert _json.loads(data) == _json.loads(text)
+
+
+@pytest.mark.parametrize(
+    "data",
+    [b"", b"{", b"[1,]", b"NaN", b"[Infinity]", b"\xff\xfe\x00", "\ufeff{}", b'{"a":1}x', "1e"],
+)
+def test_loads_refuses_what_json_loads_refuses(data: str | bytes) -> None:
+    with pytest.raises(_json.JSONError):
+        _json.loads(data)
+
+
+def test_loads_is_safe_across_threads() -> None:
+    """The decoder is shared, as `json.loads`'s own default decoder is: calls from many
+    threads at once each read their own document."""
+    docs = [_json.dumps({f"k{i}": [Decimal(f"{i}.5")] * 20, "i": i}) for i in range(8)]
+
+    def read(i: int) -> bool:
+        return all(
+            _json.loads(docs[i]) == {f"k{i}": [Decimal(f"{i}.5")] * 20, "i": i} for _ in range(300)
+        )
+
+    with ThreadPoolExecutor(8) as pool:
+        assert all(pool.map(read, range(8)))
+
+
+def test_receipt_with_settlement_keeps_every_field() -> None:
+    """`_with_settlement` builds what `dataclasses.replace` would: a field added to
+    `PaymentReceipt` and forgotten there fails here."""
+    values: dict[str, object] = {}
+    for i, field in enumerate(dataclasses.fields(PaymentReceipt)):
+        if field.name == "amount":
+            values[field.name] = Decimal("1.25")
+        elif field.name == "paid_at":
+            values[field.name] = datetime(2026, 11, 22, tzinfo=timezone.utc)
+        elif field.name == "payments":
+            values[field.name] = 3
+        elif field.name == "settlement":
+            values[field.name] = {"old": True}
+        else:
+            values[field.name] = f"value-{i}"
+    base = PaymentReceipt(**values)  # type: ignore[arg-type]
+    settlement = {"success": True, "transaction": "0xabc"}
+    made = _with_settlement(base, settlement)
+    assert made == dataclasses.replace(base, settlement=settlement, tx_hash="0xabc")
+    assert made.proof == base.proof  # not compared by ==, checked on its own
+    untouched = {f.name for f in dataclasses.fields(PaymentReceipt)} - {"settlement", "tx_hash"}
+    assert all(getattr(made, name) == getattr(base, name) for name in untouched)
+    assert _with_settlement(base, {"success": True}).tx_hash is None

@@ -22,10 +22,21 @@ def _refuse_constant(name: str) -> Any:
     raise JSONError(f"{name} is not allowed in JSON")
 
 
+#: One decoder for every call: `json.loads` with hooks builds a new one each time.
+_DECODER = json.JSONDecoder(parse_float=Decimal, parse_constant=_refuse_constant)
+
+
 def loads(data: bytes | str) -> Any:
-    """Parse JSON; fractional numbers become `Decimal`, NaN/Infinity are refused."""
+    """Parse JSON; fractional numbers become `Decimal`, NaN/Infinity are refused.
+
+    Accepts what `json.loads` accepts: `str`, or bytes in UTF-8, -16 or -32.
+    """
     try:
-        return json.loads(data, parse_float=Decimal, parse_constant=_refuse_constant)
+        if isinstance(data, str):
+            if data.startswith("\ufeff"):
+                raise JSONError("invalid JSON: unexpected UTF-8 byte order mark")
+            return _DECODER.decode(data)
+        return _DECODER.decode(data.decode(json.detect_encoding(data), "surrogatepass"))
     except (ValueError, RecursionError) as exc:
         if isinstance(exc, JSONError):
             raise

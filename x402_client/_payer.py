@@ -384,6 +384,32 @@ def _rebuild(
     )
 
 
+def _with_settlement(base: PaymentReceipt, settlement: Mapping[str, Any]) -> PaymentReceipt:
+    """`base` with the merchant's settlement and the transaction it names: what
+    `dataclasses.replace` makes, built directly (once per paid request, and `replace`
+    walks the fields generically). `test_receipt_with_settlement_keeps_every_field` keeps
+    it complete."""
+    return PaymentReceipt(
+        rail=base.rail,
+        scheme=base.scheme,
+        network=base.network,
+        asset=base.asset,
+        amount=base.amount,
+        currency=base.currency,
+        pay_to=base.pay_to,
+        resource=base.resource,
+        paid_at=base.paid_at,
+        proof=base.proof,
+        payment_request_code=base.payment_request_code,
+        transaction_code=base.transaction_code,
+        blockchain_tx_id=base.blockchain_tx_id,
+        tx_hash=_settlement_tx_hash(settlement),
+        payer=base.payer,
+        settlement=settlement,
+        payments=base.payments,
+    )
+
+
 def _settlement(response: httpx.Response) -> Mapping[str, Any] | None:
     return _settlement_of(response.headers)
 
@@ -1093,9 +1119,7 @@ class Payer:
             settlement = None if response is None else _settlement(response)
             if settlement is None:
                 return base
-            return dataclasses.replace(
-                base, settlement=settlement, tx_hash=_settlement_tx_hash(settlement)
-            )
+            return _with_settlement(base, settlement)
 
         def unknown(message: str) -> PaymentOutcomeUnknown:
             return PaymentOutcomeUnknown(
