@@ -183,6 +183,54 @@ def test_quiet_gate_measures_a_perturbed_block_again_later() -> None:
     assert run.gate_summary([{"steal": None}]).startswith("steal not measured")
 
 
+def test_quiet_gate_measures_a_slow_block_again_later() -> None:
+    """A block during which the speed probe read over `max_probe_ms` goes back to the
+    queue like a stolen one, whatever its steal; a block whose every attempt was slow
+    keeps the least perturbed attempt, steal and probe weighed against their gates."""
+    run = _run_module()
+    readings = iter([1.5, 1.0, 1.3, 1.1, 1.4, 1.25])
+
+    class Probe:
+        def __enter__(self) -> Any:
+            self.median_ms = next(readings)
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            pass
+
+    seen: list[str] = []
+
+    def job(name: str) -> Any:
+        return lambda: seen.append(name) or {"name": name, "n": seen.count(name)}
+
+    blocks = run.Blocks(
+        {"a": (1, job("a")), "b": (1, job("b")), "c": (1, job("c"))},
+        max_steal=0.05,
+        attempts=3,
+        pause=0,
+        meter=lambda: None,  # no steal readings: the probe alone decides
+        max_probe_ms=1.2,
+        probe=Probe,
+    )
+    blocks.plan(1)
+    blocks.run()  # a 1.5 (slow), b 1.0, c 1.3 (slow)
+    assert seen == ["a", "b", "c"] and blocks.results["a"] == []
+    blocks.finish()  # a 1.1 (quiet), c 1.4 then 1.25: slow every time
+    assert seen == ["a", "b", "c", "a", "c", "c"]
+    a, b, c = (blocks.results[k][0] for k in "abc")
+    assert (a["n"], a["attempts"], a["probe_ms"]) == (2, 2, 1.1)
+    assert a["probe_of_attempts"] == [1.5, 1.1] and a["max_probe_ms"] == 1.2
+    assert (b["attempts"], b["probe_ms"]) == (1, 1.0)
+    assert (c["n"], c["attempts"], c["probe_ms"]) == (3, 3, 1.25)
+    assert run.perturbation(c, 0.05, 1.2) > 1.0 >= run.perturbation(a, 0.05, 1.2)
+    # Steal and probe are weighed against their own gates: 10 % stolen (2x) is worse
+    # than a probe at 1.5 ms (1.25x); a missing reading counts as quiet.
+    assert run.perturbation({"steal": 0.10, "probe_ms": 1.0}, 0.05, 1.2) == pytest.approx(2.0)
+    assert run.perturbation({"steal": 0.0, "probe_ms": 1.5}, 0.05, 1.2) == pytest.approx(1.25)
+    assert run.perturbation({"steal": None, "probe_ms": None}, 0.05, 1.2) == 0.0
+    assert run.perturbation({"steal": 0.01, "probe_ms": 9.0}, 0.05, None) == pytest.approx(0.2)
+
+
 def test_throughput_is_the_mean_over_blocks_of_paired_bursts() -> None:
     """Figure 2 pairs each block's SDK burst with its floor burst: the value is the mean
     of the per-block ratios of req/s, the spread their t-interval; the burst order
