@@ -328,3 +328,33 @@ def test_speed_probe_times_the_machine_from_its_own_thread_and_leaves_affinity_a
     assert "speed probe per block 1.20-2.50 ms" in run.gate_summary(blocks)
     assert run.probe_of({"machine": {"speed_probe_ms": {"a": [1.0, 3.0], "b": [2.0, None]}}}) == 2.0
     assert run.probe_of({"machine": {}}) is None
+
+
+@pytest.mark.parametrize("suspend", [False, True])
+def test_in_process_diagnostic_pays_every_request_once(suspend: bool) -> None:
+    """`benchmarks/inprocess.py` (the paid GET without sockets) still runs: both flows pay
+    through the lean handlers, every served code was paid once, and each block reports
+    its medians. No timing is asserted."""
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "inprocess.py"),
+            "--pairs",
+            "10",
+            "--blocks",
+            "2",
+            *(["--suspend"] if suspend else []),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["served_codes_paid_once"] is True
+    assert result["suspend"] is suspend and result["pairs"] == 10
+    assert len(result["blocks"]) == 2
+    for row in result["blocks"]:
+        assert row["sdk_median_us"] > 0 and row["floor_median_us"] > 0
+        assert math.isfinite(row["over_p10_us"])
