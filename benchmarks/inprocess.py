@@ -95,8 +95,8 @@ def flows(*, suspend: bool) -> tuple[Any, HandWritten, _lean.Stats, _lean.Stats]
     )
     sdk = with_eur_payment(httpx.AsyncClient(transport=merchant), options)
     payer = sdk._transport.payer
-    made = payer.payment_api()
-    payer._api = PaymentAPI(made.api_url, made._key, transport=api)
+    # Set before the first payment, so the payer never builds its own (socket) client.
+    payer._api = PaymentAPI(API_URL, payer.options.api_key, transport=api)
     return sdk, floor, served, paid
 
 

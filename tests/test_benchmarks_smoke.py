@@ -135,6 +135,20 @@ def test_blocks_are_spread_over_the_run_and_interleaved() -> None:
     assert len(blocks.results["servers"]) == 2
 
 
+def _abc_blocks(run: Any, **gate: Any) -> tuple[Any, list[str]]:
+    """Blocks a, b and c, one of each, gated as `gate` says (at most 3 attempts, no
+    pause), planned in one place; each job records the order the blocks ran in and
+    returns how many times its block has run (`n`)."""
+    seen: list[str] = []
+
+    def job(name: str) -> Any:
+        return lambda: seen.append(name) or {"name": name, "n": seen.count(name)}
+
+    blocks = run.Blocks({k: (1, job(k)) for k in "abc"}, attempts=3, pause=0, **gate)
+    blocks.plan(1)
+    return blocks, seen
+
+
 def test_quiet_gate_measures_a_perturbed_block_again_later() -> None:
     """A block during which the hypervisor stole more than the gate allows goes to the
     back of the queue; after its last attempt the least perturbed measurement is kept."""
@@ -153,19 +167,8 @@ def test_quiet_gate_measures_a_perturbed_block_again_later() -> None:
             ticks["total"] += 100
         return ticks["stolen"], ticks["total"]
 
-    seen: list[str] = []
-
-    def job(name: str) -> Any:
-        return lambda: seen.append(name) or {"name": name, "n": seen.count(name)}
-
-    blocks = run.Blocks(
-        {"a": (1, job("a")), "b": (1, job("b")), "c": (1, job("c"))},
-        max_steal=0.05,
-        attempts=3,
-        pause=0,
-        meter=meter,
-    )
-    blocks.plan(1)
+    # Steal alone decides here: the speed probe's gate is off.
+    blocks, seen = _abc_blocks(run, max_steal=0.05, meter=meter, max_probe_ms=None)
     blocks.run()  # a (perturbed: back of the queue), b, c (perturbed)
     assert seen == ["a", "b", "c"]
     assert blocks.results["a"] == [] and len(blocks.results["b"]) == 1
@@ -198,21 +201,13 @@ def test_quiet_gate_measures_a_slow_block_again_later() -> None:
         def __exit__(self, *exc: object) -> None:
             pass
 
-    seen: list[str] = []
-
-    def job(name: str) -> Any:
-        return lambda: seen.append(name) or {"name": name, "n": seen.count(name)}
-
-    blocks = run.Blocks(
-        {"a": (1, job("a")), "b": (1, job("b")), "c": (1, job("c"))},
+    blocks, seen = _abc_blocks(
+        run,
         max_steal=0.05,
-        attempts=3,
-        pause=0,
         meter=lambda: None,  # no steal readings: the probe alone decides
         max_probe_ms=1.2,
         probe=Probe,
     )
-    blocks.plan(1)
     blocks.run()  # a 1.5 (slow), b 1.0, c 1.3 (slow)
     assert seen == ["a", "b", "c"] and blocks.results["a"] == []
     blocks.finish()  # a 1.1 (quiet), c 1.4 then 1.25: slow every time

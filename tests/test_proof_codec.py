@@ -3,7 +3,7 @@
 The euro proof and the payment-API body are written with f-strings (a paid request spends
 no time building models for them); these properties pin them to `encode_proof` and
 `_json.dumps`, for any strings and amounts the wire can carry. So are the shared JSON
-decoder (`_json.loads`) and the settled receipt (`_with_settlement`).
+decoder (`_json.loads`) and the settled receipt (`Payer._receipt`).
 """
 
 from __future__ import annotations
@@ -20,11 +20,12 @@ from hypothesis import strategies as st
 
 from x402_client import _json, decode_proof, encode_proof
 from x402_client._models import EuroPayload, PaymentProof
-from x402_client._payer import _with_settlement
+from x402_client._payer import Payer
 from x402_client._payment_api import PaymentAPI, payment_request_body
+from x402_client._rails import Paid
 from x402_client._rails.euro import euro_proof
 from x402_client._secret import SecretStr
-from x402_client._types import PaymentReceipt
+from x402_client._types import PaymentIntent, PaymentReceipt
 
 texts = st.text(max_size=40)
 amounts = st.decimals(min_value=Decimal("0.01"), max_value=Decimal("1000000"), places=2)
@@ -130,25 +131,33 @@ def test_loads_is_safe_across_threads() -> None:
 
 
 def test_receipt_with_settlement_keeps_every_field() -> None:
-    """`_with_settlement` builds what `dataclasses.replace` would: a field added to
-    `PaymentReceipt` and forgotten there fails here."""
-    values: dict[str, object] = {}
-    for i, field in enumerate(dataclasses.fields(PaymentReceipt)):
-        if field.name == "amount":
-            values[field.name] = Decimal("1.25")
-        elif field.name == "paid_at":
-            values[field.name] = datetime(2026, 11, 22, tzinfo=timezone.utc)
-        elif field.name == "payments":
-            values[field.name] = 3
-        elif field.name == "settlement":
-            values[field.name] = {"old": True}
-        else:
-            values[field.name] = f"value-{i}"
-    base = PaymentReceipt(**values)  # type: ignore[arg-type]
+    """The receipt `_deliver` makes with the merchant's settlement is what
+    `dataclasses.replace` would make of the receipt without it: only the settlement and
+    the transaction it names differ."""
+    intent = PaymentIntent(
+        rail="euro",
+        scheme="euro",
+        network="provider:mainnet",
+        asset="EURO",
+        asset_symbol="EURO",
+        amount=Decimal("1.25"),
+        currency="EUR",
+        pay_to="ACC_MERCHANT",
+        resource="https://merchant.test/paid",
+    )
+    paid = Paid(
+        proof="proof-value",
+        payment_request_code="pr_1",
+        transaction_code="QP1",
+        blockchain_tx_id="0xchain",
+        payer="0xpayer",
+    )
+    at = datetime(2026, 11, 22, tzinfo=timezone.utc)
+    base = Payer._receipt(intent, paid, at, 3)
     settlement = {"success": True, "transaction": "0xabc"}
-    made = _with_settlement(base, settlement)
+    made = Payer._receipt(intent, paid, base.paid_at, base.payments, settlement)
     assert made == dataclasses.replace(base, settlement=settlement, tx_hash="0xabc")
     assert made.proof == base.proof  # not compared by ==, checked on its own
     untouched = {f.name for f in dataclasses.fields(PaymentReceipt)} - {"settlement", "tx_hash"}
     assert all(getattr(made, name) == getattr(base, name) for name in untouched)
-    assert _with_settlement(base, {"success": True}).tx_hash is None
+    assert Payer._receipt(intent, paid, at, 3, {"success": True}).tx_hash is None

@@ -384,32 +384,6 @@ def _rebuild(
     )
 
 
-def _with_settlement(base: PaymentReceipt, settlement: Mapping[str, Any]) -> PaymentReceipt:
-    """`base` with the merchant's settlement and the transaction it names: what
-    `dataclasses.replace` makes, built directly (once per paid request, and `replace`
-    walks the fields generically). `test_receipt_with_settlement_keeps_every_field` keeps
-    it complete."""
-    return PaymentReceipt(
-        rail=base.rail,
-        scheme=base.scheme,
-        network=base.network,
-        asset=base.asset,
-        amount=base.amount,
-        currency=base.currency,
-        pay_to=base.pay_to,
-        resource=base.resource,
-        paid_at=base.paid_at,
-        proof=base.proof,
-        payment_request_code=base.payment_request_code,
-        transaction_code=base.transaction_code,
-        blockchain_tx_id=base.blockchain_tx_id,
-        tx_hash=_settlement_tx_hash(settlement),
-        payer=base.payer,
-        settlement=settlement,
-        payments=base.payments,
-    )
-
-
 def _settlement(response: httpx.Response) -> Mapping[str, Any] | None:
     return _settlement_of(response.headers)
 
@@ -1066,9 +1040,10 @@ class Payer:
         paid: Paid,
         paid_at: datetime,
         payments: int,
+        settlement: Mapping[str, Any] | None = None,
     ) -> PaymentReceipt:
-        """The receipt of a payment whose proof exists; the settlement is added when the
-        merchant's answer carries one (`_deliver`)."""
+        """The receipt of a payment whose proof exists; `_deliver` makes it again with the
+        merchant's settlement (and the transaction it names) when the answer carries one."""
         return PaymentReceipt(
             rail=intent.rail,
             scheme=intent.scheme,
@@ -1084,6 +1059,8 @@ class Payer:
             transaction_code=paid.transaction_code,
             blockchain_tx_id=paid.blockchain_tx_id,
             payer=paid.payer,
+            tx_hash=_settlement_tx_hash(settlement),
+            settlement=settlement,
             payments=payments,
         )
 
@@ -1119,7 +1096,7 @@ class Payer:
             settlement = None if response is None else _settlement(response)
             if settlement is None:
                 return base
-            return _with_settlement(base, settlement)
+            return self._receipt(intent, paid, base.paid_at, base.payments, settlement)
 
         def unknown(message: str) -> PaymentOutcomeUnknown:
             return PaymentOutcomeUnknown(
