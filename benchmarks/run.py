@@ -1812,7 +1812,10 @@ def main() -> None:
     def wanted(name: str) -> bool:
         return name in only if only else name not in EXTRA_SECTIONS
 
-    out = Path(args.out or (HERE / "results" / ("tmp" if args.smoke else "")))
+    # Only a whole run replaces results/latest.{json,png}: a smoke run or a subset (`--only`)
+    # writes to results/tmp/ unless `--out` says otherwise.
+    partial = args.smoke or bool(only)
+    out = Path(args.out or (HERE / "results" / ("tmp" if partial else "")))
     out.mkdir(parents=True, exist_ok=True)
     started, ticks = time.perf_counter(), cpu_ticks()
     info = machine()
