@@ -36,7 +36,7 @@ test: $(STAMP)
 lint: $(STAMP)
 	$(PY) -m mypy x402_client
 	$(PY) -m ruff check .
-	$(PY) -m ruff format --check x402_client
+	$(PY) -m ruff format --check .
 
 check: test lint
 

@@ -325,6 +325,62 @@ def test_speed_probe_times_the_machine_from_its_own_thread_and_leaves_affinity_a
     assert run.probe_of({"machine": {}}) is None
 
 
+def test_reproducibility_verdicts_and_4b_relative_to_the_probe(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = _run_module()
+    assert run.reproduced([1.0, 1.02], [(0.97, 1.03), (0.99, 1.05)]) == "yes"
+    # The smallest stated spread decides: 0.03 here, and the runs differ by 0.04.
+    assert run.reproduced([1.0, 1.04], [(0.9, 1.1), (1.02, 1.05)]) == "NO"
+    assert run.reproduced([1.0, 1.0], [(1.0, 1.0)]) == "yes (identical)"
+    assert run.reproduced([1.0, 2.0], [(1.0, 1.0)]) == "NO"
+    assert run.reproduced([1.0, 2.0], []) == "no spread stated"
+
+    def evm_run(value: float, probes: list[float], signing: list[list[float]]) -> dict[str, Any]:
+        blocks = [
+            {"probe_ms": p, "signing_cpu_ms": s, "signing_gc_ms": [0.0] * (len(s) - 1) + [0.5]}
+            for p, s in zip(probes, signing, strict=True)
+        ]
+        return {
+            "machine": {"speed_probe_ms": {"evm": probes}},
+            "figures": {
+                "evm_rpc": {"value": 1.0, "spread": [1.0, 1.0], "blocks": blocks},
+                "evm_cpu": {"value": value, "spread": [value - 0.01, value + 0.01]},
+            },
+        }
+
+    # Twice as slow a machine: signatures take twice the ms, and as many probes.
+    quiet = evm_run(1.0, [1.0, 1.0], [[1.0, 1.5], [1.0, 1.5]])
+    busy = evm_run(2.0, [2.0, 2.0], [[2.0, 2.5], [2.0, 2.5]])
+    # The last signature of each block hosted a 0.5 ms collection: left out, as in 4b.
+    assert run.signing_per_probe(quiet) == (1.0, (1.0, 1.0))
+    assert run.signing_per_probe(busy) == (1.0, (1.0, 1.0))
+    assert run.signing_per_probe({"figures": {}}) is None
+    no_probe = evm_run(1.0, [1.0], [[1.0]])
+    no_probe["figures"]["evm_rpc"]["blocks"][0]["probe_ms"] = None
+    assert run.signing_per_probe(no_probe) is None
+
+    paths = []
+    for name, data in (("quiet", quiet), ("busy", busy)):
+        (tmp_path / name).write_text(json.dumps(data))
+        paths.append(str(tmp_path / name))
+    run.compare(paths)
+    table = capsys.readouterr().out
+    assert "| evm_cpu | 1 | 2 | 1 | 0.02 | NO |" in table  # absolute: moves with the machine
+    assert "| evm_cpu_per_probe | 1 | 1 | 0 | 0 | yes (identical) |" in table
+    assert "| evm_rpc | 1 | 1 | 0 | 0 | yes (identical) |" in table
+    assert "quieter): 1.00, 2.00" in table
+
+
+def test_only_a_whole_run_replaces_results_latest() -> None:
+    run = _run_module()
+    results = ROOT / "benchmarks" / "results"
+    assert run.output_dir(None, partial=False) == results
+    assert run.output_dir(None, partial=True) == results / "tmp"
+    assert run.output_dir("/x/y", partial=True) == Path("/x/y")
+    assert run.output_dir("/x/y", partial=False) == Path("/x/y")
+
+
 @pytest.mark.parametrize("suspend", [False, True])
 def test_in_process_diagnostic_pays_every_request_once(suspend: bool) -> None:
     """`benchmarks/inprocess.py` (the paid GET without sockets) still runs: both flows pay

@@ -531,6 +531,7 @@ SETTLED_OUTCOMES = {
     "bridge-delivery-held": {"paid"},
 }
 
+
 def _outcome_cases() -> list[Any]:
     cases = []
     for case in MATRIX:

@@ -32,12 +32,14 @@ from mcp_types import CallToolResult
 from tests.conftest import scan_for_secrets
 from x402_client import PaymentOutcomeUnknown, PaymentReceipt
 from x402_client.mcp_server import (
+    TOKEN_ENV,
     TOOLS,
     ToolError,
     _body_json,
     _error_json,
     parse_budget,
     parse_budgets,
+    require_bearer,
 )
 from x402_client.sandbox import Account, Sandbox
 
@@ -296,6 +298,13 @@ def test_usage_mistakes_exit_2_without_a_traceback(args, expected):
     assert len(result.stderr.splitlines()) <= 2 and result.stdout == ""
 
 
+def test_a_short_token_is_a_usage_mistake():
+    result = run_cli("--budget", "1", "--http", "127.0.0.1:8402", env={TOKEN_ENV: "short-secret"})
+    assert result.returncode == 2
+    [line] = result.stderr.splitlines()
+    assert TOKEN_ENV in line and "16 characters" in line and "short-secret" not in line
+
+
 def test_a_bad_budget_in_the_environment_is_a_usage_mistake():
     result = run_cli(env={"X402_EUR_BUDGET": "1.00/fortnight"})
     assert result.returncode == 2
@@ -442,7 +451,110 @@ async def test_over_http_the_same_tools_pay_and_refuse(sandbox):
     assert account.api_key not in logs
 
 
+#: A bearer token for the HTTP endpoint (as `secrets.token_urlsafe(24)` would give).
+TOKEN = "tok-4fN0cY5mZ3p8QaW1rT6vB9xK"
+
+
+@pytest.mark.anyio
+async def test_over_http_a_token_keeps_out_whoever_does_not_carry_it(sandbox):
+    import httpx2
+    from mcp.client.streamable_http import streamable_http_client
+
+    account = sandbox.bank.open_account("10.00")
+    env = server_env(sandbox, account, **{TOKEN_ENV: TOKEN})
+    weather = sandbox.url("/weather")
+    mcp_headers = {"Accept": "application/json, text/event-stream"}
+    call = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": "fetch", "arguments": {"url": weather}},
+    }
+    with stderr_file() as errlog:
+        async with http_server(env, "--budget", "0.25", errlog=errlog) as url:
+            async with httpx2.AsyncClient(timeout=30) as plain:
+                for authorization in (None, "Bearer wrong-token-of-some-length", TOKEN, "Bearer"):
+                    headers = dict(mcp_headers)
+                    if authorization is not None:
+                        headers["Authorization"] = authorization
+                    refused = await plain.post(url, json=call, headers=headers)
+                    assert refused.status_code == 401, (authorization, refused.text)
+                    assert refused.headers["www-authenticate"].startswith("Bearer")
+                    assert TOKEN not in refused.text
+                # The same request with the token reaches the MCP layer (which then wants a
+                # session): the 401s above were the token's doing.
+                reached = await plain.post(
+                    url, json=call, headers={**mcp_headers, "Authorization": f"Bearer {TOKEN}"}
+                )
+                assert reached.status_code != 401
+            assert sandbox.balance(account) == Decimal("10.00")
+
+            async with (
+                httpx2.AsyncClient(headers={"Authorization": f"Bearer {TOKEN}"}) as http,
+                Client(
+                    streamable_http_client(url, http_client=http), read_timeout_seconds=60
+                ) as client,
+            ):
+                tools = Tools(client, account.api_key)
+                paid = await tools.ok("fetch", url=weather)
+                assert paid["receipt"]["amount"] == "0.10"
+        logs = read_back(errlog)
+    assert sandbox.balance(account) == Decimal("9.90")
+    assert "bearer token required" in logs
+    assert TOKEN not in logs and account.api_key not in logs
+
+
 # --- pure parts ---------------------------------------------------------------------------------
+
+
+async def _asgi_answer(app: Any, headers: list[tuple[bytes, bytes]]) -> list[dict[str, Any]]:
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    await app({"type": "http", "headers": headers}, receive, send)
+    return sent
+
+
+@pytest.mark.anyio
+async def test_require_bearer_lets_through_exactly_the_token():
+    reached: list[Any] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        reached.append(scope)
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+
+    guarded = require_bearer(app, TOKEN)
+    good = (b"authorization", f"Bearer {TOKEN}".encode())
+    assert (await _asgi_answer(guarded, [good]))[0]["status"] == 200
+    assert (await _asgi_answer(guarded, [(b"Authorization", good[1])]))[0]["status"] == 200
+    for headers in (
+        [],
+        [(b"authorization", TOKEN.encode())],
+        [(b"authorization", f"bearer {TOKEN}x".encode())],
+        [(b"authorization", f"Bearer {TOKEN[:-1]}".encode())],
+        [good, (b"authorization", b"Bearer other")],  # two answers: which one counts?
+    ):
+        start, body = await _asgi_answer(guarded, headers)
+        assert start["status"] == 401, headers
+        assert TOKEN.encode() not in body["body"]
+    assert len(reached) == 2
+
+    closed: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        closed.append(message)
+
+    await guarded({"type": "websocket", "headers": []}, None, send)
+    assert closed == [{"type": "websocket.close", "code": 1008}] and len(reached) == 2
+
+    lifespan: list[Any] = []
+    await guarded({"type": "lifespan"}, None, lifespan.append)
+    assert len(reached) == 3
 
 
 @pytest.mark.parametrize(

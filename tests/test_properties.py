@@ -34,13 +34,18 @@ from x402_client._proof import ProofError
 from x402_client._provider import find_transaction, provider_errors, transaction_code_of, unwrap
 from x402_client.sandbox import ServedApp
 
-json_scalars = st.none() | st.booleans() | st.integers() | st.text(max_size=20) | st.floats(
-    allow_nan=False, allow_infinity=False
+json_scalars = (
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.text(max_size=20)
+    | st.floats(allow_nan=False, allow_infinity=False)
 )
 json_values = st.recursive(
     json_scalars,
-    lambda children: st.lists(children, max_size=4)
-    | st.dictionaries(st.text(max_size=12), children, max_size=4),
+    lambda children: (
+        st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=12), children, max_size=4)
+    ),
     max_leaves=20,
 )
 amount_texts = st.one_of(
@@ -164,8 +169,13 @@ class Scripted:
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             return
-        await send({"type": "http.response.start", "status": self.status,
-                    "headers": [(b"content-type", b"application/json")]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": self.status,
+                "headers": [(b"content-type", b"application/json")],
+            }
+        )
         await send({"type": "http.response.body", "body": self.body})
 
 
@@ -187,7 +197,9 @@ def scripted_server():
     loop.close()
 
 
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(bodies | json_values)
 def test_client_never_pays_a_hostile_402(sandbox, scripted_server, body: Any) -> None:
     import anyio
@@ -209,10 +221,16 @@ def test_client_never_pays_a_hostile_402(sandbox, scripted_server, body: Any) ->
     assert sandbox.balance(payer) == Decimal("10.00")
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(st.sampled_from([200, 201, 301, 400, 402, 404, 409, 422, 500, 502, 503]),
-       json_values | st.binary(max_size=50))
-def test_payment_api_answers_are_classified(sandbox, scripted_server, status: int, body: Any) -> None:
+@settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    st.sampled_from([200, 201, 301, 400, 402, 404, 409, 422, 500, 502, 503]),
+    json_values | st.binary(max_size=50),
+)
+def test_payment_api_answers_are_classified(
+    sandbox, scripted_server, status: int, body: Any
+) -> None:
     import anyio
 
     app, api_url = scripted_server

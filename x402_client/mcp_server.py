@@ -17,8 +17,10 @@ is a tool error (`isError`) whose `{"error": {...}}` says whether money moved
 Configuration comes from the environment (`PaymentOptions.from_env()`) plus a budget
 (`--budget 5.00/24h` or `X402_EUR_BUDGET`): without one the server refuses to start,
 unless `--no-budget` allows it. Transport: stdio by default; `--http HOST:PORT` serves
-streamable HTTP, on a loopback address only unless `--allow-remote` (the endpoint has no
-authentication, and whoever reaches it spends the budget).
+streamable HTTP, on a loopback address only unless `--allow-remote`. With
+`X402_EUR_MCP_TOKEN` set, every HTTP request must carry `Authorization: Bearer <token>`
+(401 otherwise); without it the endpoint has no authentication, and whoever reaches it
+spends the budget.
 
 Built on the `mcp` SDK's low-level `Server`, not `MCPServer`: the latter calls
 `logging.basicConfig` on the root logger, and on stdio the process's stdout *is* the
@@ -60,6 +62,8 @@ if TYPE_CHECKING:
 __all__ = [
     "BUDGET_ENV",
     "DEFAULT_MAX_BODY_BYTES",
+    "MIN_TOKEN_LENGTH",
+    "TOKEN_ENV",
     "TOOLS",
     "PaymentTools",
     "ToolError",
@@ -68,6 +72,7 @@ __all__ = [
     "configure_parser",
     "parse_budget",
     "parse_budgets",
+    "require_bearer",
     "run",
 ]
 
@@ -77,6 +82,11 @@ logger = logging.getLogger("x402_client.mcp")
 BUDGET_ENV = "X402_EUR_BUDGET"
 #: The largest response body a `fetch` result holds, in bytes.
 DEFAULT_MAX_BODY_BYTES = 100_000
+#: The environment variable holding the bearer token that `--http` requires when set. Read
+#: from the environment only: a command line is visible to every local user (`ps`).
+TOKEN_ENV = "X402_EUR_MCP_TOKEN"  # noqa: S105 (the variable's name, not a token)
+#: The shortest token accepted: 16 characters (e.g. `secrets.token_urlsafe(32)` gives 43).
+MIN_TOKEN_LENGTH = 16
 
 _METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")
 _TEXT_TYPES = frozenset(
@@ -912,8 +922,8 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--allow-remote",
         action="store_true",
-        help="allow --http on a non-loopback address (no authentication: anyone who reaches "
-        "it spends your budget)",
+        help=f"allow --http on a non-loopback address (set {TOKEN_ENV} or serve behind an "
+        "authenticating proxy: whoever reaches the endpoint spends your budget)",
     )
     parser.add_argument(
         "--max-body-bytes",
@@ -987,10 +997,17 @@ async def run(args: argparse.Namespace) -> int:
             "--no-budget starts without one"
         )
         return 2
+    token = os.environ.get(TOKEN_ENV) or None
+    if token is not None and len(token) < MIN_TOKEN_LENGTH:
+        _say(
+            f"{TOKEN_ENV} is too short to guard a budget: give at least {MIN_TOKEN_LENGTH} "
+            "characters (e.g. python -c 'import secrets; print(secrets.token_urlsafe(32))')"
+        )
+        return 2
     if args.http is not None and not _is_loopback(args.http[0]) and not args.allow_remote:
         _say(
-            f"refusing to serve on {args.http[0]}: not a loopback address, and the endpoint has "
-            "no authentication (whoever reaches it spends your budget); add --allow-remote "
+            f"refusing to serve on {args.http[0]}: not a loopback address, and whoever reaches "
+            f"the endpoint spends your budget; add --allow-remote, with {TOKEN_ENV} set or "
             "behind an authenticating proxy"
         )
         return 2
@@ -1011,7 +1028,7 @@ async def run(args: argparse.Namespace) -> int:
             return 2
     options = PaymentOptions.from_env(**overrides)
     try:
-        return await _serve(args, options, budgets)
+        return await _serve(args, options, budgets, token)
     finally:
         from ._state import state_of
 
@@ -1030,12 +1047,15 @@ def _state_path(given: str | None) -> Any:
     return path
 
 
-async def _serve(args: argparse.Namespace, options: Any, budgets: Sequence[Budget]) -> int:
+async def _serve(
+    args: argparse.Namespace, options: Any, budgets: Sequence[Budget], token: str | None
+) -> int:
     import httpx
 
     from ._transport import with_eur_payment
 
-    with _logging_to_stderr(args.log_level, _secrets_of(options)):
+    secrets = _secrets_of(options) + ([token] if token else [])
+    with _logging_to_stderr(args.log_level, secrets):
         spending = "; ".join(b.name for b in budgets) or "no budget"
         client = httpx.AsyncClient(follow_redirects=True, timeout=httpx.Timeout(60.0))
         async with with_eur_payment(client, options) as paying:
@@ -1045,7 +1065,7 @@ async def _serve(args: argparse.Namespace, options: Any, budgets: Sequence[Budge
                 logger.info("serving MCP on stdio; budget: %s", spending)
                 await _serve_stdio(server)
             else:
-                await _serve_http(server, *args.http, spending=spending)
+                await _serve_http(server, *args.http, spending=spending, token=token)
     return 0
 
 
@@ -1058,7 +1078,9 @@ async def _serve_stdio(server: Server[Any]) -> None:
         await server.run(read_stream, write_stream, server.create_initialization_options())
 
 
-async def _serve_http(server: Server[Any], host: str, port: int, *, spending: str) -> None:
+async def _serve_http(
+    server: Server[Any], host: str, port: int, *, spending: str, token: str | None
+) -> None:
     import socket
 
     import uvicorn
@@ -1072,21 +1094,64 @@ async def _serve_http(server: Server[Any], host: str, port: int, *, spending: st
             address, actual = bound[0][:2] if bound else (host, port)
             shown = f"[{address}]" if ":" in str(address) else address
             logger.info(
-                "serving MCP over streamable HTTP at http://%s:%d/mcp; budget: %s",
+                "serving MCP over streamable HTTP at http://%s:%d/mcp; budget: %s; %s",
                 shown,
                 actual,
                 spending,
+                "bearer token required" if token else f"no authentication ({TOKEN_ENV} unset)",
             )
 
     # For 127.0.0.1, localhost and ::1 the SDK also turns on DNS-rebinding protection
     # (Host and Origin checked), so a web page cannot reach the endpoint through a browser.
-    app = server.streamable_http_app(host=host)
+    app: Any = server.streamable_http_app(host=host)
+    if token is not None:
+        app = require_bearer(app, token)
     # No uvicorn logging config: its records reach our stderr handler; its access log
     # (which would go to stdout) is off.
     config = uvicorn.Config(
         app, host=host, port=port, log_config=None, access_log=False, lifespan="on"
     )
     await Announcing(config).serve()
+
+
+#: An ASGI application: `(scope, receive, send)`.
+_Asgi = Callable[[Any, Any, Any], Awaitable[None]]
+
+
+def require_bearer(app: _Asgi, token: str) -> _Asgi:
+    """`app` behind a bearer token: an HTTP request whose `Authorization` is not exactly
+    `Bearer <token>` gets 401 (`WWW-Authenticate: Bearer`) and never reaches `app`.
+
+    Compared in constant time; the token appears in no answer. A WebSocket without it is
+    closed (1008, policy violation); lifespan events pass."""
+    import hmac
+
+    expected = f"Bearer {token}".encode()
+    body = b'{"error":"unauthorized: send Authorization: Bearer <token>"}'
+
+    async def guarded(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] in ("http", "websocket"):
+            given = [v for k, v in scope["headers"] if k.lower() == b"authorization"]
+            if len(given) != 1 or not hmac.compare_digest(given[0], expected):
+                if scope["type"] == "websocket":
+                    await send({"type": "websocket.close", "code": 1008})
+                    return
+                await send(
+                    {
+                        "type": "http.response.start",
+                        "status": 401,
+                        "headers": [
+                            (b"content-type", b"application/json"),
+                            (b"content-length", str(len(body)).encode()),
+                            (b"www-authenticate", b'Bearer realm="x402-eur mcp"'),
+                        ],
+                    }
+                )
+                await send({"type": "http.response.body", "body": body})
+                return
+        await app(scope, receive, send)
+
+    return guarded
 
 
 if __name__ == "__main__":  # pragma: no cover
