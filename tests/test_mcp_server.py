@@ -298,11 +298,19 @@ def test_usage_mistakes_exit_2_without_a_traceback(args, expected):
     assert len(result.stderr.splitlines()) <= 2 and result.stdout == ""
 
 
-def test_a_short_token_is_a_usage_mistake():
-    result = run_cli("--budget", "1", "--http", "127.0.0.1:8402", env={TOKEN_ENV: "short-secret"})
+@pytest.mark.parametrize(
+    ("token", "expected"),
+    [
+        ("short-secret", "16 characters"),
+        ("a token with spaces in it", "printable ASCII without spaces"),
+        ("jeton-très-long-et-secret", "printable ASCII without spaces"),
+    ],
+)
+def test_a_token_that_cannot_guard_the_endpoint_is_a_usage_mistake(token, expected):
+    result = run_cli("--budget", "1", "--http", "127.0.0.1:8402", env={TOKEN_ENV: token})
     assert result.returncode == 2
     [line] = result.stderr.splitlines()
-    assert TOKEN_ENV in line and "16 characters" in line and "short-secret" not in line
+    assert TOKEN_ENV in line and expected in line and token not in line
 
 
 def test_a_bad_budget_in_the_environment_is_a_usage_mistake():

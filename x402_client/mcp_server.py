@@ -998,10 +998,10 @@ async def run(args: argparse.Namespace) -> int:
         )
         return 2
     token = os.environ.get(TOKEN_ENV) or None
-    if token is not None and len(token) < MIN_TOKEN_LENGTH:
+    if token is not None and (problem := _token_problem(token)):
         _say(
-            f"{TOKEN_ENV} is too short to guard a budget: give at least {MIN_TOKEN_LENGTH} "
-            "characters (e.g. python -c 'import secrets; print(secrets.token_urlsafe(32))')"
+            f"{TOKEN_ENV} {problem} (e.g. python -c 'import secrets; "
+            "print(secrets.token_urlsafe(32))')"
         )
         return 2
     if args.http is not None and not _is_loopback(args.http[0]) and not args.allow_remote:
@@ -1034,6 +1034,16 @@ async def run(args: argparse.Namespace) -> int:
 
         if options.state_path is not None:
             state_of(options).close()
+
+
+def _token_problem(token: str) -> str | None:
+    """Why `token` cannot guard the HTTP endpoint, or None. A header carries it as
+    `Bearer <token>`: printable ASCII without spaces (as `secrets.token_urlsafe` gives)."""
+    if len(token) < MIN_TOKEN_LENGTH:
+        return f"is too short to guard a budget: give at least {MIN_TOKEN_LENGTH} characters"
+    if not (token.isascii() and token.isprintable()) or " " in token:
+        return "must be printable ASCII without spaces, as an HTTP header carries it"
+    return None
 
 
 def _state_path(given: str | None) -> Any:
