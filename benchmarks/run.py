@@ -1231,6 +1231,15 @@ def evm_block(counts: dict[str, int]) -> dict[str, Any]:
         return {"error": f"EVM sandbox or rail not working: {type(exc).__name__}: {exc}"[:300]}
 
 
+def signing_ms(block: dict[str, Any]) -> float:
+    """An EVM block's mean signing CPU per signature, ms: each signature's own CPU. A
+    collection that ran inside one was triggered by the whole payment's allocations, and
+    is counted in the client CPU per payment instead."""
+    return statistics.fmean(
+        t - g for t, g in zip(block["signing_cpu_ms"], block["signing_gc_ms"], strict=True)
+    )
+
+
 def fig_evm(blocks: list[dict[str, Any]]) -> list[Figure]:
     title_rpc = "4a. EVM permit payment: RPC round trips when warm (JSON-RPC calls in detail)"
     title_cpu = "4b. EVM permit payment: signing CPU per payment (informational)"
@@ -1249,14 +1258,7 @@ def fig_evm(blocks: list[dict[str, Any]]) -> list[Figure]:
     for b in blocks:
         tally.update(b["methods"])
     methods = dict(tally)
-    # A signature's own CPU: a collection that ran inside it was triggered by the whole
-    # payment's allocations, and is counted in the client CPU per payment instead.
-    signing = [
-        statistics.fmean(
-            t - g for t, g in zip(b["signing_cpu_ms"], b["signing_gc_ms"], strict=True)
-        )
-        for b in blocks
-    ]
+    signing = [signing_ms(b) for b in blocks]
     hosted = [g for b in blocks for g in b["signing_gc_ms"] if g > 0]
     client_cpu = sum(b["client_cpu_ms_per_payment"] * b["payments"] for b in blocks) / n
     ok = trips <= EVM_ROUND_TRIPS
@@ -1731,32 +1733,26 @@ def compare(paths: list[str]) -> None:
         "smallest stated spread | range < spread? |"
     )
     print("|---|" + "---|" * (len(runs) + 3))
-    rows: list[tuple[str, list[float | None], list[tuple[float, float]]]] = []
+    rows = []
     for key in keys:
         figs = [r["figures"][key] for r in runs]
         rows.append(
-            (key, [f["value"] for f in figs], [tuple(f["spread"]) for f in figs if f.get("spread")])
+            (key, [f["value"] for f in figs], [f["spread"] for f in figs if f.get("spread")])
         )
     derived = [signing_per_probe(r) for r in runs]
-    if all(d is not None for d in derived):
-        rows.append(
-            (
-                "evm_cpu_per_probe",
-                [d[0] for d in derived if d is not None],
-                [d[1] for d in derived if d is not None],
-            )
-        )
+    if all(derived):
+        rows.append(("evm_cpu_per_probe", [d[0] for d in derived], [d[1] for d in derived]))
     for key, values, spreads in rows:
-        if any(v is None for v in values):
+        if None in values:
             print(f"| {key} | " + " | ".join("-" for _ in runs) + " | - | - | skipped |")
             continue
-        known = [v for v in values if v is not None]
-        width = max(known) - min(known)
         spread = min((hi - lo for lo, hi in spreads), default=None)
-        shown = " | ".join(f"{_fmt(v)}" for v in known)
+        shown = " | ".join(f"{_fmt(v)}" for v in values)
         spread_text = "-" if spread is None else _fmt(spread)
-        verdict = reproduced(known, spreads)
-        print(f"| {key} | {shown} | {_fmt(width)} | {spread_text} | {verdict} |")
+        verdict = reproduced(values, spreads)
+        print(
+            f"| {key} | {shown} | {_fmt(max(values) - min(values))} | {spread_text} | {verdict} |"
+        )
     probes = [probe_of(r) for r in runs]
     print(
         "\nThe machine (the speed probe's median over every block of the run, ms; lower is "
@@ -1791,10 +1787,7 @@ def signing_per_probe(run: dict[str, Any]) -> tuple[float, tuple[float, float]] 
         probe = block.get("probe_ms")
         if not probe or not block.get("signing_cpu_ms"):
             return None
-        signing = statistics.fmean(
-            t - g for t, g in zip(block["signing_cpu_ms"], block["signing_gc_ms"], strict=True)
-        )
-        ratios.append(signing / probe)
+        ratios.append(signing_ms(block) / probe)
     if not ratios:
         return None
     return over_blocks(ratios)
