@@ -10,19 +10,18 @@ import sys
 import textwrap
 import time
 from decimal import Decimal
-from typing import Any
 
 import anyio
 import httpx
 import pytest
 
 from tests.conftest import payments
+from tests.factories import euro_intent
 from x402_client import (
     Budget,
     BudgetExceeded,
     InMemoryBudgetStore,
     InsufficientFunds,
-    PaymentIntent,
     RedisBudgetStore,
     payment_ledger,
     with_eur_payment,
@@ -34,52 +33,36 @@ from x402_client.sandbox import EuroOffer, Price, Sandbox
 pytestmark = pytest.mark.anyio
 
 
-def _intent(amount: str, currency: str = "EUR", **kw: Any) -> PaymentIntent:
-    fields: dict[str, Any] = {
-        "rail": "euro",
-        "scheme": "euro",
-        "network": "provider:mainnet",
-        "asset": "EURO",
-        "asset_symbol": "EURO",
-        "amount": Decimal(amount),
-        "currency": currency,
-        "pay_to": "ACC_X",
-        "resource": "http://x/",
-    }
-    fields.update(kw)
-    return PaymentIntent(**fields)
-
-
 async def test_rolling_window_forgets_old_spending():
     now = [1000.0]
     budgets = Budgets([Budget("0.30", window=60)], InMemoryBudgetStore(clock=lambda: now[0]))
-    held = [await budgets.reserve(_intent("0.10")) for _ in range(3)]
+    held = [await budgets.reserve(euro_intent("0.10")) for _ in range(3)]
     with pytest.raises(BudgetExceeded, match=r"0\.30 EUR per 60 s"):
-        await budgets.reserve(_intent("0.10"))
+        await budgets.reserve(euro_intent("0.10"))
     now[0] += 61
-    assert await budgets.reserve(_intent("0.10"))
+    assert await budgets.reserve(euro_intent("0.10"))
     await budgets.release(held[0])  # releasing an expired reservation is harmless
 
 
 async def test_released_reservations_are_given_back_and_currencies_never_mix():
     budgets = Budgets([Budget("0.10"), Budget("1", currency="USD")], None)
-    held = await budgets.reserve(_intent("0.10"))
+    held = await budgets.reserve(euro_intent("0.10"))
     with pytest.raises(BudgetExceeded):
-        await budgets.reserve(_intent("0.01"))
+        await budgets.reserve(euro_intent("0.01"))
     await budgets.release(held)
-    assert await budgets.reserve(_intent("0.10"))
+    assert await budgets.reserve(euro_intent("0.10"))
     # a USD intent counts against the USD budget only
-    assert await budgets.reserve(_intent("1.00", currency="USD"))
+    assert await budgets.reserve(euro_intent("1.00", currency="USD"))
     with pytest.raises(BudgetExceeded):
-        await budgets.reserve(_intent("0.01", currency="USD"))
+        await budgets.reserve(euro_intent("0.01", currency="USD"))
 
 
 async def test_all_budgets_or_none():
     store = InMemoryBudgetStore()
     budgets = Budgets([Budget("1.00", name="a"), Budget("0.15", name="b")], store)
-    await budgets.reserve(_intent("0.10"))
+    await budgets.reserve(euro_intent("0.10"))
     with pytest.raises(BudgetExceeded):
-        await budgets.reserve(_intent("0.10"))
+        await budgets.reserve(euro_intent("0.10"))
     # the failed attempt did not leave a reservation in budget "a"
     assert await store.spent(Budget("1.00", name="a").key, None) == 100_000
 
@@ -150,11 +133,11 @@ async def test_selector_and_preference_choose_among_payable_entries():
 
 
 def test_prefer_order_is_stable_and_matches_rail_network_or_symbol():
-    euro = _intent("0.10")
-    evm = _intent(
+    euro = euro_intent("0.10")
+    evm = euro_intent(
         "0.10", rail="evm-permit", scheme="exact", network="eip155:137", asset_symbol="EURQ"
     )
-    usd = _intent(
+    usd = euro_intent(
         "0.10",
         rail="evm-permit",
         scheme="exact",
@@ -319,7 +302,7 @@ async def test_headroom_is_the_smallest_remaining_per_currency():
     )
     assert await budgets.headroom() == {"EUR": Decimal("0.30"), "USD": Decimal("2")}
     for _ in range(3):
-        await budgets.reserve(_intent("0.10"))
+        await budgets.reserve(euro_intent("0.10"))
     assert await budgets.headroom() == {"EUR": Decimal(0), "USD": Decimal("2")}
     now[0] += 61  # the window forgets, the total does not
     assert await budgets.headroom() == {"EUR": Decimal("0.20"), "USD": Decimal("2")}
@@ -331,7 +314,7 @@ async def test_headroom_is_the_smallest_remaining_per_currency():
 async def test_status_reports_spent_and_remaining_per_budget():
     total, daily = Budget("1.00", name="a"), Budget("0.50", window=86400, name="a")
     budgets = Budgets([total, daily, Budget("3", currency="USD")], None)
-    await budgets.reserve(_intent("0.20"))
+    await budgets.reserve(euro_intent("0.20"))
     status = await budgets.status()
     assert [(s.budget, s.spent, s.remaining) for s in status] == [
         (total, Decimal("0.20"), Decimal("0.80")),
@@ -359,7 +342,7 @@ async def test_a_reservation_broken_half_way_gives_back_what_it_held():
 
     budgets = Budgets([Budget("1", name="a"), Budget("1", name="b")], Flaky())
     with pytest.raises(ConnectionError):
-        await budgets.reserve(_intent("0.10"))
+        await budgets.reserve(euro_intent("0.10"))
     assert await inner.spent(Budget("1", name="a").key, None) == 0
 
 

@@ -37,6 +37,7 @@ import anyio
 import httpx
 import pytest
 
+from tests.factories import euro_intent
 from x402_client import Budget, PaymentOptions, PaymentTransport
 from x402_client._budget import InMemoryBudgetStore
 from x402_client._ledger import DEFAULT_MAX_ENTRIES, PaymentLedger
@@ -318,17 +319,7 @@ async def test_payments_through_a_real_socket_keep_memory_flat(
 
 
 def _intent(n: int) -> PaymentIntent:
-    return PaymentIntent(
-        rail="euro",
-        scheme="euro",
-        network="provider:mainnet",
-        asset="EURO",
-        asset_symbol="EURO",
-        amount=Decimal(n),
-        currency="EUR",
-        pay_to="ACC_MERCHANT",
-        resource=f"https://merchant.test/{n}",
-    )
+    return euro_intent(n, pay_to="ACC_MERCHANT", resource=f"https://merchant.test/{n}")
 
 
 def test_the_ledger_keeps_its_window_and_every_older_open_entry() -> None:

@@ -18,6 +18,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.factories import euro_intent
 from x402_client import _json, decode_proof, encode_proof
 from x402_client._models import EuroPayload, PaymentProof
 from x402_client._payer import Payer
@@ -25,7 +26,7 @@ from x402_client._payment_api import PaymentAPI, payment_request_body
 from x402_client._rails import Paid
 from x402_client._rails.euro import euro_proof
 from x402_client._secret import SecretStr
-from x402_client._types import PaymentIntent, PaymentReceipt
+from x402_client._types import PaymentReceipt
 
 texts = st.text(max_size=40)
 amounts = st.decimals(min_value=Decimal("0.01"), max_value=Decimal("1000000"), places=2)
@@ -134,17 +135,7 @@ def test_receipt_with_settlement_keeps_every_field() -> None:
     """The receipt `_deliver` makes with the merchant's settlement is what
     `dataclasses.replace` would make of the receipt without it: only the settlement and
     the transaction it names differ."""
-    intent = PaymentIntent(
-        rail="euro",
-        scheme="euro",
-        network="provider:mainnet",
-        asset="EURO",
-        asset_symbol="EURO",
-        amount=Decimal("1.25"),
-        currency="EUR",
-        pay_to="ACC_MERCHANT",
-        resource="https://merchant.test/paid",
-    )
+    intent = euro_intent("1.25", pay_to="ACC_MERCHANT", resource="https://merchant.test/paid")
     paid = Paid(
         proof="proof-value",
         payment_request_code="pr_1",

@@ -14,6 +14,7 @@ from typing import Any
 import anyio
 import pytest
 
+from tests.factories import euro_intent
 from x402_client._budget import Budget, Budgets, BudgetStore
 from x402_client._exceptions import BudgetExceeded, ConfigurationError
 from x402_client._sqlite import (
@@ -24,25 +25,8 @@ from x402_client._sqlite import (
     default_state_path,
     safe_url,
 )
-from x402_client._types import PaymentIntent
 
 pytestmark = pytest.mark.anyio
-
-
-def _intent(amount: str = "0.10", currency: str = "EUR", **kw: Any) -> PaymentIntent:
-    fields: dict[str, Any] = {
-        "rail": "euro",
-        "scheme": "euro",
-        "network": "provider:mainnet",
-        "asset": "EURO",
-        "asset_symbol": "EURO",
-        "amount": Decimal(amount),
-        "currency": currency,
-        "pay_to": "ACC_X",
-        "resource": "http://merchant.test/weather",
-    }
-    fields.update(kw)
-    return PaymentIntent(**fields)
 
 
 @pytest.fixture
@@ -76,31 +60,31 @@ async def test_rolling_window_forgets_old_spending(path):
     now = [1000.0]
     with SqliteStore(path, clock=lambda: now[0]) as store:
         budgets = Budgets([Budget("0.30", window=60)], store)
-        held = [await budgets.reserve(_intent("0.10")) for _ in range(3)]
+        held = [await budgets.reserve(euro_intent("0.10")) for _ in range(3)]
         with pytest.raises(BudgetExceeded, match=r"0\.30 EUR per 60 s"):
-            await budgets.reserve(_intent("0.10"))
+            await budgets.reserve(euro_intent("0.10"))
         now[0] += 61
-        assert await budgets.reserve(_intent("0.10"))
+        assert await budgets.reserve(euro_intent("0.10"))
         await budgets.release(held[0])  # releasing an expired reservation is harmless
 
 
 async def test_released_reservations_are_given_back_and_currencies_never_mix(store):
     budgets = Budgets([Budget("0.10"), Budget("1", currency="USD")], store)
-    held = await budgets.reserve(_intent("0.10"))
+    held = await budgets.reserve(euro_intent("0.10"))
     with pytest.raises(BudgetExceeded):
-        await budgets.reserve(_intent("0.01"))
+        await budgets.reserve(euro_intent("0.01"))
     await budgets.release(held)
-    assert await budgets.reserve(_intent("0.10"))
-    assert await budgets.reserve(_intent("1.00", currency="USD"))
+    assert await budgets.reserve(euro_intent("0.10"))
+    assert await budgets.reserve(euro_intent("1.00", currency="USD"))
     with pytest.raises(BudgetExceeded):
-        await budgets.reserve(_intent("0.01", currency="USD"))
+        await budgets.reserve(euro_intent("0.01", currency="USD"))
 
 
 async def test_all_budgets_or_none(store):
     budgets = Budgets([Budget("1.00", name="a"), Budget("0.15", name="b")], store)
-    await budgets.reserve(_intent("0.10"))
+    await budgets.reserve(euro_intent("0.10"))
     with pytest.raises(BudgetExceeded):
-        await budgets.reserve(_intent("0.10"))
+        await budgets.reserve(euro_intent("0.10"))
     assert await store.spent(Budget("1.00", name="a").key, None) == 100_000
 
 
@@ -121,7 +105,7 @@ async def test_release_subtracts_exactly_and_never_below_zero(store):
 
 async def test_headroom_and_status_read_the_file(store):
     budgets = Budgets([Budget("1.00"), Budget("0.25", window=3600)], store)
-    await budgets.reserve(_intent("0.10"))
+    await budgets.reserve(euro_intent("0.10"))
     assert await budgets.headroom() == {"EUR": Decimal("0.15")}
     assert [(s.spent, s.remaining) for s in await budgets.status()] == [
         (Decimal("0.10"), Decimal("0.90")),
@@ -135,7 +119,7 @@ async def test_500_concurrent_reservations_hold_exactly_the_budget(store):
 
     async def attempt() -> None:
         try:
-            await budgets.reserve(_intent("0.10"))
+            await budgets.reserve(euro_intent("0.10"))
             won.append(True)
         except BudgetExceeded:
             won.append(False)
@@ -273,7 +257,7 @@ HEADERS = [
 
 async def _open(store: SqliteStore, **kw: Any) -> str:
     args: dict[str, Any] = {
-        "intent": _intent(
+        "intent": euro_intent(
             atomic_amount=100_000, accept={"scheme": "euro", "price": Decimal("0.10")}
         ),
         "request_method": "POST",
@@ -298,7 +282,7 @@ async def test_journal_round_trip(path):
         assert record.request_body == b'{"q": 1}' and record.request_body_size == 8
         assert not record.request_body_omitted
         assert record.reservations == (("default:EUR:total", "t:100000:ab12"),)
-        assert record.intent == _intent(atomic_amount=100_000)
+        assert record.intent == euro_intent(atomic_amount=100_000)
         assert [s.step for s in record.steps] == ["intent"]
 
         now[0] += 1
