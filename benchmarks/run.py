@@ -138,7 +138,6 @@ FIGURES = (
     "lazy_evm",
     "cli",
     "evm_rpc",
-    "evm_cpu",
     "eip3009",
     "gc",
     "memory",
@@ -1219,9 +1218,9 @@ async def _evm_payments(server: Sandbox, n: int) -> dict[str, Any]:
 
 
 def evm_block(counts: dict[str, int]) -> dict[str, Any]:
-    """One block of figures 4a-4b: a fresh EVM sandbox, 2 warm-up payments, then
-    `evm_n` timed ones. A sandbox that does not work is reported, not raised: the figures
-    are then skipped with the reason."""
+    """One block of figure 4a (and of the signing time beside it): a fresh EVM sandbox,
+    2 warm-up payments, then `evm_n` timed ones. A sandbox that does not work is reported,
+    not raised: the figure is then skipped with the reason."""
     try:
         with Sandbox("--evm") as server:
             if "evm" not in server.options:
@@ -1241,14 +1240,18 @@ def signing_ms(block: dict[str, Any]) -> float:
 
 
 def fig_evm(blocks: list[dict[str, Any]]) -> list[Figure]:
+    """Figure 4a, with the signing time in its details.
+
+    The signing time was figure 4b until session 11. It times one call, eth-account's
+    `Account.sign_typed_data` (all that `EvmPermitRail._sign` does), so it is the
+    machine's speed at that library's work, not the client's; between runs it moved by
+    more than any spread measured within a run, in each of the three forms tried
+    (benchmarks/README.md, "Session 11"). It is reported beside the speed probe (the
+    summary line and `--compare`), not as a figure."""
     title_rpc = "4a. EVM permit payment: RPC round trips when warm (JSON-RPC calls in detail)"
-    title_cpu = "4b. EVM permit payment: signing CPU per payment (informational)"
     failed = next((b["error"] for b in blocks if "error" in b), None)
     if failed is not None:
-        return [
-            skipped("evm_rpc", title_rpc, f"<= {EVM_ROUND_TRIPS:.0f}", failed),
-            skipped("evm_cpu", title_cpu, "informational", failed),
-        ]
+        return [skipped("evm_rpc", title_rpc, f"<= {EVM_ROUND_TRIPS:.0f}", failed)]
     n = sum(b["payments"] for b in blocks)
     # Every payment counts: the figure is the worst block's round trips per payment.
     per_block = [b["rpc_round_trips_per_payment"] for b in blocks]
@@ -1274,29 +1277,18 @@ def fig_evm(blocks: list[dict[str, Any]]) -> list[Figure]:
             f"{shape}, counted at the RPC proxy: at most {trips:g} HTTP round trips per "
             f"payment in a block (per block {listed(per_block, 'g')}) and {calls:g} JSON-RPC "
             f"calls per payment; by method: {methods}"
-            + ("" if ok else f"; {missed_by(trips, EVM_ROUND_TRIPS, upper=True, unit='trips')}"),
+            + ("" if ok else f"; {missed_by(trips, EVM_ROUND_TRIPS, upper=True, unit='trips')}")
+            + f". Client CPU per paid request {client_cpu:.1f} ms, of which eth-account's "
+            f"signing {statistics.fmean(signing):.2f} ms (the machine's speed, not a figure; "
+            f"thread CPU time, collections inside it left out: {len(hosted)} of {n} "
+            f"signatures hosted one, {sum(hosted):.1f} ms in all; per block "
+            f"{listed(signing, '.2f')} ms); " + gate_summary(blocks),
             [],
             EVM_ROUND_TRIPS,
             {"blocks": blocks, "methods": methods},
             spread=(trips, trips),
             spread_kind="exact count",
-        ),
-        Figure(
-            "evm_cpu",
-            title_cpu,
-            statistics.fmean(signing),
-            "ms",
-            "informational",
-            None,
-            f"client CPU per paid request {client_cpu:.1f} ms; signing timed in thread CPU "
-            f"time, collections inside it left out ({len(hosted)} of {n} signatures hosted "
-            f"one, {sum(hosted):.1f} ms in all); mean over {shape}; per block "
-            f"{listed(signing, '.2f')} ms; " + gate_summary(blocks),
-            signing,
-            None,
-            spread=over_blocks(signing)[1],
-            spread_kind=BLOCK_SPREAD,
-        ),
+        )
     ]
 
 
@@ -1721,28 +1713,25 @@ def chart(figures: list[Figure], path: Path, info: dict[str, Any]) -> None:
     plt.close(fig)
 
 
-def compare(paths: list[str]) -> None:
+def compare(paths: list[str], machine: list[str] | None = None) -> None:
     """Print each figure's value in several runs next to its stated spread.
 
-    One derived row follows the figures: 4b relative to the speed probe
-    (`signing_per_probe`), since 4b is an absolute CPU time and moves with the machine."""
+    The figures are those this code writes (`FIGURES`): a key that older runs have and it
+    no longer writes (`evm_cpu`, figure 4b until session 11) is not compared. Each run's
+    machine follows: its speed probe and eth-account's signing time (`run_signing_ms`).
+    With `machine` (runs made for the purpose, e.g. `--only evm`), the signing time is
+    checked against the spread between those runs (`between_runs`)."""
     runs = [json.loads(Path(p).read_text()) for p in paths]
-    keys = [k for k in runs[0]["figures"] if all(k in r["figures"] for r in runs)]
+    keys = [k for k in FIGURES if all(k in r["figures"] for r in runs)]
     print(
         f"| Figure | {' | '.join(f'run {i + 1}' for i in range(len(runs)))} | range | "
         "smallest stated spread | range < spread? |"
     )
     print("|---|" + "---|" * (len(runs) + 3))
-    rows = []
     for key in keys:
         figs = [r["figures"][key] for r in runs]
-        rows.append(
-            (key, [f["value"] for f in figs], [f["spread"] for f in figs if f.get("spread")])
-        )
-    derived = [signing_per_probe(r) for r in runs]
-    if all(derived):
-        rows.append(("evm_cpu_per_probe", [d[0] for d in derived], [d[1] for d in derived]))
-    for key, values, spreads in rows:
+        values = [f["value"] for f in figs]
+        spreads = [f["spread"] for f in figs if f.get("spread")]
         if None in values:
             print(f"| {key} | " + " | ".join("-" for _ in runs) + " | - | - | skipped |")
             continue
@@ -1753,11 +1742,26 @@ def compare(paths: list[str]) -> None:
         print(
             f"| {key} | {shown} | {_fmt(max(values) - min(values))} | {spread_text} | {verdict} |"
         )
-    probes = [probe_of(r) for r in runs]
+
+    def shown(values: list[float | None], fmt: str) -> str:
+        return ", ".join("-" if v is None else format(v, fmt) for v in values)
+
+    signing = [run_signing_ms(r) for r in runs]
     print(
         "\nThe machine (the speed probe's median over every block of the run, ms; lower is "
-        "quieter): " + ", ".join("-" if p is None else f"{p:.2f}" for p in probes)
+        f"quieter): {shown([probe_of(r) for r in runs], '.2f')}; eth-account's signing "
+        f"per permit, ms: {shown(signing, '.3f')}"
     )
+    if machine:
+        purpose = [run_signing_ms(json.loads(Path(p).read_text())) for p in machine]
+        if None in purpose or None in signing or len(purpose) < 2:
+            print("\nSigning between runs: skipped (a run has no EVM blocks, or fewer than 2)")
+            return
+        verdict = between_runs(
+            [v for v in signing if v is not None], [v for v in purpose if v is not None]
+        )
+        print(f"\nSigning between runs, against {len(purpose)} runs made for the purpose: ", end="")
+        print(verdict)
 
 
 def reproduced(values: list[float], spreads: list[tuple[float, float]]) -> str:
@@ -1773,24 +1777,37 @@ def reproduced(values: list[float], spreads: list[tuple[float, float]]) -> str:
     return "yes" if width < spread else "NO"
 
 
-def signing_per_probe(run: dict[str, Any]) -> tuple[float, tuple[float, float]] | None:
-    """4b relative to the machine's speed: each kept EVM block's signing CPU (collections
-    left out, as in 4b) over the same block's speed-probe median, then the mean over blocks
-    and its 95% interval. Unitless: how many probes one signature costs.
+def relative_range(values: list[float]) -> float:
+    """How far apart runs are, relative to their mean: (max - min) / mean."""
+    return (max(values) - min(values)) / statistics.fmean(values)
 
-    Decided before session 10's third run: 4b is absolute (ms of CPU), so it cannot
-    reproduce across machine states by construction; this ratio is the form of 4b that
-    the reproducibility check counts. None when the run has no EVM blocks or no probe."""
-    fig = run.get("figures", {}).get("evm_rpc") or {}
-    ratios = []
-    for block in fig.get("blocks") or []:
-        probe = block.get("probe_ms")
-        if not probe or not block.get("signing_cpu_ms"):
-            return None
-        ratios.append(signing_ms(block) / probe)
-    if not ratios:
+
+def between_runs(compared: list[float], purpose: list[float]) -> str:
+    """The verdict on an absolute time (eth-account's signing, ms of CPU) whose spread must
+    be the machine's between runs: the compared runs' relative range against the relative
+    width of the 95% Student-t interval of the mean over runs made for the purpose
+    (`over_blocks`, with a run as the block). Relative, because a machine's level differs
+    between sessions.
+
+    A block spread cannot serve here: the blocks of one run share its machine state. The
+    purpose runs must not include the compared ones: widening a spread from the runs it
+    judges would pass them by construction."""
+    mean, (lo, hi) = over_blocks(purpose)
+    width = (hi - lo) / mean
+    spread = relative_range(compared)
+    return (
+        f"relative range {spread:.3f} against a relative spread of {width:.3f} "
+        f"(purpose runs {listed(purpose, '.3f')}): {'yes' if spread < width else 'NO'}"
+    )
+
+
+def run_signing_ms(run: dict[str, Any]) -> float | None:
+    """A run's eth-account signing time per permit, ms: the mean over its EVM blocks of
+    `signing_ms` (what figure 4b was). None when the run has no EVM blocks."""
+    blocks = (run.get("figures", {}).get("evm_rpc") or {}).get("blocks") or []
+    if not blocks or any("signing_cpu_ms" not in b for b in blocks):
         return None
-    return over_blocks(ratios)
+    return statistics.fmean(signing_ms(b) for b in blocks)
 
 
 def probe_of(run: dict[str, Any]) -> float | None:
@@ -1847,9 +1864,17 @@ def main() -> None:
         "--only", default="", help="comma-separated: " + ",".join(SECTIONS + EXTRA_SECTIONS)
     )
     parser.add_argument("--compare", nargs="+", metavar="JSON", help="compare runs and exit")
+    parser.add_argument(
+        "--machine",
+        nargs="+",
+        metavar="JSON",
+        help="with --compare: runs made to measure the machine between runs (4b's spread)",
+    )
     args = parser.parse_args()
+    if args.machine and not args.compare:
+        parser.error("--machine goes with --compare")
     if args.compare:
-        compare(args.compare)
+        compare(args.compare, args.machine)
         return
     mode_name = "smoke" if args.smoke else "quick" if args.quick else "full"
     counts = COUNTS[mode_name]
@@ -1949,6 +1974,11 @@ def main() -> None:
         f"{info['loadavg_start'][0]:.2f} -> {info['loadavg_end'][0]:.2f}; hypervisor steal "
         + ("n/a" if info["steal"] is None else f"{info['steal']:.1%} of the CPU time")
         + ("" if (p := probe_of({"machine": info})) is None else f"; speed probe {p:.2f} ms")
+        + (
+            ""
+            if (sig := run_signing_ms({"figures": {f.key: f.extra for f in figures}})) is None
+            else f"; eth-account signs a permit in {sig:.2f} ms"
+        )
     )
     result = {
         "machine": info,

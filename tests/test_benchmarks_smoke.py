@@ -287,7 +287,7 @@ def test_evm_figures_over_blocks_count_the_worst_block_and_skip_on_failure() -> 
             "max_steal": 0.05,
         }
 
-    rpc, cpu = run.fig_evm(
+    [rpc] = run.fig_evm(
         [
             block(1.0, [0.9, 1.1], [0.0, 0.0]),
             # The second signature hosted a 4 ms collection: left out of signing's own CPU.
@@ -297,15 +297,17 @@ def test_evm_figures_over_blocks_count_the_worst_block_and_skip_on_failure() -> 
     )
     assert (rpc.key, rpc.value, rpc.passed) == ("evm_rpc", 1.2, False)  # the worst block
     assert "'eth_call': 30" in rpc.detail
-    assert cpu.samples == pytest.approx([1.0, 1.2, 1.1])
-    assert math.isclose(cpu.value, 1.1)
-    assert cpu.spread == run.over_blocks(cpu.samples)[1]
-    assert "1 of 6 signatures hosted one, 4.0 ms" in cpu.detail
+    # The signing time (figure 4b until session 11) is in the details, not a figure.
+    assert "of which eth-account's signing 1.10 ms" in rpc.detail
+    assert "per block 1.00, 1.20, 1.10 ms" in rpc.detail
+    assert "1 of 6 signatures hosted one, 4.0 ms" in rpc.detail
+    assert math.isclose(run.run_signing_ms({"figures": {"evm_rpc": rpc.extra}}), 1.1)
+    assert run.run_signing_ms({"figures": {}}) is None
 
     broken = run.fig_evm(
         [block(1.0, [1.0], [0.0]), {"error": "EVM sandbox or rail not working: x"}]
     )
-    assert [f.skipped for f in broken] == ["EVM sandbox or rail not working: x"] * 2
+    assert [f.skipped for f in broken] == ["EVM sandbox or rail not working: x"]
 
 
 def test_speed_probe_times_the_machine_from_its_own_thread_and_leaves_affinity_alone() -> None:
@@ -325,7 +327,24 @@ def test_speed_probe_times_the_machine_from_its_own_thread_and_leaves_affinity_a
     assert run.probe_of({"machine": {}}) is None
 
 
-def test_reproducibility_verdicts_and_4b_relative_to_the_probe(
+def evm_run(probes: list[float], signing: list[list[float]]) -> dict[str, Any]:
+    """A run's JSON as far as `compare` reads it; the last signature of each block hosted
+    a 0.5 ms collection, which the signing time leaves out. It also has `evm_cpu`, as runs
+    made before session 11 do."""
+    blocks = [
+        {"probe_ms": p, "signing_cpu_ms": s, "signing_gc_ms": [0.0] * (len(s) - 1) + [0.5]}
+        for p, s in zip(probes, signing, strict=True)
+    ]
+    return {
+        "machine": {"speed_probe_ms": {"evm": probes}},
+        "figures": {
+            "evm_rpc": {"value": 1.0, "spread": [1.0, 1.0], "blocks": blocks},
+            "evm_cpu": {"value": 9.0, "spread": [8.99, 9.01]},
+        },
+    }
+
+
+def test_reproducibility_verdicts_and_the_machine_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     run = _run_module()
@@ -336,40 +355,48 @@ def test_reproducibility_verdicts_and_4b_relative_to_the_probe(
     assert run.reproduced([1.0, 2.0], [(1.0, 1.0)]) == "NO"
     assert run.reproduced([1.0, 2.0], []) == "no spread stated"
 
-    def evm_run(value: float, probes: list[float], signing: list[list[float]]) -> dict[str, Any]:
-        blocks = [
-            {"probe_ms": p, "signing_cpu_ms": s, "signing_gc_ms": [0.0] * (len(s) - 1) + [0.5]}
-            for p, s in zip(probes, signing, strict=True)
-        ]
-        return {
-            "machine": {"speed_probe_ms": {"evm": probes}},
-            "figures": {
-                "evm_rpc": {"value": 1.0, "spread": [1.0, 1.0], "blocks": blocks},
-                "evm_cpu": {"value": value, "spread": [value - 0.01, value + 0.01]},
-            },
-        }
-
-    # Twice as slow a machine: signatures take twice the ms, and as many probes.
-    quiet = evm_run(1.0, [1.0, 1.0], [[1.0, 1.5], [1.0, 1.5]])
-    busy = evm_run(2.0, [2.0, 2.0], [[2.0, 2.5], [2.0, 2.5]])
-    # The last signature of each block hosted a 0.5 ms collection: left out, as in 4b.
-    assert run.signing_per_probe(quiet) == (1.0, (1.0, 1.0))
-    assert run.signing_per_probe(busy) == (1.0, (1.0, 1.0))
-    assert run.signing_per_probe({"figures": {}}) is None
-    no_probe = evm_run(1.0, [1.0], [[1.0]])
-    no_probe["figures"]["evm_rpc"]["blocks"][0]["probe_ms"] = None
-    assert run.signing_per_probe(no_probe) is None
-
+    # Twice as slow a machine: signatures take twice the ms.
+    quiet = evm_run([1.0, 1.0], [[1.0, 1.5], [1.0, 1.5]])
+    busy = evm_run([2.0, 2.0], [[2.0, 2.5], [2.0, 2.5]])
+    assert run.run_signing_ms(quiet) == 1.0
     paths = []
     for name, data in (("quiet", quiet), ("busy", busy)):
         (tmp_path / name).write_text(json.dumps(data))
         paths.append(str(tmp_path / name))
     run.compare(paths)
     table = capsys.readouterr().out
-    assert "| evm_cpu | 1 | 2 | 1 | 0.02 | NO |" in table  # absolute: moves with the machine
-    assert "| evm_cpu_per_probe | 1 | 1 | 0 | 0 | yes (identical) |" in table
     assert "| evm_rpc | 1 | 1 | 0 | 0 | yes (identical) |" in table
-    assert "quieter): 1.00, 2.00" in table
+    assert "evm_cpu" not in table  # no longer a figure: not compared
+    assert "quieter): 1.00, 2.00; eth-account's signing per permit, ms: 1.000, 2.000" in table
+
+
+def test_signing_between_runs_against_runs_made_for_the_purpose(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run = _run_module()
+    assert run.relative_range([1.0, 1.1, 1.05]) == pytest.approx(0.1 / 1.05)
+    # Purpose runs 0.9, 1.0, 1.1: mean 1.0, t95(2) = 4.303, s = 0.1, so a half-width of
+    # 4.303 * 0.1 / sqrt(3) and a relative width of about 0.497.
+    wide = run.between_runs([1.0, 1.1], [0.9, 1.0, 1.1])
+    assert wide.startswith("relative range 0.095 against a relative spread of 0.497")
+    assert wide.endswith(": yes")
+    # A steady machine: the same two runs are too far apart.
+    assert run.between_runs([1.0, 1.1], [1.0, 1.01, 1.0, 1.01]).endswith(": NO")
+
+    def written(name: str, data: dict[str, Any]) -> str:
+        (tmp_path / name).write_text(json.dumps(data))
+        return str(tmp_path / name)
+
+    def signing(ms: float) -> dict[str, Any]:
+        return evm_run([1.0], [[ms, ms + 0.5]])
+
+    compared = [written("a", signing(1.0)), written("b", signing(1.1))]
+    run.compare(compared, [written(f"m{i}", signing(v)) for i, v in enumerate((0.9, 1.0, 1.1))])
+    out = capsys.readouterr().out
+    assert "against 3 runs made for the purpose: relative range 0.095" in out
+    assert "(purpose runs 0.900, 1.000, 1.100): yes" in out
+    run.compare(compared, [written("m-none", {"figures": {}}), written("m1", signing(1.0))])
+    assert "Signing between runs: skipped" in capsys.readouterr().out
 
 
 def test_only_a_whole_run_replaces_results_latest() -> None:
