@@ -1743,14 +1743,14 @@ def compare(paths: list[str], machine: list[str] | None = None) -> None:
             f"| {key} | {shown} | {_fmt(max(values) - min(values))} | {spread_text} | {verdict} |"
         )
 
-    def shown(values: list[float | None], fmt: str) -> str:
+    def per_run(values: list[float | None], fmt: str) -> str:
         return ", ".join("-" if v is None else format(v, fmt) for v in values)
 
     signing = [run_signing_ms(r) for r in runs]
     print(
         "\nThe machine (the speed probe's median over every block of the run, ms; lower is "
-        f"quieter): {shown([probe_of(r) for r in runs], '.2f')}; eth-account's signing "
-        f"per permit, ms: {shown(signing, '.3f')}"
+        f"quieter): {per_run([probe_of(r) for r in runs], '.2f')}; eth-account's signing "
+        f"per permit, ms: {per_run(signing, '.3f')}"
     )
     if machine:
         purpose = [run_signing_ms(json.loads(Path(p).read_text())) for p in machine]
@@ -1760,8 +1760,8 @@ def compare(paths: list[str], machine: list[str] | None = None) -> None:
         verdict = between_runs(
             [v for v in signing if v is not None], [v for v in purpose if v is not None]
         )
-        print(f"\nSigning between runs, against {len(purpose)} runs made for the purpose: ", end="")
-        print(verdict)
+        against = f"against {len(purpose)} runs made for the purpose"
+        print(f"\nSigning between runs, {against}: {verdict}")
 
 
 def reproduced(values: list[float], spreads: list[tuple[float, float]]) -> str:
