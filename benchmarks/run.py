@@ -1802,9 +1802,13 @@ def between_runs(compared: list[float], purpose: list[float]) -> str:
 
 
 def run_signing_ms(run: dict[str, Any]) -> float | None:
-    """A run's eth-account signing time per permit, ms: the mean over its EVM blocks of
-    `signing_ms` (what figure 4b was). None when the run has no EVM blocks."""
-    blocks = (run.get("figures", {}).get("evm_rpc") or {}).get("blocks") or []
+    """A run's eth-account signing time per permit, ms (what figure 4b was), from its
+    JSON; None when it has no EVM blocks."""
+    return mean_signing_ms((run.get("figures", {}).get("evm_rpc") or {}).get("blocks") or [])
+
+
+def mean_signing_ms(blocks: list[dict[str, Any]]) -> float | None:
+    """The mean over EVM blocks of `signing_ms`; None when there are none, or one failed."""
     if not blocks or any("signing_cpu_ms" not in b for b in blocks):
         return None
     return statistics.fmean(signing_ms(b) for b in blocks)
@@ -1868,7 +1872,8 @@ def main() -> None:
         "--machine",
         nargs="+",
         metavar="JSON",
-        help="with --compare: runs made to measure the machine between runs (4b's spread)",
+        help="with --compare: runs made to measure the machine between runs (the signing "
+        "time's spread)",
     )
     args = parser.parse_args()
     if args.machine and not args.compare:
@@ -1976,7 +1981,7 @@ def main() -> None:
         + ("" if (p := probe_of({"machine": info})) is None else f"; speed probe {p:.2f} ms")
         + (
             ""
-            if (sig := run_signing_ms({"figures": {f.key: f.extra for f in figures}})) is None
+            if (sig := mean_signing_ms(blocks.results.get("evm") or [])) is None
             else f"; eth-account signs a permit in {sig:.2f} ms"
         )
     )
