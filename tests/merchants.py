@@ -44,6 +44,9 @@ class Reply:
     status: int = 200
     body: Any = dataclasses.field(default_factory=lambda: {"ok": True})
     headers: dict[str, str] = dataclasses.field(default_factory=dict)
+    #: Served over sockets only: the body breaks off after its first bytes (the
+    #: connection closes mid-body).
+    broken: bool = False
 
     def encoded(self) -> bytes:
         if isinstance(self.body, bytes):
@@ -132,6 +135,9 @@ class ScriptedMerchant:
                 "headers": [(k.encode(), v.encode()) for k, v in out.items()],
             }
         )
+        if reply.broken:
+            await send({"type": "http.response.body", "body": raw[:3], "more_body": True})
+            raise ConnectionAbortedError("the merchant broke off the body")
         await send({"type": "http.response.body", "body": raw})
 
 

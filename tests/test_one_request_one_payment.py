@@ -406,7 +406,57 @@ def _internal_urls(m: ScriptedMerchant, seen: Seen) -> Reply:
     return m.challenge(*[evm_entry(9_000_000, f"http://10.0.0.{i}/f", i) for i in range(40)])
 
 
+def _paid_then(reply: Callable[[ScriptedMerchant, Seen], Reply]) -> Any:
+    def script(m: ScriptedMerchant, seen: Seen) -> Reply:
+        if seen.path == "/paid" and seen.proof is None:
+            return m.challenge(m.entry())
+        if seen.path == "/paid":
+            m.verify(seen.proof)
+        return reply(m, seen)
+
+    return script
+
+
+def _nested(m: ScriptedMerchant, seen: Seen) -> Reply:
+    junk: Any = 1
+    for _ in range(100):
+        junk = [junk]
+    return m.challenge(m.entry(extra={"junk": junk}))
+
+
+def _status(status: int) -> Case:
+    retried = [("/paid", True)] * (3 if status >= 500 else 1)
+    return Case(
+        f"paid retry answered {status}",
+        _paid_then(lambda m, s: Reply(status, {"error": "no"})),
+        sent=[("/paid", False), *retried],
+        paid=["0.10"],
+        result=PaymentOutcomeUnknown if status >= 500 else PaymentVerificationFailed,
+    )
+
+
 CASES = [
+    Case(
+        "paid answer redirects into a loop",
+        _paid_then(lambda m, s: redirect("/b" if s.path != "/b" else "/a")),
+        sent=[("/paid", False), ("/paid", True), ("/b", False), ("/a", False)],
+        paid=["0.10"],
+        result=PaymentVerificationFailed,
+    ),
+    Case(
+        "paid answer with an invalid Location",
+        _paid_then(lambda m, s: redirect("http://[::1")),
+        sent=[("/paid", False), ("/paid", True)],
+        paid=["0.10"],
+        result=PaymentVerificationFailed,
+    ),
+    *[_status(status) for status in (429, 409, 500, 404)],
+    Case(
+        "entry with nested junk",
+        _nested,
+        sent=[("/paid", False)],
+        result=InvalidChallenge,
+    ),
     Case(
         "redirect loop after payment",
         _loop,

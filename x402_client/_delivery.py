@@ -14,9 +14,12 @@
 | the same after a 5xx (our proof may be consumed)  | `UNKNOWN`: never pay again         |
 | 402 with any other reason                         | `REFUSED`                          |
 | 5xx, retries left / used up                       | `RETRY` (same proof) / `UNKNOWN`   |
-| anything else                                     | `SERVED`                           |
+| 2xx, or a redirect (3xx)                          | `SERVED`                           |
+| any other answer (429, 409, 404, ...)             | `NOT_DELIVERED`: paid, not served  |
 
 A proof is only ever re-sent, never replaced by a second payment, except on `PAY_FRESH`.
+A redirect counts as served here; when the caller's client follows it, the answer it
+leads to decides in the end (`_payer`: a later hop that fails un-delivers the payment).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ class Step(enum.Enum):
     REFUSED = "refused"
     NOT_CONFIRMED = "not_confirmed"
     UNKNOWN = "unknown"
+    NOT_DELIVERED = "not_delivered"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -111,4 +115,9 @@ class Delivery:
                 reason=f"the merchant answered {status} to the paid request; re-sending the "
                 "proof is safe",
             )
-        return Decision(Step.SERVED)
+        if 200 <= status < 400:
+            return Decision(Step.SERVED)
+        return Decision(
+            Step.NOT_DELIVERED,
+            reason=f"the merchant answered {status} to the paid request instead of the resource",
+        )

@@ -74,6 +74,9 @@ class X402Error(httpx.HTTPError):
     skipped (`SkippedEntry`: `index`, `reason`, `message`).
     """
 
+    #: Set once the truth boundary has handled the error (converted and reported once).
+    _concluded = False
+
     def __init__(
         self,
         message: str,
@@ -228,7 +231,11 @@ class PaymentVerificationFailed(X402Error):
     refused the proof with `reason`, or a later step of the same request failed.
 
     Money moved: `receipt` records the (last) payment, `receipts` every payment this
-    request made, and `proof` is the X-PAYMENT value sent.
+    request made, and `proof` is the X-PAYMENT value sent. On a rail where the merchant
+    moves the money with a signed authorization (EVM), a refused proof may still be
+    settled until it expires: `money_moved` is then None ("may have"), not True.
+    `response` is the merchant's answer when it was neither the resource nor a 402 (a 429,
+    a 404, ...), its body readable.
     """
 
     def __init__(
@@ -241,16 +248,19 @@ class PaymentVerificationFailed(X402Error):
         proof: str | None = None,
         request: httpx.Request | None = None,
         intent: PaymentIntent | None = None,
+        response: httpx.Response | None = None,
+        money_moved: bool | None = True,
     ) -> None:
-        super().__init__(message, request=request, intent=intent)
+        super().__init__(message, request=request, intent=intent, response=response)
         self.reason = reason
         self.receipts = list(receipts) or ([receipt] if receipt is not None else [])
         self.receipt = receipt if receipt is not None else (self.receipts[-1] if receipts else None)
         self.proof = proof
+        self._money_moved = money_moved
 
     @property
     def money_moved(self) -> bool | None:
-        return True
+        return self._money_moved
 
 
 class PaymentNotConfirmed(PaymentVerificationFailed):
@@ -288,8 +298,9 @@ class PaymentOutcomeUnknown(X402Error):
         provider_message: str | None = None,
         request: httpx.Request | None = None,
         intent: PaymentIntent | None = None,
+        response: httpx.Response | None = None,
     ) -> None:
-        super().__init__(message, request=request, intent=intent)
+        super().__init__(message, request=request, intent=intent, response=response)
         self.proof = proof
         self.payment_request_code = payment_request_code
         self.transaction_code = transaction_code

@@ -1,6 +1,8 @@
 """JSON in and out without ever passing money through a float.
 
-`loads` reads JSON numbers with a fraction as `Decimal` and refuses NaN and infinities;
+`loads` reads JSON numbers with a fraction as `Decimal`, refuses NaN and infinities, and
+refuses documents nested deeper than `MAX_DEPTH` (what a merchant writes is stored and
+written out again; nothing in x402 nests that deep);
 `dumps` writes `Decimal` values as JSON numbers, digit for digit (the payment API wants
 `"amount": 0.10`, a number).
 """
@@ -11,7 +13,10 @@ import json
 from decimal import Decimal
 from typing import Any
 
-__all__ = ["JSONError", "dumps", "loads", "number", "string"]
+__all__ = ["MAX_DEPTH", "JSONError", "dumps", "loads", "number", "string"]
+
+#: The deepest nesting of arrays and objects `loads` accepts.
+MAX_DEPTH = 64
 
 
 class JSONError(ValueError):
@@ -35,12 +40,27 @@ def loads(data: bytes | str) -> Any:
         if isinstance(data, str):
             if data.startswith("\ufeff"):
                 raise JSONError("invalid JSON: unexpected UTF-8 byte order mark")
-            return _DECODER.decode(data)
-        return _DECODER.decode(data.decode(json.detect_encoding(data), "surrogatepass"))
+            parsed = _DECODER.decode(data)
+        else:
+            parsed = _DECODER.decode(data.decode(json.detect_encoding(data), "surrogatepass"))
     except (ValueError, RecursionError) as exc:
         if isinstance(exc, JSONError):
             raise
         raise JSONError(f"invalid JSON: {exc}") from None
+    if isinstance(parsed, (dict, list)):
+        _check_depth(parsed)
+    return parsed
+
+
+def _check_depth(value: dict[str, Any] | list[Any]) -> None:
+    """Refuse nesting deeper than `MAX_DEPTH`, without recursion."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > MAX_DEPTH:
+            raise JSONError(f"invalid JSON: nested deeper than {MAX_DEPTH} levels")
+        children = node.values() if isinstance(node, dict) else node
+        stack.extend((c, depth + 1) for c in children if isinstance(c, (dict, list)))
 
 
 #: A JSON string literal: what `json.dumps` writes for a `str`.

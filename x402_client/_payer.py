@@ -30,13 +30,12 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from datetime import datetime, timezone
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 import httpx
 
 from ._amounts import AmountError, format_amount, parse_amount
-from ._budget import Reservation
 from ._challenge import (
     InvalidEntry,
     VerifierReason,
@@ -51,6 +50,7 @@ from ._exceptions import (
     ConfigurationError,
     InvalidChallenge,
     NoSatisfiableOption,
+    PaymentFailed,
     PaymentNotConfirmed,
     PaymentOutcomeUnknown,
     PaymentRefused,
@@ -67,11 +67,9 @@ from ._policy import Candidate, SkippedEntry, SkipReason, no_candidate_error, se
 from ._progress import PaymentProgress
 from ._proof import ProofError, b64_json_decode
 from ._rails import NOTE, Paid, Rail, RequestSettings
+from ._record import PaymentRecord, outcome_of, refused_money_moved
 from ._state import KeyedLocks, PaymentState, state_of
 from ._types import PaymentIntent, PaymentReceipt
-
-if TYPE_CHECKING:
-    from ._sqlite import SqliteStore
 
 __all__ = ["EXTENSION", "RECEIPT_EXTENSION", "LogicalRequest", "Payer"]
 
@@ -148,9 +146,11 @@ def _parse_settings(raw: Any) -> RequestSettings:
 class LogicalRequest:
     """One `client.send` of the caller's, across all its redirect hops.
 
-    Made at the first hop and put into `request.extensions`; httpx copies the extensions
-    into each redirect request, so later hops find the same object. A request object seen
-    again (the caller re-sends it) or a logical request that already ended starts a new one.
+    Made by the client's `send` when `with_eur_payment` installed the truth boundary
+    there (`bounded`: every hop of that send is its own), or else at the first hop, and
+    put into `request.extensions`; httpx copies the extensions into each redirect request,
+    so later hops find the same object. Without the boundary, a request object seen again
+    (the caller re-sends it) or a logical request that already ended starts a new one.
 
     Every request has one, paid or not, so it is small: one slotted object until a
     redirect or a payment needs more.
@@ -158,17 +158,21 @@ class LogicalRequest:
 
     __slots__ = (
         "_settings",
+        "bounded",
         "done",
         "first",
         "fresh_used",
         "later",
         "origin",
+        "payer",
         "raw_settings",
         "receipts",
+        "record",
         "uncertain",
+        "visits",
     )
 
-    def __init__(self, request: httpx.Request) -> None:
+    def __init__(self, request: httpx.Request, *, bounded: bool = False) -> None:
         self.origin = _origin(request.url)
         self.raw_settings: Any = request.extensions.get(EXTENSION)
         #: The first hop, and the later ones (redirects) when there are any.
@@ -180,18 +184,34 @@ class LogicalRequest:
         self.uncertain: list[bool] = _NO_FLAGS
         self.fresh_used = False
         self.done = False
+        self.bounded = bounded
+        #: The payer that answered a 402 of this request, and the record of its payment.
+        self.payer: Payer | None = None
+        self.record: PaymentRecord | None = None
+        #: URLs the paid answer's redirects led to (a second visit is a loop).
+        self.visits: set[str] | None = None
         self._settings: RequestSettings | None = None
 
     @classmethod
     def of(cls, request: httpx.Request) -> LogicalRequest:
         found = request.extensions.get(_GUARD)
-        if isinstance(found, LogicalRequest) and not found.done and not found.saw(request):
-            if found.later is None:
-                found.later = [request]
-            else:
-                found.later.append(request)
+        if isinstance(found, LogicalRequest) and (
+            found.bounded or (not found.done and not found.saw(request))
+        ):
+            if request is not found.first:
+                if found.later is None:
+                    found.later = [request]
+                else:
+                    found.later.append(request)
             return found
         made = cls(request)
+        request.extensions[_GUARD] = made
+        return made
+
+    @classmethod
+    def begin(cls, request: httpx.Request) -> LogicalRequest:
+        """The logical request of one `client.send` (the truth boundary's)."""
+        made = cls(request, bounded=True)
         request.extensions[_GUARD] = made
         return made
 
@@ -226,6 +246,14 @@ class LogicalRequest:
         self.receipts[-1] = receipt
         self.uncertain[-1] = False
 
+    def visit(self, url: httpx.URL) -> None:
+        if self.visits is None:
+            self.visits = set()
+        self.visits.add(str(url.copy_with(fragment=None)))
+
+    def visited(self, url: httpx.URL) -> bool:
+        return self.visits is not None and str(url.copy_with(fragment=None)) in self.visits
+
     def end(self) -> None:
         """The logical request is over: let go of its hops (a request refers to this object
         through its extensions, so holding it back would make a reference cycle)."""
@@ -241,8 +269,9 @@ class LogicalRequest:
             response.extensions = {**response.extensions, RECEIPT_EXTENSION: self.receipts[-1]}
         return response
 
-    def truthful(self, exc: X402Error) -> X402Error:
-        """`exc`, or, when this request already paid, a "money moved" error wrapping it."""
+    def truthful(self, exc: Exception) -> Exception:
+        """`exc`, or, when this request already paid, a "money moved" error wrapping it
+        (any error: ours, httpx's own redirect handling, a broken body, the disk)."""
         self.end()
         if not self.receipts:
             return exc
@@ -256,6 +285,8 @@ class LogicalRequest:
             f"(last: {format_amount(last.amount)} {last.currency} on {last.rail})"
         )
         message = f"{what}, then: {type(exc).__name__}: {exc}"
+        intent = exc.intent if isinstance(exc, X402Error) else None
+        response = exc.response if isinstance(exc, X402Error) else None
         wrapped: X402Error
         if any(self.uncertain):
             wrapped = PaymentOutcomeUnknown(
@@ -264,7 +295,8 @@ class LogicalRequest:
                 payment_request_code=last.payment_request_code,
                 transaction_code=last.transaction_code,
                 receipts=self.receipts,
-                intent=exc.intent,
+                intent=intent,
+                response=response,
             )
         else:
             wrapped = PaymentVerificationFailed(
@@ -272,11 +304,39 @@ class LogicalRequest:
                 reason=str(exc),
                 receipts=self.receipts,
                 proof=last.proof,
-                intent=exc.intent,
+                intent=intent,
+                response=response,
             )
-        if exc._request is not None:
-            wrapped.request = exc._request
+        request = _request_of(exc)
+        if request is not None:
+            wrapped.request = request
         return wrapped
+
+
+def _request_of(exc: BaseException) -> httpx.Request | None:
+    """The request an httpx error was about, if it knows one (never raises)."""
+    if isinstance(exc, httpx.HTTPError):
+        try:
+            return exc.request
+        except RuntimeError:
+            return None
+    return None
+
+
+def _redirect_target(request: httpx.Request, response: httpx.Response) -> httpx.URL | str:
+    """Where a redirect answer leads, resolved the way httpx resolves it, or what is wrong
+    with its `Location` (httpx itself would raise above the payment layer)."""
+    try:
+        url = httpx.URL(response.headers["location"])
+    except httpx.InvalidURL:
+        return "names an invalid Location"
+    if url.scheme and not url.host:
+        url = url.copy_with(host=request.url.host)
+    if url.is_relative_url:
+        url = request.url.join(url)
+    if url.scheme not in ("http", "https"):
+        return "redirects to an unsupported URL scheme"
+    return url
 
 
 # --- small helpers -----------------------------------------------------------------------------
@@ -300,11 +360,12 @@ class _GuardedStream(httpx.AsyncByteStream):
     stream would otherwise wait for the garbage collector, and make it run more often.
     """
 
-    def __init__(self, stream: httpx.AsyncByteStream, unknown: Callable[[str], Exception]) -> None:
+    def __init__(self, stream: httpx.AsyncByteStream, unknown: Callable[[str], X402Error]) -> None:
         self._stream = stream
-        self._unknown: Callable[[str], Exception] | None = unknown
-        #: Told when the body breaks off: the ledger and journal learn it was not delivered.
-        self.on_broken: Callable[[], Awaitable[None]] | None = None
+        self._unknown: Callable[[str], X402Error] | None = unknown
+        #: Told when the body breaks off: the record learns it was not delivered, and the
+        #: user's `on_payment_error` hears of it.
+        self.on_broken: Callable[[X402Error], Awaitable[None]] | None = None
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         unknown, broken = self._unknown, self.on_broken
@@ -312,15 +373,16 @@ class _GuardedStream(httpx.AsyncByteStream):
             async for chunk in self._stream:
                 yield chunk
         except httpx.TransportError as exc:
-            if broken is not None:
-                with anyio.CancelScope(shield=True):
-                    await broken()
             if unknown is None:  # read after close: httpx refuses that before we get here
                 raise
-            raise unknown(
+            error = unknown(
                 f"the paid response broke off in transit ({type(exc).__name__}); the payment "
                 "was made; re-sending the proof is safe"
-            ) from exc
+            )
+            if broken is not None:
+                with anyio.CancelScope(shield=True):
+                    await broken(error)
+            raise error from exc
 
     async def aclose(self) -> None:
         self._unknown = self.on_broken = None
@@ -556,18 +618,74 @@ class Payer:
         response: httpx.Response,
         send: Send,
     ) -> httpx.Response:
-        """Answer one 402 hop of the logical request `guard`."""
+        """Answer one 402 hop of the logical request `guard`. What it raises is made
+        truthful by the outermost layer (`conclude`)."""
+        guard.payer = self
         try:
             return await self._handle(guard, request, response, send)
         except X402Error as exc:
             if exc._request is None:
                 exc.request = request
-            error = guard.truthful(exc)
+            raise
+
+    async def answered(
+        self, guard: LogicalRequest, request: httpx.Request, response: httpx.Response
+    ) -> httpx.Response:
+        """A non-402 answer to a hop of a request that already paid (the paid answer, a
+        redirect it asked for, or the fresh request after "already used"): it delivers the
+        resource only if it is a success or a redirect that goes somewhere new."""
+        status = response.status_code
+        if status < 300:
+            return guard.finish_hop(response)
+        if status in _REDIRECTS and "location" in response.headers:
+            target = _redirect_target(request, response)
+            if isinstance(target, str) or guard.visited(target):
+                await response.aclose()
+                problem = target if isinstance(target, str) else "redirects into a loop"
+                raise X402Error(
+                    f"after the payment, the merchant's answer {problem} "
+                    f"({status} to {request.url.copy_with(query=None)})",
+                    request=request,
+                )
+            guard.visit(target)
+        elif status >= 400:
+            head, rest = await read_upto(response, self.options.max_body_bytes)
+            await response.aclose()
+            error = X402Error(
+                f"the paid request was led to {request.url.copy_with(query=None)}, which "
+                f"answered {status} instead of the resource",
+                request=request,
+                response=_hand_back(response, head if rest is None else b"", None),
+            )
+            raise error
+        return guard.finish_hop(response)
+
+    async def conclude(self, guard: LogicalRequest, exc: BaseException) -> BaseException:
+        """The truth boundary: what the caller gets for `exc` leaving the logical request
+        `guard`. Called once, by the outermost layer the client controls (the client's
+        `send` when `with_eur_payment` installed it, else the payment transport).
+
+        Once the request paid, every error is a "money moved" error with the receipts and
+        `exc` as its cause; the payment's record learns the resource was not delivered;
+        `on_payment_error` hears of every error whose money moved or may have."""
+        if not isinstance(exc, Exception) or (isinstance(exc, X402Error) and exc._concluded):
+            return exc
+        error: Exception = exc
+        record = guard.record
+        if record is not None and record.ended_by is exc and not isinstance(exc, X402Error):
+            # An untyped error ended a payment attempt: typed by what it means for the money.
+            error = self._typed(exc, record)
+        if guard.receipts or isinstance(error, X402Error):
+            error = guard.truthful(error)
+        if record is not None and guard.receipts:
+            await record.not_delivered(f"{type(exc).__name__}: {exc}")
+        if isinstance(error, X402Error):
+            error._concluded = True
+            if error is not exc and error.__cause__ is None:
+                error.__cause__ = exc
             if error.money_moved is not False:
                 await self._notify("on_payment_error", error)
-            if error is exc:
-                raise
-            raise error from exc
+        return error
 
     async def _handle(
         self,
@@ -596,6 +714,7 @@ class Payer:
                 reason="payment required again after payment",
                 proof=guard.receipts[-1].proof,
                 receipts=guard.receipts,
+                money_moved=None if any(guard.uncertain) else True,
             )
         body = _replayable_body(request)
         if body is None:
@@ -618,7 +737,7 @@ class Payer:
                     exc.response = as_read
                 raise
             if isinstance(outcome, httpx.Response):
-                return guard.finish_hop(outcome)
+                return await self.answered(guard, request, outcome)
             if guard.fresh_used:
                 raise PaymentVerificationFailed(
                     f"the merchant refused the fresh payment too: {outcome.reason}",
@@ -631,7 +750,7 @@ class Payer:
             logger.info("x402: proof %s; asking for a fresh 402", outcome.reason)
             fresh = await send(_rebuild(request, body))
             if fresh.status_code != 402:
-                return guard.finish_hop(fresh)
+                return await self.answered(guard, request, fresh)
             read, as_read = await self._read_challenge(fresh, request)
             if read is None:
                 return guard.finish_hop(as_read)
@@ -732,64 +851,33 @@ class Payer:
         body: bytes,
         send: Send,
     ) -> httpx.Response | _PayFresh:
-        """One payment of one intent, with its ledger entry and budget reservation.
-
-        Outcome rules (docs/failure-semantics.md): refused or failed before the proof
-        exists -> `failed`, reservation released; after the proof exists -> `paid` when
-        the merchant served, else `paid` (undelivered) on rails where the proof means the
-        money already moved (euro, bridge) and `unknown` where the merchant settles it
-        (EVM permit); `PaymentOutcomeUnknown` before the proof -> `unknown`. Only `failed`
-        gives the reservation back. A resumed bridge payment reuses the entry of the
-        payment it resumes and never downgrades it to `failed`: a refused resume says
-        nothing about whether that earlier money moved.
-        """
+        """One payment of one intent: ask, reserve, journal, pay, deliver. Its record
+        (`_record.PaymentRecord`) keeps both stores and decides the outcome."""
         rail, entry, intent = candidate.rail, candidate.entry, candidate.intent
         settings = guard.settings
-        ledger = self.state.ledger
-        journal = self.state.journal
-        resuming = settings.resume_transaction_code
-        found = ledger.find_transaction(resuming) if resuming else None
-        record = found if found is not None else ledger.open(intent)
-        if resuming:
-            record.step("resumed", resuming)
-        # A resumed payment finishes the journal entry it came from, if recovery named it.
-        journal_id: str | None = settings.journal_id if resuming else None
-        moves_first = rail.money_moves_before_proof
-        held: list[Reservation] = []
-        proof: str | None = None
-        outcome: Outcome = "unknown"
+        record = PaymentRecord(
+            self.state,
+            intent,
+            moves_first=rail.money_moves_before_proof,
+            resume_transaction_code=settings.resume_transaction_code,
+            journal_id=settings.journal_id,
+        )
+        guard.record = record
+        outcome: Outcome | None = None
         error: str | None = None
         dead_proof: str | None = None
-
-        async def note(**facts: str) -> None:
-            for name, value in facts.items():
-                setattr(record, name, value)
-            record.step("noted", ", ".join(sorted(facts)))
-            if journal is not None and journal_id is not None:
-                with anyio.CancelScope(shield=True):
-                    await journal.update_payment(journal_id, step="noted", **facts)
-
         try:
             await self._ask_hook(intent, request)
-            # A resumed payment was reserved (and paid) when it was made.
-            budgets = self.state.budgets
-            held = [] if resuming or not budgets.budgets else await budgets.reserve(intent)
-            if held:
-                record.step("reserved", ", ".join(r.budget.key for r in held))
-            if journal is not None and journal_id is None:
-                # Written before any money moves: a crash from here on leaves a record.
-                with anyio.CancelScope(shield=True):
-                    journal_id = await journal.open_payment(
-                        intent=intent,
-                        request_method=request.method,
-                        request_url=str(request.url),
-                        request_body=body,
-                        request_headers=request.headers.multi_items(),
-                        reservations=[(r.budget.key, r.id) for r in held],
-                        id=record.id,
-                        payment_request_code=getattr(entry, "payment_request_code", None),
-                    )
-            record.step("paying", intent.rail)
+            await record.reserve(intent)
+            await record.open(
+                request_method=request.method,
+                request_url=str(request.url),
+                request_body=body,
+                request_headers=request.headers.multi_items(),
+                payment_request_code=getattr(entry, "payment_request_code", None),
+            )
+            record.calling_rail(intent.rail)
+            note = record.noter()
             token = NOTE.set(note)
             try:
                 async with rail.pay(entry, intent, settings) as paid:
@@ -800,26 +888,16 @@ class Payer:
                             challenge, challenge.accepts[candidate.index], paid.payload
                         )
                         paid = dataclasses.replace(paid, proof=framed, header=header)
-                    proof = paid.proof
-                    record.proof = paid.proof
-                    record.payment_request_code = paid.payment_request_code
-                    record.transaction_code = paid.transaction_code
-                    record.blockchain_tx_id = paid.blockchain_tx_id
-                    record.step("proof", paid.transaction_code or paid.payment_request_code or "")
-                    if journal is not None and journal_id is not None:
-                        with anyio.CancelScope(shield=True):
-                            await journal.update_payment(
-                                journal_id,
-                                step="proof",
-                                proof=paid.proof,
-                                payment_request_code=paid.payment_request_code,
-                                transaction_code=paid.transaction_code,
-                                blockchain_tx_id=paid.blockchain_tx_id,
-                            )
+                    await record.prove(
+                        paid.proof,
+                        payment_request_code=paid.payment_request_code,
+                        transaction_code=paid.transaction_code,
+                        blockchain_tx_id=paid.blockchain_tx_id,
+                    )
                     made = self._receipt(
                         intent, paid, datetime.now(timezone.utc), guard.payments + 1
                     )
-                    guard.paid(made, certain=moves_first)
+                    guard.paid(made, certain=record.moves_first)
                     if logger.isEnabledFor(logging.DEBUG):
                         logger.debug(
                             "x402: proving %s %s on %s (%s) to %s for %s",
@@ -838,11 +916,10 @@ class Payer:
                     NOTE.reset(token)
             if isinstance(result, httpx.Response):
                 outcome = "paid"
-                record.delivered = True
-                if isinstance(result.stream, _GuardedStream):
-                    result.stream.on_broken = self._broken_body(record, journal, journal_id)
                 receipt = result.extensions.get(RECEIPT_EXTENSION)
-                record.tx_hash = getattr(receipt, "tx_hash", None)
+                record.served(getattr(receipt, "tx_hash", None))
+                if isinstance(result.stream, _GuardedStream):
+                    result.stream.on_broken = self._broken_body(record)
                 await self._notify("on_payment", receipt)
                 if logger.isEnabledFor(logging.INFO):
                     logger.info(
@@ -856,99 +933,61 @@ class Payer:
                     )
             else:
                 used = classify_reason(result.reason) is VerifierReason.USED
-                outcome = "paid" if moves_first and used else "unknown"
-                error = result.reason
-                dead_proof = result.reason
+                outcome = "paid" if record.moves_first and used else "unknown"
+                error = dead_proof = result.reason
             return result
-        except X402Error as exc:
-            outcome, error = self._classify(exc, proof, moves_first, record)
-            raise
         except BaseException as exc:
-            # Cancellation or an unexpected error: before the proof, money can only have
-            # moved on rails that pay first; after it, the merchant may have settled.
-            if proof is None:
-                outcome = "unknown" if moves_first else "failed"
-            else:
-                outcome = "paid" if moves_first else "unknown"
-            error = f"{type(exc).__name__}: {exc}"
-            if proof is None and moves_first:
+            outcome = outcome_of(
+                exc,
+                rail_called=record.rail_called,
+                proved=record.proved,
+                moves_first=record.moves_first,
+            )
+            error = f"{type(exc).__name__}: {getattr(exc, 'reason', None) or exc}"
+            if isinstance(exc, PaymentOutcomeUnknown):
+                found = record.entry
+                found.proof = found.proof or exc.proof
+                found.transaction_code = found.transaction_code or exc.transaction_code
+                found.payment_request_code = found.payment_request_code or exc.payment_request_code
+            if not record.proved and record.moves_first and outcome == "unknown":
                 logger.warning("x402: payment interrupted; its outcome is unknown (%s)", error)
+            record.ended_by = exc
+            record.request = request
             raise
         finally:
-            if resuming and outcome == "failed":
-                outcome = "unknown"
-            record.finish(outcome, error=error)
-            if (journal is not None and journal_id is not None) or (outcome == "failed" and held):
-                with anyio.CancelScope(shield=True):
-                    await self._settle_attempt(
-                        journal, journal_id, record, outcome, error, dead_proof, held
-                    )
-
-    async def _settle_attempt(
-        self,
-        journal: SqliteStore | None,
-        journal_id: str | None,
-        record: LedgerEntry,
-        outcome: Outcome,
-        error: str | None,
-        dead_proof: str | None,
-        held: list[Reservation],
-    ) -> None:
-        """The end of an attempt on disk and in the budgets (shielded by the caller)."""
-        if journal is not None and journal_id is not None:
-            await journal.finish_payment(
-                journal_id,
-                "unknown" if outcome == "pending" else outcome,
-                delivered=record.delivered,
-                error=error,
-                tx_hash=record.tx_hash,
-            )
-            if dead_proof is not None:
-                # "already used" / "expired": this proof will never be served.
-                await journal.mark_unrecoverable(
-                    journal_id, f"the merchant said {dead_proof!r}; paid again fresh"
-                )
-        if outcome == "failed" and held:
-            await self.state.budgets.release(held)
+            await record.finish(outcome or "unknown", error=error, dead_proof=dead_proof)
 
     @staticmethod
-    def _broken_body(
-        record: LedgerEntry, journal: SqliteStore | None, journal_id: str | None
-    ) -> Callable[[], Awaitable[None]]:
-        async def broken() -> None:
-            record.delivered = False
-            record.step("broken", "the paid response broke off in transit")
-            if journal is not None and journal_id is not None:
-                try:
-                    await journal.finish_payment(
-                        journal_id,
-                        "paid",
-                        delivered=False,
-                        error="the paid response broke off in transit; re-send the proof",
-                    )
-                except Exception:  # the caller's read error matters more than the journal's
-                    logger.exception("x402: journaling a broken paid response failed")
+    def _typed(exc: Exception, record: PaymentRecord) -> X402Error:
+        """The typed error for an untyped one that ended the attempt of `record`: what it
+        means for the money, by how far the payment got."""
+        what = f"{type(exc).__name__}: {exc}"
+        entry = record.entry
+        if entry.outcome == "failed":
+            error: X402Error = PaymentFailed(
+                f"the payment stopped before any money moved ({what}); nothing was paid",
+                intent=entry.intent,
+            )
+        else:
+            error = PaymentOutcomeUnknown(
+                f"the payment was interrupted ({what}); money may have moved. Never pay "
+                "again for this request: re-send the proof or resume the transaction",
+                proof=entry.proof,
+                payment_request_code=entry.payment_request_code,
+                transaction_code=entry.transaction_code,
+                intent=entry.intent,
+            )
+        if record.request is not None:
+            error.request = record.request
+        return error
+
+    def _broken_body(self, record: PaymentRecord) -> Callable[[X402Error], Awaitable[None]]:
+        async def broken(error: X402Error) -> None:
+            await record.broken()
+            error._concluded = True
+            await self._notify("on_payment_error", error)
 
         return broken
-
-    @staticmethod
-    def _classify(
-        exc: X402Error, proof: str | None, moves_first: bool, record: LedgerEntry
-    ) -> tuple[Outcome, str]:
-        """The ledger outcome of an attempt that raised `exc` (docs/failure-semantics.md)."""
-        error = f"{type(exc).__name__}: {exc}"
-        if isinstance(exc, PaymentOutcomeUnknown):
-            record.proof = record.proof or exc.proof
-            record.transaction_code = record.transaction_code or exc.transaction_code
-            record.payment_request_code = record.payment_request_code or exc.payment_request_code
-            # On a pay-first rail the proof exists only once the money moved: what is
-            # unknown then is the delivery, not the payment.
-            return ("paid" if proof is not None and moves_first else "unknown"), error
-        if isinstance(exc, PaymentVerificationFailed):
-            return ("paid" if moves_first else "unknown"), f"{type(exc).__name__}: {exc.reason}"
-        if proof is None:
-            return "failed", error
-        return ("paid" if moves_first else "unknown"), error
 
     async def _ask_hook(self, intent: PaymentIntent, request: httpx.Request) -> None:
         """`on_before_payment` approves with `True` only: the hook fails closed."""
@@ -1013,6 +1052,7 @@ class Payer:
                     intent,
                     Paid(proof=proof, header=header),
                     record,
+                    moves_first=rail.money_moves_before_proof,
                     resend=True,
                 )
                 if not isinstance(result, httpx.Response):
@@ -1022,15 +1062,38 @@ class Payer:
                         proof=proof,
                         request=request,
                         intent=intent,
+                        money_moved=refused_money_moved(rail.money_moves_before_proof),
                     )
-                if record is not None and record.outcome == "unknown":
-                    record.delivered = True
-                    record.finish("paid")
+                await self._close_resent(proof, decoded, record)
                 return result
         raise NoSatisfiableOption(
             f"the 402 lists no {scheme} entry on {network} for the re-sent proof",
             request=request,
         )
+
+    async def _close_resent(
+        self, proof: str, decoded: Mapping[str, Any], entry: LedgerEntry | None
+    ) -> None:
+        """A re-sent proof was served: the payment it belongs to is delivered, in the
+        ledger and in the journal (found by the proof, or a euro proof's request code)."""
+        if entry is not None and not entry.delivered:
+            entry.delivered = True
+            entry.finish("paid")
+        journal = self.state.journal
+        if journal is None:
+            return
+        payload = decoded.get("payload")
+        code = payload.get("paymentRequestCode") if isinstance(payload, dict) else None
+        try:
+            with anyio.CancelScope(shield=True):
+                found = await journal.find_by_proof(proof, code if isinstance(code, str) else None)
+                if found is not None and not (found.delivered and found.outcome == "paid"):
+                    await journal.finish_payment(found.id, "paid", delivered=True)
+        except Exception as exc:
+            logger.error(
+                "x402: the payment journal could not record a re-sent proof's delivery (%s)",
+                type(exc).__name__,
+            )
 
     # --- delivering the proof ----------------------------------------------------------------
 
@@ -1041,6 +1104,8 @@ class Payer:
         paid_at: datetime,
         payments: int,
         settlement: Mapping[str, Any] | None = None,
+        *,
+        reused: bool = False,
     ) -> PaymentReceipt:
         """The receipt of a payment whose proof exists; `_deliver` makes it again with the
         merchant's settlement (and the transaction it names) when the answer carries one."""
@@ -1062,6 +1127,7 @@ class Payer:
             tx_hash=_settlement_tx_hash(settlement),
             settlement=settlement,
             payments=payments,
+            reused=reused,
         )
 
     async def _deliver(
@@ -1072,14 +1138,18 @@ class Payer:
         send: Send,
         intent: PaymentIntent,
         paid: Paid,
-        record: LedgerEntry | None = None,
+        record: PaymentRecord | LedgerEntry | None = None,
         *,
+        moves_first: bool | None = None,
         resend: bool = False,
         made: PaymentReceipt | None = None,
     ) -> httpx.Response | _PayFresh:
         """Send the proof and act on the answers (`_delivery.Delivery` decides). `made`: the
-        receipt of the payment behind `paid`, when this request made it."""
+        receipt of the payment behind `paid`, when this request made it; a re-sent proof
+        (`resend`) gets a receipt that says so and counts no payment."""
         options = self.options
+        if moves_first is None:
+            moves_first = isinstance(record, PaymentRecord) and record.moves_first
         machine = Delivery(
             confirmation_attempts=options.confirmation_attempts,
             confirmation_wait=options.confirmation_wait,
@@ -1089,16 +1159,24 @@ class Payer:
         )
         paid_request = _rebuild(request, body, paid.proof, paid.header)
         if made is None:
-            made = self._receipt(intent, paid, datetime.now(timezone.utc), max(guard.payments, 1))
+            made = self._receipt(
+                intent,
+                paid,
+                datetime.now(timezone.utc),
+                0 if resend else max(guard.payments, 1),
+                reused=resend,
+            )
         base = made
 
         def receipt(response: httpx.Response | None = None) -> PaymentReceipt:
             settlement = None if response is None else _settlement(response)
             if settlement is None:
                 return base
-            return self._receipt(intent, paid, base.paid_at, base.payments, settlement)
+            return self._receipt(
+                intent, paid, base.paid_at, base.payments, settlement, reused=base.reused
+            )
 
-        def unknown(message: str) -> PaymentOutcomeUnknown:
+        def unknown(message: str, answer: httpx.Response | None = None) -> PaymentOutcomeUnknown:
             return PaymentOutcomeUnknown(
                 message,
                 proof=paid.proof,
@@ -1107,6 +1185,8 @@ class Payer:
                 receipt=receipt(),
                 request=paid_request,
                 intent=intent,
+                response=answer,
+                status_code=None if answer is None else answer.status_code,
             )
 
         while True:
@@ -1149,6 +1229,29 @@ class Payer:
                     response.stream = _GuardedStream(response.stream, unknown)
                 return response
             shown = decision.reason or "402 without a reason"
+            if step is Step.NOT_DELIVERED:
+                # Paid, and the merchant answered something other than the resource: the
+                # proof stays good to re-send; the answer rides on the error, readable.
+                head, rest = await read_upto(response, options.max_body_bytes)
+                await response.aclose()
+                answer = _hand_back(response, head if rest is None else b"", None)
+                advice = (
+                    "; the payment was made"
+                    if moves_first
+                    else ("; the signed payment was handed over and may still be settled")
+                )
+                message = f"{shown}{advice}; re-sending the proof is safe"
+                if moves_first:
+                    raise PaymentVerificationFailed(
+                        message,
+                        reason=shown,
+                        receipt=receipt(),
+                        proof=paid.proof,
+                        request=paid_request,
+                        intent=intent,
+                        response=answer,
+                    )
+                raise unknown(message, answer)
             if step is Step.PAY_FRESH:
                 return _PayFresh(shown, paid.proof)
             if step is Step.UNKNOWN:
@@ -1175,4 +1278,5 @@ class Payer:
                 proof=paid.proof,
                 request=paid_request,
                 intent=intent,
+                money_moved=refused_money_moved(moves_first),
             )

@@ -44,7 +44,6 @@ from ._options import PaymentOptions, coerce_options
 from ._payer import EXTENSION, LogicalRequest, Payer
 from ._quote import Quote, quote_response
 from ._state import state_of
-from ._transport import later_hop_failed
 
 __all__ = ["SyncPaymentTransport", "budget_status_sync", "install", "quote_payment_sync"]
 
@@ -209,6 +208,26 @@ class _Driver:
         if result is view:
             return response  # handed back untouched (`{"pay": False}`)
         return self._sync_view(result, running)
+
+    def answered(
+        self, guard: LogicalRequest, request: httpx.Request, response: httpx.Response
+    ) -> httpx.Response:
+        """`Payer.answered` for a later hop of a paid request, on the loop."""
+        with self._lock:
+            if self._running is None:
+                self._running = self._start()
+            running = self._running
+        view = _async_view(response, request, running)
+        result = self.run(self.payer.answered(guard, request, view), running)
+        return self._sync_view(result, running)
+
+    def conclude(self, guard: LogicalRequest, exc: Exception) -> BaseException:
+        """`Payer.conclude` (the truth boundary) for a sync caller, on the loop."""
+        payer = guard.payer or self.payer
+        try:
+            return self.run(payer.conclude(guard, exc))
+        except _LoopGone:
+            return guard.truthful(exc)
 
     def _sync_view(self, response: httpx.Response, running: _Running) -> httpx.Response:
         stream = response.stream
@@ -397,16 +416,19 @@ class SyncPaymentTransport(httpx.BaseTransport):
         guard = LogicalRequest.of(request)
         try:
             response = self._transport.handle_request(request)
-        except httpx.TransportError as exc:
-            if not guard.receipts:
+            if response.status_code != 402:
+                if not guard.receipts:
+                    return guard.finish_hop(response)
+                return driver.answered(guard, request, response)
+            return driver.handle_402(guard, request, response, self._transport)
+        except Exception as exc:
+            # The truth boundary, unless the client's own `send` holds it.
+            if guard.bounded or guard.payer is None:
                 raise
-            error = later_hop_failed(guard, request, exc)
-            with contextlib.suppress(_LoopGone):
-                driver.run(driver.payer._notify("on_payment_error", error))
+            error = driver.conclude(guard, exc)
+            if error is exc:
+                raise
             raise error from exc
-        if response.status_code != 402:
-            return guard.finish_hop(response)
-        return driver.handle_402(guard, request, response, self._transport)
 
     def close(self) -> None:
         self._transport.close()
@@ -438,7 +460,36 @@ def install(client: httpx.Client, payer: Payer) -> httpx.Client:
             return inner
         return SyncPaymentTransport._sharing(inner, driver)
 
-    return wrap_transports(client, wrap, "SyncPaymentTransport")
+    wrap_transports(client, wrap, "SyncPaymentTransport")
+    _install_boundary(client, driver)
+    return client
+
+
+def _install_boundary(client: httpx.Client, driver: _Driver) -> None:
+    """Own `client.send` (see `_transport.install_boundary`): errors raised above the
+    payment transport after a payment reach the caller as the truthful error."""
+    send = client.send
+    if getattr(send, "_x402_boundary", False):
+        return
+
+    def bounded_send(request: httpx.Request, *args: Any, **kwargs: Any) -> httpx.Response:
+        guard = LogicalRequest.begin(request)
+        try:
+            return send(request, *args, **kwargs)
+        except Exception as exc:
+            if guard.payer is None:
+                raise
+            transport = client._transport
+            current = transport._driver if isinstance(transport, SyncPaymentTransport) else driver
+            error = current.conclude(guard, exc)
+            if error is exc:
+                raise
+            raise error from exc
+        finally:
+            guard.end()
+
+    bounded_send._x402_boundary = True  # type: ignore[attr-defined]
+    object.__setattr__(client, "send", bounded_send)
 
 
 # --- quotes and budgets ----------------------------------------------------------------------

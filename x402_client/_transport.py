@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, overload
 
 import httpx
 
-from ._exceptions import ConfigurationError, PaymentOutcomeUnknown, X402Error
+from ._exceptions import ConfigurationError
 from ._ledger import PaymentLedger
 from ._options import PaymentOptions, coerce_options
 
@@ -27,12 +27,12 @@ if TYPE_CHECKING:
     # At run time these load on first use (a transport built, a ledger asked for): the
     # payer brings pydantic, the wire models and anyio, which `import x402_client` and
     # `PaymentOptions(...)` do not need.
-    from ._payer import LogicalRequest, Payer
+    from ._payer import Payer
     from ._sync import SyncPaymentTransport
 
 __all__ = [
     "PaymentTransport",
-    "later_hop_failed",
+    "install_boundary",
     "payment_ledger",
     "with_eur_payment",
     "wrap_transports",
@@ -44,17 +44,34 @@ _NOT_FOR_SYNC = (
 )
 
 
-def later_hop_failed(
-    guard: LogicalRequest, request: httpx.Request, exc: httpx.TransportError
-) -> X402Error:
-    """The error for a hop after the paid one that failed in transit (a redirect the paid
-    answer asked for): the money moved, so a "money moved" error with the receipts."""
-    return guard.truthful(
-        PaymentOutcomeUnknown(
-            f"a later hop of this request failed in transit ({type(exc).__name__})",
-            request=request,
-        )
-    )
+def install_boundary(client: httpx.AsyncClient) -> None:
+    """Own `client.send`: the outermost layer of every request the client makes, so that
+    an error raised above the payment transport (httpx's own redirect handling, a body
+    read by `send`, an event hook) after a payment reaches the caller as the truthful
+    "money moved" error (`Payer.conclude`). Installed once per client."""
+    from ._payer import LogicalRequest
+
+    send = client.send
+    if getattr(send, "_x402_boundary", False):
+        return
+
+    async def bounded_send(request: httpx.Request, *args: Any, **kwargs: Any) -> httpx.Response:
+        guard = LogicalRequest.begin(request)
+        try:
+            return await send(request, *args, **kwargs)
+        except Exception as exc:
+            payer = guard.payer
+            if payer is None:
+                raise
+            error = await payer.conclude(guard, exc)
+            if error is exc:
+                raise
+            raise error from exc
+        finally:
+            guard.end()
+
+    bounded_send._x402_boundary = True  # type: ignore[attr-defined]
+    object.__setattr__(client, "send", bounded_send)
 
 
 class PaymentTransport(httpx.AsyncBaseTransport):
@@ -109,17 +126,23 @@ class PaymentTransport(httpx.AsyncBaseTransport):
         guard = self._guard_of(request)
         try:
             response = await self._transport.handle_async_request(request)
-        except httpx.TransportError as exc:
-            if not guard.receipts:
+            if response.status_code != 402:
+                if not guard.receipts:
+                    return guard.finish_hop(response)
+                return await self._payer.answered(guard, request, response)
+            return await self._payer.handle_402(
+                guard, request, response, self._transport.handle_async_request
+            )
+        except Exception as exc:
+            # The truth boundary, unless the client's own `send` holds it (then it also
+            # covers what httpx raises above this transport).
+            payer = guard.payer
+            if guard.bounded or payer is None:
                 raise
-            error = later_hop_failed(guard, request, exc)
-            await self._payer._notify("on_payment_error", error)
+            error = await payer.conclude(guard, exc)
+            if error is exc:
+                raise
             raise error from exc
-        if response.status_code != 402:
-            return guard.finish_hop(response)
-        return await self._payer.handle_402(
-            guard, request, response, self._transport.handle_async_request
-        )
 
     async def aclose(self) -> None:
         await self._transport.aclose()
@@ -204,7 +227,9 @@ def with_eur_payment(
             return inner
         return PaymentTransport(inner, payer=payer)
 
-    return wrap_transports(client, install, "PaymentTransport")
+    wrap_transports(client, install, "PaymentTransport")
+    install_boundary(client)
+    return client
 
 
 def wrap_transports(client: _ClientT, wrap: Callable[[Any], Any], transport_name: str) -> _ClientT:

@@ -45,6 +45,8 @@ class PaymentReceipt:
     settlement header named one. `settlement` is the decoded `X-PAYMENT-RESPONSE` (or
     `PAYMENT-RESPONSE`) header when the merchant sent one. `payments` counts the payments
     made for this request (2 when a proof expired and the client paid a fresh 402).
+    `reused` is True on the receipt of a proof paid earlier and re-sent (recovery, or
+    `extensions={"x402": {"proof": ...}}`): that request moved no money (`payments` is 0).
     """
 
     rail: Rail
@@ -64,6 +66,7 @@ class PaymentReceipt:
     payer: str | None = None
     settlement: Mapping[str, Any] | None = None
     payments: int = 1
+    reused: bool = False
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (camelCase, the amount as `format_amount` writes it on every
@@ -81,6 +84,7 @@ class PaymentReceipt:
             "resource": self.resource,
             "paidAt": self.paid_at.isoformat(),
             "payments": self.payments,
+            "reused": self.reused,
             "paymentRequestCode": self.payment_request_code,
             "transactionCode": self.transaction_code,
             "blockchainTxId": self.blockchain_tx_id,

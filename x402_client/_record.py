@@ -1,0 +1,330 @@
+"""One payment, one record: the ledger entry, the journal row, the owner's claim, the budget
+reservation and the outcome of a payment live in one `PaymentRecord` with one life cycle:
+
+```
+open --reserve--> reserved --journal--> journaled --rail--> rail called --proof--> proved
+                                                                                     |
+                          delivered | not delivered | refused | failed  <------------+
+```
+
+The flow (`_payer`) calls the record; the record writes both stores (the in-memory ledger
+and, with a state file, the journal). Without a state file the journal is `NullJournal`,
+whose calls do nothing, so no caller checks for it.
+
+The outcome rules (docs/failure-semantics.md) live in `outcome_of`, a pure function:
+
+- before the rail is called nothing can have moved: `failed`, and the reservation is
+  released (whatever went wrong, an untyped error included);
+- the rail was called but no proof exists: `failed` when the rail says so with a typed
+  error, `unknown` when it may have paid (a lost answer, an interruption on a rail whose
+  money moves before the proof);
+- a proof exists: `paid` on rails where the proof means the money moved (euro, bridge),
+  `unknown` on rails where the merchant moves it with the proof and did not serve (an EVM
+  authorization that was not settled stays spendable until it expires).
+
+Only `failed` gives the reservation back. A record is `delivered` only when the merchant
+served the paid request (2xx, or a redirect the caller's client follows to a success).
+
+Journal writes after the rail was called never break a payment: money may be moving, and
+delivering the resource is worth more than the record of it. Such a failure is logged (the
+record in memory keeps the truth).
+"""
+
+from __future__ import annotations
+
+import logging
+import weakref
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import anyio
+import httpx
+
+from ._exceptions import PaymentOutcomeUnknown, X402Error
+from ._ledger import LedgerEntry, Outcome
+
+if TYPE_CHECKING:
+    from ._budget import Budgets, Reservation
+    from ._sqlite import SqliteStore
+    from ._state import PaymentState
+    from ._types import PaymentIntent
+
+__all__ = ["NullJournal", "PaymentRecord", "outcome_of", "refused_money_moved"]
+
+logger = logging.getLogger("x402_client")
+
+
+class NullJournal:
+    """The journal of options without a state file: nothing is written."""
+
+    async def open_payment(self, *, id: str | None = None, **_: Any) -> str:
+        return id or ""
+
+    async def update_payment(self, id: str, **facts: Any) -> None:
+        return None
+
+    async def finish_payment(self, id: str, outcome: Any, **_: Any) -> None:
+        return None
+
+    async def mark_unrecoverable(self, id: str, reason: str) -> None:
+        return None
+
+
+NULL_JOURNAL = NullJournal()
+
+
+def outcome_of(
+    exc: BaseException | None,
+    *,
+    rail_called: bool,
+    proved: bool,
+    moves_first: bool,
+) -> Outcome:
+    """The ledger outcome of an attempt that ended with `exc` (None: it ended without an
+    error, having proved; see the module docstring)."""
+    if not rail_called:
+        return "failed"
+    if not proved:
+        if isinstance(exc, PaymentOutcomeUnknown):
+            return "unknown"
+        if isinstance(exc, X402Error):
+            return "failed"
+        return "unknown" if moves_first else "failed"
+    return "paid" if moves_first else "unknown"
+
+
+class PaymentRecord:
+    """One payment intent and everything kept about it, in memory and on disk."""
+
+    __slots__ = (
+        "__weakref__",
+        "_budgets",
+        "_journal",
+        "delivered",
+        "ended_by",
+        "entry",
+        "held",
+        "journal_id",
+        "moves_first",
+        "proved",
+        "rail_called",
+        "request",
+        "resumed",
+    )
+
+    def __init__(
+        self,
+        state: PaymentState,
+        intent: PaymentIntent,
+        *,
+        moves_first: bool,
+        resume_transaction_code: str | None = None,
+        journal_id: str | None = None,
+    ) -> None:
+        ledger = state.ledger
+        found = (
+            ledger.find_transaction(resume_transaction_code) if resume_transaction_code else None
+        )
+        self.entry: LedgerEntry = found if found is not None else ledger.open(intent)
+        self._journal: SqliteStore | NullJournal = (
+            state.journal if state.journal is not None else NULL_JOURNAL
+        )
+        self._budgets: Budgets = state.budgets
+        #: A resumed payment finishes the journal row it came from, when recovery named it.
+        self.journal_id: str | None = journal_id if resume_transaction_code else None
+        self.resumed = resume_transaction_code is not None
+        self.moves_first = moves_first
+        self.held: Sequence[Reservation] = ()
+        self.rail_called = False
+        self.proved = False
+        self.delivered = False
+        #: The exception that ended the attempt, and the request it was for.
+        self.ended_by: BaseException | None = None
+        self.request: httpx.Request | None = None
+        if resume_transaction_code:
+            self.entry.step("resumed", resume_transaction_code)
+
+    @property
+    def id(self) -> str:
+        return self.entry.id
+
+    async def _write(self, what: str, call: Any, *args: Any, **kwargs: Any) -> None:
+        """A journal write once the rail may have been called: shielded, and never breaking
+        the payment (logged instead)."""
+        if self.journal_id is None:
+            return
+        try:
+            with anyio.CancelScope(shield=True):
+                await call(self.journal_id, *args, **kwargs)
+        except Exception as exc:
+            logger.error(
+                "x402: the payment journal could not record %s of payment %s (%s); the "
+                "payment goes on",
+                what,
+                self.id,
+                type(exc).__name__,
+            )
+
+    # --- before the rail: nothing can have moved -----------------------------------------------
+
+    async def reserve(self, intent: PaymentIntent) -> None:
+        """Hold the amount in every budget of its currency (a resumed payment holds what it
+        held when it was made). `BudgetExceeded` when one is full."""
+        if self.resumed or not self._budgets.budgets:
+            return
+        self.held = await self._budgets.reserve(intent)
+        if self.held:
+            self.entry.step("reserved", ", ".join(r.budget.key for r in self.held))
+
+    async def open(
+        self,
+        *,
+        request_method: str,
+        request_url: str,
+        request_body: bytes | None,
+        request_headers: Iterable[tuple[str, str]],
+        payment_request_code: str | None,
+    ) -> None:
+        """Journal the payment before any money moves: a crash from here on leaves a record.
+        A failure here raises (the caller turns it into "nothing was paid")."""
+        if self.journal_id is not None or self._journal is NULL_JOURNAL:
+            return
+        with anyio.CancelScope(shield=True):
+            self.journal_id = await self._journal.open_payment(
+                intent=self.entry.intent,
+                request_method=request_method,
+                request_url=request_url,
+                request_body=request_body,
+                request_headers=request_headers,
+                reservations=[(r.budget.key, r.id) for r in self.held],
+                id=self.entry.id,
+                payment_request_code=payment_request_code,
+            )
+
+    def calling_rail(self, rail: str) -> None:
+        """From here on, money may move."""
+        self.rail_called = True
+        self.entry.step("paying", rail)
+
+    # --- the rail was called ---------------------------------------------------------------------
+
+    def noter(self) -> Callable[..., Awaitable[None]]:
+        """`note`, for the rail's context: it holds the record weakly (a task the rail
+        starts copies the context and may outlive the payment)."""
+        ref = weakref.ref(self)
+
+        async def note(**facts: str) -> None:
+            record = ref()
+            if record is not None:
+                await record.note(**facts)
+
+        return note
+
+    async def note(self, **facts: str) -> None:
+        """A fact the rail reports the moment it exists (a transaction code)."""
+        entry = self.entry
+        for name, value in facts.items():
+            setattr(entry, name, value)
+        entry.step("noted", ", ".join(sorted(facts)))
+        await self._write("a code", self._journal.update_payment, step="noted", **facts)
+
+    async def prove(
+        self,
+        proof: str,
+        *,
+        payment_request_code: str | None,
+        transaction_code: str | None,
+        blockchain_tx_id: str | None,
+    ) -> None:
+        entry = self.entry
+        self.proved = True
+        entry.proof = proof
+        entry.payment_request_code = payment_request_code
+        entry.transaction_code = transaction_code
+        entry.blockchain_tx_id = blockchain_tx_id
+        entry.step("proof", transaction_code or payment_request_code or "")
+        await self._write(
+            "the proof",
+            self._journal.update_payment,
+            step="proof",
+            proof=proof,
+            payment_request_code=payment_request_code,
+            transaction_code=transaction_code,
+            blockchain_tx_id=blockchain_tx_id,
+        )
+
+    def step(self, step: str, detail: str = "") -> None:
+        self.entry.step(step, detail)
+
+    def served(self, tx_hash: str | None) -> None:
+        self.delivered = True
+        self.entry.delivered = True
+        self.entry.tx_hash = tx_hash
+
+    # --- the end ---------------------------------------------------------------------------------
+
+    async def finish(
+        self, outcome: Outcome, error: str | None = None, dead_proof: str | None = None
+    ) -> None:
+        """Record the end of the attempt in both stores and give back what did not move.
+        Shielded: an interrupted request still records its end."""
+        if self.resumed and outcome == "failed":
+            # A refused resume says nothing about whether the earlier money moved.
+            outcome = "unknown"
+        self.entry.finish(outcome, error=error)
+        with anyio.CancelScope(shield=True):
+            await self._write(
+                "the outcome",
+                self._journal.finish_payment,
+                "unknown" if outcome == "pending" else outcome,
+                delivered=self.delivered,
+                error=error,
+                tx_hash=self.entry.tx_hash,
+            )
+            if dead_proof is not None:
+                # "already used" / "expired": this proof will never be served.
+                await self._write(
+                    "a used proof",
+                    self._journal.mark_unrecoverable,
+                    f"the merchant said {dead_proof!r}; paid again fresh",
+                )
+            if outcome == "failed" and self.held:
+                held, self.held = self.held, ()
+                await self._budgets.release(held)
+
+    async def not_delivered(self, reason: str) -> None:
+        """A later answer of the same request showed the resource was not served after all
+        (a paid redirect that led to an error): the proof may be re-sent."""
+        if not self.delivered:
+            return
+        self.delivered = False
+        entry = self.entry
+        entry.delivered = False
+        entry.step("not delivered", reason)
+        await self._write(
+            "a failed delivery",
+            self._journal.finish_payment,
+            entry.outcome if entry.outcome in ("paid", "unknown") else "unknown",
+            delivered=False,
+            error=reason,
+        )
+
+    async def broken(self) -> None:
+        """The paid body broke off in transit: the resource was not delivered."""
+        self.delivered = False
+        self.entry.delivered = False
+        self.entry.step("broken", "the paid response broke off in transit")
+        await self._write(
+            "a broken body",
+            self._journal.finish_payment,
+            "paid" if self.moves_first else "unknown",
+            delivered=False,
+            error="the paid response broke off in transit; re-send the proof",
+        )
+
+
+def refused_money_moved(moves_first: bool) -> bool | None:
+    """What a refused proof says of the money: moved on rails that pay before the proof;
+    may have on rails where the merchant settles a signed authorization (it stays valid
+    until it expires, whatever the merchant said)."""
+    return True if moves_first else None
