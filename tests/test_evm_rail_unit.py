@@ -12,7 +12,7 @@ import pytest
 from eth_account import Account
 from eth_account.messages import encode_typed_data
 
-from x402_client import ConfigurationError, EvmOptions, PaymentOptions, decode_proof
+from x402_client import EvmOptions, PaymentOptions, decode_proof
 from x402_client._challenge import parse_accept
 from x402_client._models import EvmPermitExtra, SupportedKinds
 from x402_client._payer import Payer
@@ -287,17 +287,18 @@ def test_key_never_printed() -> None:
     assert secret not in repr(rail)
 
 
-def test_missing_extra_is_a_clear_configuration_error(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_without_the_extra_permit_entries_are_skipped_with_the_install_command(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     real = importlib.util.find_spec
 
     def find_spec(name: str, *args: Any) -> Any:
         return None if name == "web3" else real(name, *args)
 
     monkeypatch.setattr(importlib.util, "find_spec", find_spec)
-    with pytest.raises(ConfigurationError, match=r"pip install 'x402-eur\[evm\]'"):
-        _rail()
-    with pytest.raises(ConfigurationError, match=r"x402-eur\[evm\]"):
-        Payer(PaymentOptions(evm=EvmOptions(private_key=KEY)))
+    assert _describe(_entry()) == "EVM permits need the evm extra: pip install 'x402-eur[evm]'"
+    # The options still make a payer: its other rails pay as usual.
+    assert "evm-permit" in repr(Payer(PaymentOptions(evm=EvmOptions(private_key=KEY))))
 
 
 def test_import_stays_free_of_web3() -> None:

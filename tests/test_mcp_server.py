@@ -656,3 +656,39 @@ def test_importing_the_module_does_not_import_mcp():
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+@pytest.mark.anyio
+async def test_a_euro_budget_refuses_dollar_offers_and_the_budget_tool_says_so(sandbox, serve):
+    from tests.test_every_currency import EVM_KEY, Merchant
+
+    merchant = Merchant()  # one offer: 0.10 USD in USDC, which an EVM key alone can pay
+    url = await serve(merchant) + "/paid"
+    account = sandbox.bank.open_account("1.00")
+    env = server_env(sandbox, account, X402_EUR_EVM_PRIVATE_KEY=EVM_KEY)
+    with stderr_file() as errlog:
+        async with stdio_tools(env, "--budget", "0.15/24h", errlog=errlog) as tools:
+            refused, text = await tools.error("fetch", url=url)
+            assert refused["type"] == "BudgetExceeded" and refused["moneyMoved"] is False
+            assert "No money moved" in text
+            [skipped] = refused["skipped"]
+            assert skipped["reason"] == "no_budget"
+            assert "no budget covers USD" in refused["message"]
+            assert "--budget 2.00USD/24h" in refused["message"]
+
+            left = await tools.ok("budget")
+            euros, dollars = left["currencies"]
+            assert euros == {
+                "currency": "EUR",
+                "maxAmountPerPayment": "1.00",
+                "budgeted": True,
+                "remaining": "0.15",
+                "payable": True,
+                "note": None,
+            }
+            assert (dollars["currency"], dollars["maxAmountPerPayment"]) == ("USD", "1.00")
+            assert not dollars["budgeted"] and not dollars["payable"]
+            assert dollars["remaining"] is None and "2.00USD/24h" in dollars["note"]
+        logs = read_back(errlog)
+    assert merchant.paid == []
+    assert "USD offers refused: no budget covers them" in logs

@@ -60,7 +60,7 @@ def test_camel_case_keys() -> None:
     )
     assert options.api_key == SecretStr("k")
     assert (options.from_account, options.api_url) == ("ACC_1", "https://api.example")
-    assert options.max_amount_per_payment == {"EUR": Decimal("0.25"), "USD": Decimal("1.00")}
+    assert options.max_amount_per_payment == {"EUR": Decimal("0.25"), "USD": Decimal("0.25")}
     assert options.state_path == pathlib.Path("state.db")
     assert options.payment_api_max_connections == 7
     assert options.evm is not None and options.evm.rpc_urls == {137: ("https://rpc",)}
@@ -232,8 +232,8 @@ def test_strings_paths_and_tuples() -> None:
         ),
         (
             {"max_amount_per_payment": 0.5},
-            "max_amount_per_payment: Value error, must be an amount (euros) or a mapping of "
-            "currency to amount",
+            "max_amount_per_payment: Value error, must be an amount (for every currency) or a "
+            "mapping of currency to amount",
         ),
         (
             {"max_amount_per_payment": {"usd": "-1"}},
@@ -258,14 +258,15 @@ def test_instances_and_callables_are_kept_as_given() -> None:
 
 
 def test_limits() -> None:
+    # One amount caps every currency; a mapping caps only the currencies it names.
     assert PaymentOptions(max_amount_per_payment=2).max_amount_per_payment == {
         "EUR": Decimal("2"),
-        "USD": Decimal("1.00"),
+        "USD": Decimal("2"),
     }
     assert PaymentOptions(max_amount_per_payment={"usd": "0.5"}).max_amount_per_payment == {
-        "EUR": Decimal("1.00"),
         "USD": Decimal("0.5"),
     }
+    assert PaymentOptions().max_amount_per_payment == {"EUR": Decimal("1"), "USD": Decimal("1")}
     assert PaymentOptions().max_amount_per_payment is not PaymentOptions().max_amount_per_payment
 
 

@@ -95,7 +95,7 @@ def test_options_from_mapping_and_env() -> None:
     )
     assert options.api_key is not None and options.api_key.get_secret_value() == "k"
     assert options.api_url == "https://api.example"
-    assert options.max_amount_per_payment == {"EUR": Decimal("0.25"), "USD": Decimal("1.00")}
+    assert options.max_amount_per_payment == {"EUR": Decimal("0.25"), "USD": Decimal("0.25")}
     assert options.evm is not None and options.evm.rpc_urls == {137: ("http://a", "http://b")}
     assert options.has_managed_account
     spec_names = {

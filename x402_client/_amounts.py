@@ -5,6 +5,10 @@ integer atomic units on chains. EURQ and USDQ have 6 decimals on every network, 
 `1 atomic unit = 0.000001`. The spec's examples hold: 0.10 EUR = 100000, 0.50 EUR =
 500000, 1.00 EUR = 1000000.
 
+A token declared with more decimals (`Asset(..., decimals=18)`) has prices finer than
+that unit: caps compare them exactly, and budgets count them rounded up to the next
+0.000001 (`to_atomic_ceiling`), so a budget never undercounts.
+
 Parsing is strict on purpose: a wire amount is a plain decimal string (`"0.10"`) or a
 plain integer string for atomic units (`"100000"`). Signs, exponents, NaN, infinities,
 whitespace, more than 6 decimals and absurdly large values are refused, because the
@@ -14,7 +18,7 @@ client must never pay for an amount it could not read exactly.
 from __future__ import annotations
 
 import re
-from decimal import Decimal, InvalidOperation, localcontext
+from decimal import ROUND_CEILING, Decimal, Inexact, InvalidOperation, localcontext
 
 __all__ = [
     "ATOMIC_DECIMALS",
@@ -25,6 +29,7 @@ __all__ = [
     "parse_amount",
     "parse_atomic",
     "to_atomic",
+    "to_atomic_ceiling",
 ]
 
 ATOMIC_DECIMALS = 6
@@ -95,6 +100,24 @@ def to_atomic(amount: Decimal) -> int:
         if scaled != scaled.to_integral_value():
             raise AmountError(f"amount {amount} has more than {ATOMIC_DECIMALS} decimals")
         return int(scaled)
+
+
+def to_atomic_ceiling(amount: Decimal) -> int:
+    """`amount` in atomic units (10^-6), rounded up: what a budget counts for a price that
+    may be finer than its unit (a token with 18 decimals). Never less than the price:
+    `Decimal("0.000000000000000001")` -> `1`, `Decimal("0.10")` -> `100000`."""
+    if not amount.is_finite():
+        raise AmountError("amount must be finite")
+    if amount < 0:
+        raise AmountError("amount must not be negative")
+    with localcontext() as ctx:
+        # Exact or an error: a token's amount has at most 36 decimals and 78 digits.
+        ctx.prec = 160
+        ctx.traps[Inexact] = True
+        try:
+            return int((amount * _SCALE).to_integral_value(rounding=ROUND_CEILING))
+        except (Inexact, InvalidOperation) as exc:
+            raise AmountError(f"amount {str(amount)[:60]} cannot be counted exactly") from exc
 
 
 def from_atomic(atomic: int) -> Decimal:

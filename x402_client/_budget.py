@@ -8,7 +8,12 @@ overshoot: 500 concurrent paid requests against a budget of 10 payments pay exac
 Stores implement `BudgetStore`. `InMemoryBudgetStore` (the default) serves one process;
 `RedisBudgetStore` (extra `redis`) lets a fleet of agent processes share one budget,
 atomically, through a Lua script; `SqliteStore` (in `_sqlite`) shares one through a file
-on one machine. Amounts are kept as integer atomic units (10^-6).
+on one machine. Amounts are kept as integer atomic units (10^-6); a price finer than that
+(a token with 18 decimals) is counted rounded up, so a budget never undercounts.
+
+Once any budget is set, a payment in a currency that no budget covers is refused: a limit
+on euros must not leave dollars unlimited. `Budgets.status()` reports, besides each
+budget, every currency the options can pay, with its cap and whether a budget covers it.
 
 How stores keep what they must, and no more:
 
@@ -29,26 +34,54 @@ import secrets
 import threading
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from ._amounts import AmountError, format_amount, from_atomic, parse_amount, to_atomic
+from ._amounts import (
+    AmountError,
+    format_amount,
+    from_atomic,
+    parse_amount,
+    to_atomic,
+    to_atomic_ceiling,
+)
 from ._exceptions import BudgetExceeded, ConfigurationError
 
 if TYPE_CHECKING:
     from ._types import PaymentIntent
 
 __all__ = [
+    "CURRENCIES",
     "Budget",
+    "BudgetReport",
     "BudgetStatus",
     "BudgetStore",
     "Budgets",
+    "CurrencyStatus",
     "InMemoryBudgetStore",
     "RedisBudgetStore",
     "Reservation",
+    "uncovered_currency",
 ]
+
+#: The largest budget limit, in atomic units: a signed 64-bit integer, as Redis and SQLite
+#: count (about 9.2 million million EUR).
+MAX_BUDGET_ATOMIC = 2**63 - 1
+#: The currencies caps and budgets are kept in (EURO, EURQ and EURC count as EUR; USDQ and
+#: USDC as USD).
+CURRENCIES = ("EUR", "USD")
+
+
+def uncovered_currency(currency: str) -> str:
+    """Why a payment in `currency` is refused when budgets are set and none is in it, and
+    how to add one."""
+    return (
+        f"no budget covers {currency} (once a budget is set, only currencies with a budget "
+        f'are paid): add one, e.g. Budget("2.00", currency="{currency}"), or '
+        f"--budget 2.00{currency}/24h on the command line"
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,10 +102,18 @@ class Budget:
 
     def __post_init__(self) -> None:
         try:
-            object.__setattr__(self, "limit", parse_amount(self.limit, allow_zero=True))
+            limit = parse_amount(self.limit, allow_zero=True)
         except AmountError as exc:
             raise ConfigurationError(f"budget limit: {exc}") from None
-        object.__setattr__(self, "currency", self.currency.upper())
+        if to_atomic(limit) > MAX_BUDGET_ATOMIC:
+            raise ConfigurationError(
+                "budget limit: above what a budget store can count (9.2 million million)"
+            )
+        object.__setattr__(self, "limit", limit)
+        currency = self.currency.upper() if isinstance(self.currency, str) else self.currency
+        if currency not in CURRENCIES:
+            raise ConfigurationError("budget currency must be EUR or USD")
+        object.__setattr__(self, "currency", currency)
         window = self.window
         if isinstance(window, timedelta):
             window = window.total_seconds()
@@ -99,6 +140,44 @@ class BudgetStatus:
     budget: Budget
     spent: Decimal
     remaining: Decimal
+
+
+@dataclasses.dataclass(frozen=True)
+class CurrencyStatus:
+    """What one currency the options can pay may still spend.
+
+    `max_amount_per_payment` is its cap (None: no cap, nothing in it is paid); `budgets`
+    the budgets in it and `remaining` the least any of them has left (None: no budget in
+    it). `payable` says whether the limits let any payment in it through at all; when not,
+    `note` says why and how to change that.
+    """
+
+    currency: str
+    max_amount_per_payment: Decimal | None
+    budgets: tuple[BudgetStatus, ...]
+    remaining: Decimal | None
+    payable: bool
+    note: str | None = None
+
+    @property
+    def budgeted(self) -> bool:
+        """Whether a budget covers this currency."""
+        return bool(self.budgets)
+
+
+class BudgetReport(list[BudgetStatus]):
+    """What `budget_status` answers: each budget (`BudgetStatus`, in the order given), and
+    in `currencies` every currency the options can pay (`CurrencyStatus`: its cap, and
+    whether a budget covers it)."""
+
+    def __init__(
+        self, statuses: Iterable[BudgetStatus] = (), currencies: Iterable[CurrencyStatus] = ()
+    ) -> None:
+        super().__init__(statuses)
+        self.currencies: tuple[CurrencyStatus, ...] = tuple(currencies)
+
+    def __repr__(self) -> str:
+        return f"BudgetReport({list(self)!r}, currencies={self.currencies!r})"
 
 
 @runtime_checkable
@@ -373,22 +452,54 @@ class Reservation:
 
 
 class Budgets:
-    """The budgets of one payer over one store: reserve all matching, or none."""
+    """The budgets of one payer over one store: reserve all matching, or none.
 
-    def __init__(self, budgets: Sequence[Budget], store: BudgetStore | None) -> None:
+    `currencies` maps each currency the options can pay to its per-payment cap (None: no
+    cap); `status()` reports on each of them.
+    """
+
+    def __init__(
+        self,
+        budgets: Sequence[Budget],
+        store: BudgetStore | None,
+        currencies: Mapping[str, Decimal | None] | None = None,
+    ) -> None:
         self.budgets = list(budgets)
         self.store: BudgetStore = store if store is not None else InMemoryBudgetStore()
+        self.currencies: dict[str, Decimal | None] = dict(currencies or {})
+
+    def covers(self, currency: str) -> bool:
+        """Whether a payment in `currency` may be made: no budget is set, or one is in it."""
+        return not self.budgets or any(b.currency == currency for b in self.budgets)
 
     async def reserve(self, intent: PaymentIntent) -> list[Reservation]:
-        """Reserve the intent's amount in every budget of its currency, or raise."""
+        """Reserve the intent's amount in every budget of its currency, or raise
+        `BudgetExceeded` (also when budgets are set and none is in its currency)."""
+        shown = f"{format_amount(intent.amount)} {intent.currency}"
+        mine = [b for b in self.budgets if b.currency == intent.currency]
+        if not mine:
+            if not self.budgets:
+                return []
+            raise BudgetExceeded(
+                f"refusing to pay {shown}: {uncovered_currency(intent.currency)}; nothing was paid",
+                intent=intent,
+            )
+        try:
+            amount = to_atomic_ceiling(intent.amount)
+        except AmountError as exc:
+            raise BudgetExceeded(
+                f"refusing to pay {shown}: it cannot be counted against the budget ({exc}); "
+                "nothing was paid",
+                intent=intent,
+            ) from None
         held: list[Reservation] = []
-        amount = to_atomic(intent.amount)
         refused: Budget | None = None
         try:
-            for budget in self.budgets:
-                if budget.currency != intent.currency:
-                    continue
+            for budget in mine:
                 limit = to_atomic(Decimal(budget.limit))
+                if amount > limit:  # never fits: the store need not hear of it
+                    refused = budget
+                    break
                 rid = await self.store.reserve(budget.key, amount, limit, budget.window_seconds)
                 if rid is None:
                     refused = budget
@@ -407,7 +518,7 @@ class Budgets:
         spent = await self.store.spent(refused.key, refused.window_seconds)
         span = "in total" if refused.window is None else f"per {refused.window:g} s"
         raise BudgetExceeded(
-            f"paying {format_amount(intent.amount)} {intent.currency} would exceed the "
+            f"paying {shown} would exceed the "
             f"budget {refused.name!r} of {format_amount(Decimal(refused.limit))} "
             f"{refused.currency} {span} ({format_amount(from_atomic(spent))} used)",
             intent=intent,
@@ -417,14 +528,36 @@ class Budgets:
         for reservation in held:
             await self.store.release(reservation.budget.key, reservation.id)
 
-    async def status(self) -> list[BudgetStatus]:
-        """Each budget with what it has spent and what remains, in the order given."""
+    async def status(self) -> BudgetReport:
+        """Each budget with what it has spent and what remains, in the order given; and each
+        currency of `currencies` with its cap and budgets (`BudgetReport.currencies`)."""
         result: list[BudgetStatus] = []
         for budget in self.budgets:
             spent = from_atomic(await self.store.spent(budget.key, budget.window_seconds))
             remaining = max(Decimal(budget.limit) - spent, Decimal(0))
             result.append(BudgetStatus(budget, spent, remaining))
-        return result
+        currencies: list[CurrencyStatus] = []
+        for currency, cap in self.currencies.items():
+            mine = tuple(s for s in result if s.budget.currency == currency)
+            note: str | None = None
+            if cap is None:
+                note = (
+                    f"no max_amount_per_payment for {currency}: name it in the mapping of "
+                    "caps, or give one amount for every currency"
+                )
+            elif not self.covers(currency):
+                note = uncovered_currency(currency)
+            currencies.append(
+                CurrencyStatus(
+                    currency=currency,
+                    max_amount_per_payment=cap,
+                    budgets=mine,
+                    remaining=min((s.remaining for s in mine), default=None),
+                    payable=note is None,
+                    note=note,
+                )
+            )
+        return BudgetReport(result, currencies)
 
     async def headroom(self) -> dict[str, Decimal]:
         """Per currency with a budget, the most one more payment may cost now: the

@@ -10,6 +10,10 @@ or `USD` (default: the `currency` argument); `UNIT` is `s`, `m`, `h` or `d`, opt
 preceded by a count (`/24h`, `/7d`, `/h` = one hour). Without a window the budget is a
 total. Spaces around the parts are allowed (`2 eur / 30m`).
 
+Budgets name their currency: once one is set, a payment in a currency that no budget
+covers is refused (`5.00/24h` alone limits euros and stops dollar payments; add
+`2.00USD/24h` to pay dollar offers too).
+
 ```python
 parse_budget("5.00/24h")            # Budget("5.00", "EUR", window=86400.0, name="5.00 EUR/24h")
 parse_budgets(["1/1h, 10USD/7d"])   # two budgets
@@ -31,15 +35,13 @@ from collections.abc import Iterable
 from decimal import Decimal
 
 from ._amounts import AmountError, parse_amount
-from ._budget import Budget
+from ._budget import CURRENCIES, Budget
 from ._exceptions import ConfigurationError
 
 __all__ = ["BUDGET_SYNTAX", "CURRENCIES", "parse_budget", "parse_budgets", "window_text"]
 
 #: The short form, for help texts and error messages.
-BUDGET_SYNTAX = "AMOUNT[CURRENCY][/WINDOW], e.g. 5.00/24h, 2USD/7d or 1.00 (a total)"
-#: The currencies a budget may be kept in (EURO and EURQ count as EUR, USDQ as USD).
-CURRENCIES = ("EUR", "USD")
+BUDGET_SYNTAX = "AMOUNT[CURRENCY][/WINDOW], e.g. 5.00/24h, 2.00USD/24h or 1.00 (a total)"
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _BUDGET_RE = re.compile(

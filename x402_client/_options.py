@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from ._amounts import AmountError, parse_amount
 from ._assets import Asset
-from ._budget import Budget, BudgetStore
+from ._budget import CURRENCIES, Budget, BudgetStore
 from ._exceptions import ConfigurationError, X402Error
 from ._http import redact_url
 from ._ledger import PaymentLedger
@@ -84,6 +84,8 @@ ENV_VARS = {
 }
 
 _KEY_RE = re.compile(r"\A(0x)?[0-9a-fA-F]{64}\Z")
+#: The order of secp256k1's group: a private key is an integer from 1 to this minus one.
+_SECP256K1_ORDER = 0xFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFEBAAEDCE6AF48A03BBFD25E8CD0364141
 
 
 # --- validation: pydantic's lax mode, by hand ----------------------------------------------------
@@ -302,23 +304,42 @@ def _api_url(value: Any) -> str:
 
 
 def _limits(value: Any) -> dict[str, Decimal]:
+    """One amount: the cap of every currency. A mapping: the caps of the currencies it
+    names, and no cap (nothing paid) for the others."""
     if isinstance(value, (str, int, Decimal)) and not isinstance(value, bool):
-        value = {"EUR": value}
-    if not isinstance(value, Mapping):
-        raise ValueError("must be an amount (euros) or a mapping of currency to amount")
-    limits = dict(DEFAULT_MAX_AMOUNT_PER_PAYMENT)
-    for currency, amount in value.items():
         try:
-            limits[str(currency).upper()] = parse_amount(amount, allow_zero=True)
+            cap = parse_amount(value, allow_zero=True)
+        except AmountError as exc:
+            raise ValueError(f"limit: {exc}") from None
+        return dict.fromkeys(CURRENCIES, cap)
+    if not isinstance(value, Mapping):
+        raise ValueError(
+            "must be an amount (for every currency) or a mapping of currency to amount"
+        )
+    limits: dict[str, Decimal] = {}
+    for currency, amount in value.items():
+        name = str(currency).upper()
+        if name not in CURRENCIES:
+            raise ValueError(f"limit for {str(currency)[:20]!r}: the currency must be EUR or USD")
+        try:
+            limits[name] = parse_amount(amount, allow_zero=True)
         except AmountError as exc:
             raise ValueError(f"limit for {currency}: {exc}") from None
     return limits
 
 
 def _private_key(value: Any) -> SecretStr:
+    """32 bytes of hex that are a secp256k1 private key: from 1 to the group order minus
+    one. Checked as an integer, without the EVM extra; the key is never in a message."""
     secret = _secret(value)
-    if not _KEY_RE.match(secret.get_secret_value()):
+    text = secret.get_secret_value()
+    if not _KEY_RE.match(text):
         raise ValueError("private_key must be 32 bytes of hex")
+    if not 0 < int(text.removeprefix("0x"), 16) < _SECP256K1_ORDER:
+        raise ValueError(
+            "private_key is not a valid secp256k1 key (it must be above zero and below the "
+            "curve order)"
+        )
     return secret
 
 
@@ -613,8 +634,10 @@ class PaymentOptions(_Options):
     The managed account (`api_key`, `from_account`, `api_url`) pays `euro` entries and,
     through the bridge, chain-A `exact` entries in EURQ. `evm` signs EIP-2612 permits.
 
-    Limits: `max_amount_per_payment` caps each payment per currency (`"EUR"`, `"USD"`); a
-    plain number means euros. `on_before_payment(intent)` is asked before every payment
+    Limits: `max_amount_per_payment` caps each payment: one amount caps every currency, a
+    mapping (`{"EUR": "0.50", "USD": "0.25"}`) caps the currencies it names and pays no
+    other. Once any budget is set, a payment in a currency that no budget covers is
+    refused. `on_before_payment(intent)` is asked before every payment
     on every rail (the spec's reference client asks on the euro path only; we ask
     wherever money can move) and refuses with `False` or an exception.
 
@@ -641,10 +664,13 @@ class PaymentOptions(_Options):
     #: Told about every error after which money moved or may have (`money_moved` is not
     #: False). A callback that raises is logged and never breaks the payment.
     on_payment_error: PaymentErrorCallback | None = _field(_optional_callable, None)
-    #: Cap on each payment, by currency; a plain amount means euros. Currencies not given
-    #: keep `DEFAULT_MAX_AMOUNT_PER_PAYMENT` (one euro, one dollar).
+    #: Cap on each payment: one amount for every currency, or a mapping by currency
+    #: (`"EUR"`, `"USD"`) that pays only the currencies it names. Default:
+    #: `DEFAULT_MAX_AMOUNT_PER_PAYMENT` (one euro, one dollar).
     max_amount_per_payment: dict[str, Decimal] = _field(_limits, factory=_default_limits)
-    #: Cumulative budgets (`Budget("5", window=86400)`), all enforced; one or a list.
+    #: Cumulative budgets (`Budget("5", window=86400)`), all enforced; one or a list. Once
+    #: any is set, only the currencies they name are paid (add `Budget(..., currency="USD")`
+    #: to pay dollar offers under a euro budget).
     budgets: tuple[Budget, ...] = _field(_tuple(_dataclass(Budget), Budget), ())
     #: Where budgets are kept: in memory by default; `RedisBudgetStore` to share them.
     budget_store: BudgetStore | None = _field(_optional(_instance(BudgetStore)), None)
@@ -731,15 +757,27 @@ class PaymentOptions(_Options):
         """True when the payment API can be used: key, account and URL are all set."""
         return bool(self.api_key and self.from_account and self.api_url)
 
+    @property
+    def currencies(self) -> tuple[str, ...]:
+        """The currencies these options can pay in: EUR with the managed account (euro and
+        bridge entries), EUR and USD with an EVM key (EURQ/USDQ permits, EURC/USDC and
+        declared tokens). Each is limited by its cap and, once budgets are set, by them."""
+        found = set()
+        if self.has_managed_account:
+            found.add("EUR")
+        if self.evm is not None:
+            found.update(CURRENCIES)
+        return tuple(c for c in CURRENCIES if c in found)
+
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> PaymentOptions:
         """Options from the environment (names in `ENV_VARS`); keyword arguments win.
 
         `X402_EUR_API_KEY`, `X402_EUR_ACCOUNT`, `X402_EUR_API_URL`,
-        `X402_EUR_MAX_AMOUNT_PER_PAYMENT`, and for EVM `X402_EUR_EVM_PRIVATE_KEY`,
-        `X402_EUR_RPC_URL_1`, `X402_EUR_RPC_URL_137` (comma-separated lists allowed), and
-        `X402_EUR_ASSETS` (tokens to pay standard x402 entries in:
-        `CHAIN:ADDRESS:SYMBOL:CURRENCY[:DECIMALS]`, comma-separated).
+        `X402_EUR_MAX_AMOUNT_PER_PAYMENT` (one amount: the cap of every currency), and for
+        EVM `X402_EUR_EVM_PRIVATE_KEY`, `X402_EUR_RPC_URL_1`, `X402_EUR_RPC_URL_137`
+        (comma-separated lists allowed), and `X402_EUR_ASSETS` (tokens to pay standard x402
+        entries in: `CHAIN:ADDRESS:SYMBOL:CURRENCY[:DECIMALS]`, comma-separated).
         """
         env = os.environ if environ is None else environ
 

@@ -16,9 +16,11 @@ Rules, in the order they are applied to each entry:
    while resuming a bridge payment only the bridge rail may -> `not_resumable`;
 3. a `euro` entry whose `expiresAt` passed more than `EXPIRY_SKEW` seconds ago -> `expired`;
 4. no cap for its currency -> `no_cap`; above the cap (the options' or a lower per-request
-   one) -> `over_cap`;
-5. above the remaining budget of its currency -> `over_budget` (not while resuming: that
-   payment was reserved when it was made);
+   one) -> `over_cap`. A cap given without a currency applies to every currency; a
+   mapping of caps pays only the currencies it names;
+5. budgets are set but none is in its currency -> `no_budget`; above the remaining budget
+   of its currency -> `over_budget` (neither while resuming: that payment was reserved
+   when it was made);
 6. `prefer` orders what is left (ties keep the merchant's order); a `selector` picks one,
    and the others are `not_chosen`.
 """
@@ -32,6 +34,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Protocol
 
 from ._amounts import format_amount
+from ._budget import uncovered_currency
 from ._challenge import AcceptEntry, InvalidEntry, parse_accept, prefer_order
 from ._exceptions import (
     AmountLimitExceeded,
@@ -41,6 +44,7 @@ from ._exceptions import (
     X402Error,
 )
 from ._models import EuroAcceptEntry
+from ._rails import ANY_CURRENCY
 from ._types import PaymentIntent
 
 if TYPE_CHECKING:
@@ -76,6 +80,8 @@ class SkipReason(str, enum.Enum):
     EXPIRED = "expired"
     NO_CAP = "no_cap"
     OVER_CAP = "over_cap"
+    #: Budgets are set, and none is in the entry's currency.
+    NO_BUDGET = "no_budget"
     OVER_BUDGET = "over_budget"
     NOT_CHOSEN = "not_chosen"
     #: Set by the payer, not by `select`: preparing the entry (I/O) said it cannot be paid.
@@ -85,7 +91,11 @@ class SkipReason(str, enum.Enum):
 
 
 #: Reasons that mean "payable, but the user's limits say no".
-LIMIT_REASONS = frozenset({SkipReason.NO_CAP, SkipReason.OVER_CAP, SkipReason.OVER_BUDGET})
+LIMIT_REASONS = frozenset(
+    {SkipReason.NO_CAP, SkipReason.OVER_CAP, SkipReason.NO_BUDGET, SkipReason.OVER_BUDGET}
+)
+#: Of those, the reasons that are the budget's (`BudgetExceeded`, not `AmountLimitExceeded`).
+_BUDGET_REASONS = frozenset({SkipReason.NO_BUDGET, SkipReason.OVER_BUDGET})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -136,12 +146,31 @@ def effective_cap(
     currency: str, caps: Mapping[str, Decimal], overrides: Mapping[str, Decimal] | None
 ) -> Decimal | None:
     """The cap for one payment in `currency`: the options' cap, lowered (never raised) by a
-    per-request one. None: no cap, so nothing in that currency is paid."""
+    per-request one. None: no cap, so nothing in that currency is paid.
+
+    A per-request cap under `ANY_CURRENCY` (given without a currency) lowers every
+    currency's; a per-request mapping that names neither the currency nor `ANY_CURRENCY`
+    leaves it without a cap for that request.
+    """
     cap = caps.get(currency)
-    if overrides is not None and currency in overrides:
-        requested = overrides[currency]
-        cap = requested if cap is None else min(cap, requested)
-    return cap
+    if cap is None or overrides is None:
+        return cap
+    requested = [overrides[key] for key in (currency, ANY_CURRENCY) if key in overrides]
+    return min([cap, *requested]) if requested else None
+
+
+def _no_cap_message(intent: PaymentIntent, caps: Mapping[str, Decimal]) -> str:
+    currency = intent.currency
+    if currency in caps:
+        return (
+            f"{_shown(intent)}: this request's max_amount_per_payment names no cap for "
+            f"{currency} (a mapping of caps pays only the currencies it names)"
+        )
+    return (
+        f"{_shown(intent)}: max_amount_per_payment names no cap for {currency} (a mapping "
+        f"of caps pays only the currencies it names): add {currency} to it, or give one "
+        "amount for every currency"
+    )
 
 
 def _shown(intent: PaymentIntent) -> str:
@@ -185,6 +214,7 @@ def select(
     payable: list[Candidate] = []
     skipped: list[SkippedEntry] = []
     readable = 0
+    budgeted = {budget.currency for budget in options.budgets}
     for index, raw in enumerate(accepts):
         try:
             entry = parse(raw)
@@ -225,13 +255,17 @@ def select(
             continue
         cap = effective_cap(intent.currency, options.max_amount_per_payment, settings.limits)
         if cap is None:
-            message = f"{_shown(intent)}: no max_amount_per_payment is set for {intent.currency}"
+            message = _no_cap_message(intent, options.max_amount_per_payment)
             skipped.append(SkippedEntry(index, SkipReason.NO_CAP, message, intent))
             continue
         if intent.amount > cap:
             limit = f"{format_amount(cap)} {intent.currency}"
             message = f"{_shown(intent)} is above max_amount_per_payment {limit}"
             skipped.append(SkippedEntry(index, SkipReason.OVER_CAP, message, intent))
+            continue
+        if not resuming and options.budgets and intent.currency not in budgeted:
+            message = f"{_shown(intent)}: {uncovered_currency(intent.currency)}"
+            skipped.append(SkippedEntry(index, SkipReason.NO_BUDGET, message, intent))
             continue
         left = headroom.get(intent.currency)
         if not resuming and left is not None and intent.amount > left:
@@ -267,8 +301,9 @@ def no_candidate_error(
 
     No entry readable: `InvalidChallenge`. Otherwise, when the first entry that only the
     user's limits kept from being paid was over a cap (or had none), `AmountLimitExceeded`;
-    over the budget, `BudgetExceeded`; anything else, `NoSatisfiableOption`. Each carries
-    `skipped`, one `SkippedEntry` per entry. No money moved in any case.
+    over the budget (or in a currency no budget covers), `BudgetExceeded`; anything else,
+    `NoSatisfiableOption`. Each carries `skipped`, one `SkippedEntry` per entry. No money
+    moved in any case.
     """
     reasons = [str(s) for s in skipped]
     listed = " | ".join(reasons)
@@ -281,7 +316,7 @@ def no_candidate_error(
     limited = next((s for s in skipped if s.reason in LIMIT_REASONS), None)
     if limited is not None and not any(s.reason is SkipReason.NOT_CHOSEN for s in skipped):
         cls: type[X402Error] = (
-            BudgetExceeded if limited.reason is SkipReason.OVER_BUDGET else AmountLimitExceeded
+            BudgetExceeded if limited.reason in _BUDGET_REASONS else AmountLimitExceeded
         )
         return cls(
             f"refusing to pay: {limited.message}; nothing was paid ({listed})",

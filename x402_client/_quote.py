@@ -5,8 +5,11 @@ quote = await quote_payment(client, "https://merchant.example/paid")
 for entry in quote.entries:
     print(entry.index, entry.amount, entry.currency, entry.payable, entry.reason)
 
-for status in await budget_status(client):
+report = await budget_status(client)
+for status in report:
     print(status.budget.key, status.spent, status.remaining)
+for currency in report.currencies:      # every currency the client can pay
+    print(currency.currency, currency.max_amount_per_payment, currency.budgeted, currency.note)
 ```
 
 A quote is the pure selection policy (`_policy.select`) applied to the merchant's 402,
@@ -20,13 +23,13 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from decimal import Decimal
 from typing import Any
 
 import httpx
 
-from ._budget import BudgetStatus
+from ._budget import BudgetReport
 from ._exceptions import ConfigurationError
 from ._options import PaymentOptions
 from ._payer import EXTENSION, Payer
@@ -129,8 +132,10 @@ def quote_response(
     """The quote for a 402 `response` you already have (read it first: `response.read()`).
 
     `headroom` defaults to no budget limit: use `quote_payment` to count the budgets.
+    Every dialect is read: the euro gates' 402 body, the standard x402 v1 body and the v2
+    `PAYMENT-REQUIRED` header.
     """
-    from ._challenge import parse_payment_required
+    from ._dialects import read_challenge
     from ._exceptions import InvalidChallenge
 
     url = str(response.request.url) if response._request is not None else ""
@@ -138,7 +143,9 @@ def quote_response(
         return Quote(url, response.status_code, [])
     payer, _ = _payer_of(options)
     try:
-        challenge = parse_payment_required(response.content)
+        challenge = read_challenge(
+            response.content, response.headers, limit=payer.options.max_body_bytes
+        )
     except InvalidChallenge as exc:
         return Quote(url, 402, [], error=str(exc))
     selection = select(
@@ -149,6 +156,7 @@ def quote_response(
         headroom=headroom or {},
         now=time.time() if now is None else now,
         resource=url,
+        parse=challenge.parse_entry,
     )
     entries: dict[int, QuoteEntry] = {}
     for position, candidate in enumerate(selection.candidates):
@@ -190,9 +198,10 @@ async def quote_payment(
     return quote_response(response, client, headroom=headroom)
 
 
-async def budget_status(
-    source: httpx.AsyncClient | PaymentOptions,
-) -> Sequence[BudgetStatus]:
-    """Each budget of the options behind `source` with what it spent and what remains."""
+async def budget_status(source: httpx.AsyncClient | PaymentOptions) -> BudgetReport:
+    """Each budget of the options behind `source` with what it spent and what remains (a
+    list of `BudgetStatus`) and, in `.currencies`, every currency the options can pay with
+    its per-payment cap and whether a budget covers it: once a budget is set, a currency
+    that none covers is not paid."""
     options = source if isinstance(source, PaymentOptions) else _payer_of(source)[0].options
     return await state_of(options).budgets.status()

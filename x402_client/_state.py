@@ -80,7 +80,9 @@ class PaymentState:
             self.journal = SqliteStore(options.state_path)
             weakref.finalize(options, self.journal.close)
         store = options.budget_store if options.budget_store is not None else self.journal
-        self.budgets = Budgets(options.budgets, store)
+        caps = options.max_amount_per_payment
+        currencies = {currency: caps.get(currency) for currency in options.currencies}
+        self.budgets = Budgets(options.budgets, store, currencies)
         self.locks = KeyedLocks()
 
     def close(self) -> None:

@@ -8,7 +8,8 @@ Four tools over one paying `httpx.AsyncClient` that lives as long as the server:
 - `quote(url, method)`: what the resource costs and whether each offer would be paid; pays
   nothing;
 - `payments(limit)`: the latest ledger entries, newest first;
-- `budget()`: what each budget has left, and the per-payment caps.
+- `budget()`: what each budget has left, and for every currency the server can pay its
+  per-payment cap and whether a budget covers it.
 
 Every result is `structuredContent` plus a text block holding the same JSON. Every failure
 is a tool error (`isError`) whose `{"error": {...}}` says whether money moved
@@ -16,11 +17,12 @@ is a tool error (`isError`) whose `{"error": {...}}` says whether money moved
 
 Configuration comes from the environment (`PaymentOptions.from_env()`) plus a budget
 (`--budget 5.00/24h` or `X402_EUR_BUDGET`): without one the server refuses to start,
-unless `--no-budget` allows it. Transport: stdio by default; `--http HOST:PORT` serves
-streamable HTTP, on a loopback address only unless `--allow-remote`. With
-`X402_EUR_MCP_TOKEN` set, every HTTP request must carry `Authorization: Bearer <token>`
-(401 otherwise); without it the endpoint has no authentication, and whoever reaches it
-spends the budget.
+unless `--no-budget` allows it. A budget names its currency: offers in a currency that no
+budget covers are refused (`--budget 5.00/24h --budget 2.00USD/24h` pays both).
+Transport: stdio by default; `--http HOST:PORT` serves streamable HTTP, on a loopback
+address only unless `--allow-remote`. With `X402_EUR_MCP_TOKEN` set, every HTTP request
+must carry `Authorization: Bearer <token>` (401 otherwise); without it the endpoint has no
+authentication, and whoever reaches it spends the budget.
 
 Built on the `mcp` SDK's low-level `Server`, not `MCPServer`: the latter calls
 `logging.basicConfig` on the root logger, and on stdio the process's stdout *is* the
@@ -306,7 +308,11 @@ TOOLS: dict[str, ToolSpec] = {
         ToolSpec(
             name="budget",
             title="What is left to spend",
-            description=("Each budget (limit, window, spent, remaining) and the per-payment caps."),
+            description=(
+                "Each budget (limit, window, spent, remaining), the per-payment caps, and for "
+                "every currency this server can pay whether a budget covers it (offers in a "
+                "currency no budget covers are refused)."
+            ),
             input_schema=_object({}),
             output_schema=_object(
                 {
@@ -326,8 +332,29 @@ TOOLS: dict[str, ToolSpec] = {
                         ),
                     },
                     "maxAmountPerPayment": {"type": "object", "additionalProperties": _STRING},
+                    "currencies": {
+                        "type": "array",
+                        "items": _object(
+                            {
+                                "currency": _STRING,
+                                "maxAmountPerPayment": _d(
+                                    _OPTIONAL_STRING, "null: no cap, nothing in it is paid."
+                                ),
+                                "budgeted": _d({"type": "boolean"}, "A budget covers it."),
+                                "remaining": _d(
+                                    _OPTIONAL_STRING,
+                                    "The least its budgets have left; null: no budget.",
+                                ),
+                                "payable": _d(
+                                    {"type": "boolean"}, "The limits let payments in it through."
+                                ),
+                                "note": _d(_OPTIONAL_STRING, "Why not payable, and the fix."),
+                            },
+                            closed=False,
+                        ),
+                    },
                 },
-                ["budgets", "maxAmountPerPayment"],
+                ["budgets", "maxAmountPerPayment", "currencies"],
                 closed=False,
             ),
             read_only=True,
@@ -700,8 +727,9 @@ class PaymentTools:
         from ._amounts import format_amount
         from ._quote import budget_status
 
+        report = await budget_status(self.options)
         budgets = []
-        for status in await budget_status(self.options):
+        for status in report:
             budget = status.budget
             budgets.append(
                 {
@@ -720,6 +748,19 @@ class PaymentTools:
                 currency: format_amount(cap)
                 for currency, cap in self.options.max_amount_per_payment.items()
             },
+            "currencies": [
+                {
+                    "currency": each.currency,
+                    "maxAmountPerPayment": None
+                    if each.max_amount_per_payment is None
+                    else format_amount(each.max_amount_per_payment),
+                    "budgeted": each.budgeted,
+                    "remaining": None if each.remaining is None else format_amount(each.remaining),
+                    "payable": each.payable,
+                    "note": each.note,
+                }
+                for each in report.currencies
+            ],
         }
         if not budgets:
             body["note"] = "no budget: only the per-payment caps limit spending"
@@ -769,13 +810,28 @@ def _instructions(options: PaymentOptions) -> str:
         f"{format_amount(cap)} {currency}"
         for currency, cap in options.max_amount_per_payment.items()
     )
+    refused = _uncovered(options)
     return (
         "Fetches HTTP resources and pays x402 (402 Payment Required) answers in euros from "
         f"the user's account, within the budget ({'; '.join(limits) or 'none set'}) and at "
-        f"most {caps} per payment. Use quote to see a price without paying, budget to see what "
-        "is left. Every error says whether money moved (moneyMoved). When money moved or may "
-        "have, never repeat the fetch plainly: re-send with the proof the error gives."
+        f"most {caps or 'nothing'} per payment."
+        + (
+            f" Offers in {' or '.join(refused)} are refused: no budget covers them."
+            if refused
+            else ""
+        )
+        + " Use quote to see a price without paying, budget to see what is left. Every error "
+        "says whether money moved (moneyMoved). When money moved or may have, never repeat "
+        "the fetch plainly: re-send with the proof the error gives."
     )
+
+
+def _uncovered(options: PaymentOptions) -> list[str]:
+    """The currencies the options could pay that budgets leave out (so none is paid)."""
+    if not options.budgets:
+        return []
+    budgeted = {budget.currency for budget in options.budgets}
+    return [currency for currency in options.currencies if currency not in budgeted]
 
 
 def build_server(tools: PaymentTools) -> Server[Any]:
@@ -878,15 +934,17 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         "X402_EUR_API_URL), within a budget. Logs go to stderr."
     )
     parser.epilog = (
-        f"Budgets: AMOUNT[CURRENCY][/WINDOW], e.g. 5.00/24h, 2USD/7d, 0.25 (a total); window "
-        f"units s, m, h, d. Without --budget, {BUDGET_ENV} is read (comma-separated)."
+        f"Budgets: AMOUNT[CURRENCY][/WINDOW], e.g. 5.00/24h, 2.00USD/24h, 0.25 (a total); "
+        f"window units s, m, h, d. Without --budget, {BUDGET_ENV} is read (comma-separated). "
+        "Offers in a currency no budget covers are refused."
     )
     parser.add_argument(
         "--budget",
         action="append",
         type=_budget_argument,
-        metavar="AMOUNT[/WINDOW]",
-        help="spend at most AMOUNT (per WINDOW); may be repeated; all are enforced",
+        metavar="AMOUNT[CURRENCY][/WINDOW]",
+        help="spend at most AMOUNT (per WINDOW); may be repeated; all are enforced; offers in "
+        "a currency no budget covers are refused (add e.g. 2.00USD/24h for dollar offers)",
     )
     parser.add_argument(
         "--budget-currency",
@@ -901,7 +959,9 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
         help="allow starting without any budget (only the per-payment cap limits spending)",
     )
     parser.add_argument(
-        "--max-amount", type=_amount_option, help="cap per payment in euros (default 1.00)"
+        "--max-amount",
+        type=_amount_option,
+        help="cap per payment, in every currency (default 1.00 EUR and 1.00 USD)",
     )
     state = parser.add_mutually_exclusive_group()
     state.add_argument(
@@ -1067,6 +1127,9 @@ async def _serve(
     secrets = _secrets_of(options) + ([token] if token else [])
     with _logging_to_stderr(args.log_level, secrets):
         spending = "; ".join(b.name for b in budgets) or "no budget"
+        refused = _uncovered(options)
+        if refused:
+            spending += f" ({', '.join(refused)} offers refused: no budget covers them)"
         client = httpx.AsyncClient(follow_redirects=True, timeout=httpx.Timeout(60.0))
         async with with_eur_payment(client, options) as paying:
             tools = PaymentTools(paying, options, max_body_bytes=args.max_body_bytes)

@@ -30,7 +30,20 @@ if TYPE_CHECKING:
     from .._progress import PaymentProgress
     from .._state import KeyedLocks
 
-__all__ = ["EIP712_DOMAIN", "NOTE", "Paid", "Rail", "RailContext", "RequestSettings", "note"]
+__all__ = [
+    "ANY_CURRENCY",
+    "EIP712_DOMAIN",
+    "NOTE",
+    "Paid",
+    "Rail",
+    "RailContext",
+    "RequestSettings",
+    "note",
+]
+
+#: The key of `RequestSettings.limits` for a cap given without a currency: it applies to
+#: every currency.
+ANY_CURRENCY = "*"
 
 #: The EIP-712 domain type of the tokens the EVM rails sign for (name, version, chain id,
 #: verifying contract), in the form `sign_typed_data(full_message=...)` takes.
@@ -58,8 +71,10 @@ class RequestSettings:
     """Per-request settings from `request.extensions["x402"]` (see `_payer.EXTENSION`).
 
     `pay=False` passes the 402 through untouched; `limits` can only lower the client's
-    caps; `resume_transaction_code` makes the bridge rail prove an earlier bridge payment
-    instead of paying again (recovery from `PaymentOutcomeUnknown`).
+    caps: a cap given without a currency (key `ANY_CURRENCY`) lowers every currency's, and
+    a mapping of caps by currency pays only the currencies it names.
+    `resume_transaction_code` makes the bridge rail prove an earlier bridge payment instead
+    of paying again (recovery from `PaymentOutcomeUnknown`).
     """
 
     pay: bool = True

@@ -71,7 +71,7 @@ __all__ = [
 
 logger = logging.getLogger("x402_client")
 
-EVM_EXTRA_MISSING = "the eip3009 rail needs the evm extra: pip install 'x402-eur[evm]'"
+EVM_EXTRA_MISSING = "EIP-3009 entries need the evm extra: pip install 'x402-eur[evm]'"
 
 #: x402 v1 network names and their chain ids: the foundation's table,
 #: `x402/mechanisms/evm/v1/constants.py::V1_NETWORK_CHAIN_IDS` (x402 2.25.0).

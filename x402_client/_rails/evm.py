@@ -21,7 +21,9 @@ every client of the options), and it is under `_PREPARED_NONCE_TTL` seconds old 
 `on_before_payment` hook). Otherwise `pay` reads `nonces` again under the lock.
 
 web3 and eth-account (the `evm` extra) are imported inside the methods that use them;
-`import x402_client` stays free of them. The pure pieces (typed data, deadline, proof)
+`import x402_client` stays free of them. Without the extra the rail is still built (the
+other rails of the same options pay as usual); it skips the entries it would pay, with the
+install command as the reason. The pure pieces (typed data, deadline, proof)
 are module functions, tested without a chain.
 """
 
@@ -76,7 +78,7 @@ __all__ = [
 
 logger = logging.getLogger("x402_client")
 
-EVM_EXTRA_MISSING = "the evm option needs the evm extra: pip install 'x402-eur[evm]'"
+EVM_EXTRA_MISSING = "EVM permits need the evm extra: pip install 'x402-eur[evm]'"
 #: Tokens this rail signs permits for; anything else is not satisfiable.
 PERMIT_SYMBOLS = frozenset({"EURQ", "USDQ"})
 #: EIP-712 domain version of the tokens (spec: "version `1`").
@@ -336,8 +338,8 @@ class EvmPermitRail:
     money_moves_before_proof = False
 
     def __init__(self, context: RailContext, options: EvmOptions) -> None:
-        if not _extra_installed():
-            raise ConfigurationError(EVM_EXTRA_MISSING)
+        #: Without the evm extra, permit entries are skipped (`describe` says how to install it).
+        self._installed = _extra_installed()
         self._context = context
         self._options = options
         self._owner: str | None = None
@@ -383,6 +385,8 @@ class EvmPermitRail:
             return "EVM entry without a facilitator to check the spender with"
         if chain_id not in self._options.rpc_urls:
             return f"no RPC URL configured for chain {chain_id}"
+        if not self._installed:
+            return EVM_EXTRA_MISSING
         return exact_intent(entry, rail="evm-permit", symbol=extra.symbol, resource=resource)
 
     async def prepare(self, entry: AcceptEntry, intent: PaymentIntent) -> str | None:
