@@ -17,8 +17,18 @@ process only, the function that runs at that step:
 | `proof`       | at `Payer._deliver`       | at `Payer._deliver`           | at `Payer._deliver` |
 | `delivery...` | nothing here: the parent kills this process while the merchant holds the paid request |
 
+Steps that do not kill, for recovery while this payer is alive (the parent runs recovery
+on the same state file while the payer waits, then lets it go on):
+
+- `live`: nothing here; the parent's merchant holds the paid request;
+- `live-wait` (bridge): after the first `get_transaction` (the transfer is on its way),
+  the payer creates the file `config["ready"]` and waits until `config["release"]` exists.
+
+Rails: `euro`, `bridge`, `evm` (the polygon permit), `eip3009` (the standard merchant's
+EIP-3009 token: `config["asset"]` is its `Asset`).
+
 Exit status: -9 (killed, as meant); 0 with `served <status>` on stdout when no kill point
-was reached (the test then fails).
+was reached (a killing step then fails its test; a live one expects it).
 """
 
 from __future__ import annotations
@@ -31,11 +41,13 @@ import os
 import signal
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 
-from x402_client import Budget, PaymentOptions, with_eur_payment
+from x402_client import Asset, Budget, PaymentOptions, with_eur_payment
 from x402_client._payer import Payer
 from x402_client._payment_api import PaymentAPI
 
@@ -80,8 +92,32 @@ def _kill_around(owner: Any, name: str, *, before: bool, on_call: int = 1) -> No
     setattr(owner, name, wrapped)
 
 
-def _arm(rail: str, step: str) -> None:
+def _hold_in_wait(ready: Path, release: Path) -> None:
+    """After the first bridge lookup answered: say so (`ready`), wait for `release`."""
+    original = PaymentAPI.get_transaction
+    calls = 0
+
+    @functools.wraps(original)
+    async def holding(*args: Any, **kwargs: Any) -> Any:
+        nonlocal calls
+        result = await original(*args, **kwargs)
+        calls += 1
+        if calls == 1:
+            await anyio.Path(ready).touch()
+            while not await anyio.Path(release).exists():  # noqa: ASYNC110 - another process
+                await asyncio.sleep(0.01)
+        return result
+
+    PaymentAPI.get_transaction = holding  # type: ignore[method-assign]
+
+
+def _arm(rail: str, step: str, config: dict[str, Any]) -> None:
     owner: Any
+    if step == "live":
+        return
+    if step == "live-wait":
+        _hold_in_wait(Path(config["ready"]), Path(config["release"]))
+        return
     if step in ("before-call", "after-call"):
         if rail == "evm":
             from x402_client._rails.evm import EvmPermitRail
@@ -111,7 +147,11 @@ def _options(config: dict[str, Any]) -> PaymentOptions:
         "bridge_poll_max_interval": 0.1,
         "bridge_deadline": 30,
     }
-    if config.get("evm_key"):
+    if config.get("evm_key") and config["rail"] == "eip3009":
+        # The standard merchant's token; the EIP-3009 rail signs without an RPC.
+        values["evm"] = {"private_key": config["evm_key"]}
+        values["assets"] = [Asset(**config["asset"])]
+    elif config.get("evm_key"):
         values["evm"] = {
             "private_key": config["evm_key"],
             "rpc_urls": {int(chain): url for chain, url in config["rpc_urls"].items()},
@@ -120,7 +160,7 @@ def _options(config: dict[str, Any]) -> PaymentOptions:
 
 
 async def main(config: dict[str, Any]) -> None:
-    _arm(config["rail"], config["step"])
+    _arm(config["rail"], config["step"], config)
     options = _options(config)
     async with with_eur_payment(httpx.AsyncClient(timeout=60), options) as client:
         response = await client.get(config["url"])

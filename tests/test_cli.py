@@ -490,3 +490,35 @@ def test_an_unreachable_merchant_is_one_line_and_debug_shows_the_traceback(sandb
     debug = run("--debug", "fetch", "http://127.0.0.1:9/paid", env=env, timeout=60)
     assert debug.returncode == 1 and "Traceback" in debug.stderr
     assert payer.api_key not in result.stderr + debug.stderr
+
+
+@pytest.mark.anyio
+async def test_a_euro_budget_refuses_a_dollar_offer_and_says_how_to_allow_it(serve) -> None:
+    import anyio
+
+    from tests.test_every_currency import EVM_KEY, Merchant
+
+    merchant = Merchant()  # one offer: 0.10 USD in USDC, which an EVM key alone can pay
+    url = await serve(merchant) + "/paid"
+    env = {"X402_EUR_EVM_PRIVATE_KEY": EVM_KEY}
+
+    def fetch(*budgets: str) -> subprocess.CompletedProcess:
+        flags = [arg for budget in budgets for arg in ("--budget", budget)]
+        return run("fetch", *flags, url, env=env, timeout=60)
+
+    refused = await anyio.to_thread.run_sync(fetch, "0.15/24h")
+    assert refused.returncode == 3, refused.stderr
+    assert "BudgetExceeded" in refused.stderr and "no budget covers USD" in refused.stderr
+    assert "--budget 2.00USD/24h" in refused.stderr and "nothing was paid" in refused.stderr
+    assert len(refused.stderr.splitlines()) == 1
+    assert merchant.paid == []
+
+    quoted = await anyio.to_thread.run_sync(
+        lambda: run("quote", "--budget", "0.15/24h", url, env=env, timeout=60)
+    )
+    assert quoted.returncode == 0, quoted.stderr
+    assert "no budget covers USD" in quoted.stdout and merchant.paid == []
+
+    paid = await anyio.to_thread.run_sync(fetch, "0.15/24h", "2.00USD/24h")
+    assert paid.returncode == 0, paid.stderr
+    assert len(merchant.paid) == 1

@@ -13,6 +13,11 @@ new options on the same file (what a restarted agent does):
   moved at most once, and the budget reservation was released only when no money moved.
 
 The table these cases prove is in docs/failure-semantics.md ("When the process dies").
+
+And the other way round: recovery that runs while the payer is alive, in another process
+(a payer waiting on the merchant, or on the chain), leaves its payment alone: the journal
+says it is in progress, nothing is re-sent, no reservation is released, and the payer,
+let go on, pays exactly once.
 """
 
 from __future__ import annotations
@@ -20,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import os
 import signal
 import sys
 import threading
@@ -46,7 +52,7 @@ from x402_client import (
 from x402_client._recovery import Recovery
 from x402_client._sqlite import JournalRecord, SqliteStore
 from x402_client._state import state_of
-from x402_client.sandbox import Account, Price, Sandbox
+from x402_client.sandbox import Account, Price, Sandbox, StandardMerchant
 from x402_client.sandbox._chain_a import EURQ_ASSET_ID
 
 pytestmark = pytest.mark.anyio
@@ -117,19 +123,51 @@ class _Watch:
         self.armed = True
 
 
+class _StandardWatch:
+    """The same for the standard (EIP-3009) merchant: it can hold the next paid request
+    before verifying it, and counts the payments it verified."""
+
+    def __init__(self, standard: StandardMerchant) -> None:
+        self.armed = False
+        self.arrived = threading.Event()
+        self.release = threading.Event()
+        self.verified = 0
+        verify = standard._verify
+
+        async def holding_verify(*args: Any) -> Any:
+            if self.armed:
+                self.armed = False
+                self.arrived.set()
+                while not self.release.is_set():  # noqa: ASYNC110
+                    await asyncio.sleep(0.002)
+            self.verified += 1
+            return await verify(*args)
+
+        standard._verify = holding_verify  # type: ignore[method-assign]
+
+    def hold_next(self) -> None:
+        self.arrived.clear()
+        self.release.clear()
+        self.armed = True
+
+
 _WATCHES: dict[int, _Watch] = {}
+_STANDARD_WATCHES: dict[int, _StandardWatch] = {}
 
 
 @pytest.fixture(scope="module")
 def crash_sandbox() -> Iterator[Sandbox]:
-    with Sandbox.run_in_thread(evm=True, chain_a=True, bridge_delay=0.5, prices=PRICES) as running:
+    with Sandbox.run_in_thread(
+        evm=True, chain_a=True, standard=True, bridge_delay=0.5, prices=PRICES
+    ) as running:
         _WATCHES[id(running)] = _Watch(running)
+        _STANDARD_WATCHES[id(running)] = _StandardWatch(running.standard)
         try:
             yield running
         finally:
-            watch = _WATCHES.pop(id(running))
-            watch.armed = False
-            watch.release.set()
+            for watch in (_WATCHES.pop(id(running)), _STANDARD_WATCHES.pop(id(running))):
+                watch.armed = False
+                watch.release.set()
 
 
 def _watch(sandbox: Sandbox) -> _Watch:
@@ -275,7 +313,10 @@ def _options(sandbox: Sandbox, crashed: Crashed) -> PaymentOptions:
         "bridge_poll_interval": 0.05,
         "bridge_poll_max_interval": 0.1,
     }
-    if crashed.evm_key is not None:
+    if crashed.evm_key is not None and crashed.case.rail == "eip3009":
+        values["evm"] = {"private_key": crashed.evm_key}
+        values["assets"] = [sandbox.standard.asset()]
+    elif crashed.evm_key is not None:
         values["evm"] = sandbox.evm.evm_options(private_key=crashed.evm_key)
     return PaymentOptions.model_validate(values)
 
@@ -632,3 +673,173 @@ async def test_euro_killed_before_paying_is_failed_once_the_request_expired(
 
 def payments_of(sandbox: Sandbox, account: Account) -> list[Any]:
     return [t for t in sandbox.bank.payments_made if t.from_account == account.code]
+
+
+# --- recovery while the payer is alive, in another process ------------------------------------
+
+
+def _live_cases() -> list[Any]:
+    # euro and EIP-3009: the merchant holds the paid request (the payer waits for its
+    # answer); bridge: the payer waits for the transfer to reach the chain.
+    return [
+        pytest.param("euro", "live", id="euro-merchant-holds"),
+        pytest.param("eip3009", "live", id="eip3009-merchant-holds"),
+        pytest.param("bridge", "live-wait", id="bridge-chain-wait"),
+    ]
+
+
+async def _merchant_side(sandbox: Sandbox, rail: str, crashed: Crashed) -> tuple[int, int]:
+    """(paid requests the merchant went on with past a hold, the merchant's tokens)."""
+    if rail == "eip3009":
+        standard = sandbox.standard
+        return _STANDARD_WATCHES[id(sandbox)].verified, await standard.token_balance(
+            standard.pay_to
+        )
+    if rail == "bridge":
+        chain = sandbox.chain_a
+        return _served(sandbox), chain.asset_balance(chain.merchant_address, str(EURQ_ASSET_ID))
+    return _served(sandbox), 0
+
+
+@pytest.mark.parametrize(("rail", "step"), _live_cases())
+async def test_recovery_leaves_a_payment_a_live_payer_is_making_alone(
+    crash_sandbox: Sandbox, rail: str, step: str, tmp_path: Path
+) -> None:
+    sandbox = crash_sandbox
+    case = Case(rail, step, True, (), "in_progress")
+    crashed = Crashed(case, sandbox.bank.open_account("10.00"), tmp_path / "state.sqlite3")
+    ready, release = tmp_path / "waiting", tmp_path / "go-on"
+    config: dict[str, Any] = {
+        "rail": rail,
+        "step": step,
+        "url": sandbox.url(f"/paid/{rail}"),
+        "api_key": crashed.account.api_key,
+        "from_account": crashed.account.code,
+        "api_url": sandbox.payment_api_url,
+        "state_path": str(crashed.state_path),
+        "budget": str(BUDGET.limit),
+        "ready": str(ready),
+        "release": str(release),
+    }
+    standard = sandbox.standard
+    if rail == "eip3009":
+        wallet = EthAccount.create()
+        crashed.evm_key = config["evm_key"] = "0x" + bytes(wallet.key).hex()
+        crashed.evm_address = str(wallet.address)
+        await standard.fund(crashed.evm_address, "1")
+        config["asset"] = dataclasses.asdict(standard.asset())
+        config["url"] = standard.resource_url("/weather")
+        assert standard.price_atomic("/weather") == ATOMIC
+    watch, standard_watch = _watch(sandbox), _STANDARD_WATCHES[id(sandbox)]
+    held = {"euro": watch, "eip3009": standard_watch}.get(rail)
+    seen_before, merchant_before = await _merchant_side(sandbox, rail, crashed)
+    settlements_before = len(standard.settlements)
+
+    def holding() -> bool:
+        return ready.exists() if held is None else held.arrived.is_set()
+
+    log = tmp_path / "payer.log"
+    if held is not None:
+        held.hold_next()
+    with log.open("wb") as out:
+        process = await anyio.open_process(
+            [sys.executable, str(CHILD), json.dumps(config)], stdout=out, stderr=out
+        )
+        try:
+            with anyio.fail_after(60):
+                while not holding():
+                    assert process.returncode is None, log.read_text()
+                    await anyio.sleep(0.005)
+
+            # The payer is alive and waiting. Recovery runs here, on the same state file.
+            options = _options(sandbox, crashed)
+            journal = state_of(options).journal
+            assert journal is not None
+            try:
+                (record,) = await unfinished_payments(options)
+                assert (record.outcome, record.in_progress) == ("pending", True)
+                assert record.transaction_code if rail == "bridge" else record.proof
+                async with with_eur_payment(httpx.AsyncClient(timeout=30), options) as client:
+                    recoveries = await recover_payments(client)
+                assert [(r.record.id, r.status) for r in recoveries] == [
+                    (record.id, "in_progress")
+                ], [r.reason for r in recoveries]
+                if rail == "euro":
+                    # The command line says so too, and pays nothing.
+                    resumed = await anyio.run_process(
+                        [
+                            sys.executable,
+                            "-m",
+                            "x402_client.cli",
+                            "resume",
+                            record.id,
+                            "--state",
+                            str(crashed.state_path),
+                        ],
+                        check=False,
+                        env={
+                            **os.environ,
+                            "X402_EUR_API_KEY": crashed.account.api_key,
+                            "X402_EUR_ACCOUNT": crashed.account.code,
+                            "X402_EUR_API_URL": sandbox.payment_api_url,
+                        },
+                    )
+                    stderr = resumed.stderr.decode()
+                    assert resumed.returncode == 1, stderr
+                    assert "in_progress" in stderr and "running process" in stderr
+                    assert resumed.stdout == b""
+                # Nothing re-sent, nothing resumed, no reservation released.
+                seen, _ = await _merchant_side(sandbox, rail, crashed)
+                assert seen == seen_before
+                assert await journal.spent(BUDGET.key, None) == ATOMIC
+                after = await journal.get(record.id)
+                assert after is not None
+                assert (after.outcome, after.unrecoverable, after.in_progress) == (
+                    "pending",
+                    None,
+                    True,
+                )
+            finally:
+                state_of(options).close()
+
+            # Let the payer go on: it finishes its one payment.
+            if held is not None:
+                held.release.set()
+            release.touch()
+            with anyio.fail_after(60):
+                await process.wait()
+        finally:
+            if held is not None:
+                held.release.set()
+            release.touch()
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+            await process.aclose()
+    output = log.read_text()
+    assert process.returncode == 0 and "served 200" in output, output
+
+    if rail == "bridge":
+        await _settle_bridge(sandbox, crashed.account)
+
+    # Exactly one payment, delivered once; the journal says so.
+    with SqliteStore(crashed.state_path) as store:
+        (done,) = await store.payments()
+        assert (done.outcome, done.delivered, done.in_progress) == ("paid", True, False)
+        assert await store.unfinished() == []
+        assert await store.spent(BUDGET.key, None) == ATOMIC
+    seen, merchant_after = await _merchant_side(sandbox, rail, crashed)
+    assert seen == seen_before + 1
+    made = payments_of(sandbox, crashed.account)
+    if rail == "eip3009":
+        assert made == []
+        assert crashed.evm_address is not None
+        assert await standard.token_balance(crashed.evm_address) == 1_000_000 - ATOMIC
+        assert merchant_after - merchant_before == ATOMIC
+        assert len(standard.settlements) == settlements_before + 1
+        return
+    if rail == "bridge":
+        assert merchant_after - merchant_before == ATOMIC
+    assert [t.status for t in made if t.status in REFUNDED] == []
+    assert len(made) == 1
+    assert sandbox.balance(crashed.account) == Decimal("10.00") - PRICE

@@ -24,18 +24,35 @@ What recovery does, by what the journal holds (docs/failure-semantics.md, the cr
 - bridge, no transaction code (a crash during the payment call): `unrecoverable`: the
   call may have gone through; the reason says what to ask the provider;
 - a proof the merchant calls used or expired, or an expired authorization:
-  `unrecoverable`, with the codes a person needs.
+  `unrecoverable`, with the codes a person needs (unless the journal shows the payment
+  was delivered meanwhile, by its proof re-sent by hand: `delivered`);
+- the merchant answers 401/403 (it wants credentials), 408/425/429 or 5xx, or nothing:
+  `pending`, left for a later run.
 
 Recovery never makes a new payment: it only re-sends what was paid or resumes what was
 started. A record it cannot finish stays journaled, marked with the reason.
+
+Recovery never touches a payment a live process is working on: the journal knows which
+process owns each payment in flight (`SqliteStore.claim`: a lock the operating system
+releases when that process dies). Such a payment is `in_progress`: nothing is re-sent,
+no budget is released. Recovery takes a payment over only once its process is gone, and
+lets go of it whatever comes of it.
+
+It sends through the client it is given, with that client's auth, default headers and
+cookies: the journal keeps no credentials (`headers=` adds some per call). A merchant
+that answers 401 or 403 has not said the payment cannot be finished: the record stays
+unfinished (`pending`), and the reason says to pass the credentials.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
+import anyio
 import httpx
 
 from ._challenge import VerifierReason, classify_reason
@@ -51,22 +68,42 @@ from ._options import PaymentOptions
 from ._payer import EXTENSION, Payer
 from ._policy import EXPIRY_SKEW
 from ._proof import ProofError, b64_json_decode, encode_proof
-from ._sqlite import JournalRecord, SqliteStore
+from ._sqlite import JournalRecord, SqliteStore, strip_redacted
 from ._state import PaymentState, state_of
 
 __all__ = ["Recovery", "recover_payment", "recover_payments", "unfinished_payments"]
 
-Status = Literal["delivered", "failed", "unrecoverable", "pending"]
+logger = logging.getLogger("x402_client")
+
+Status = Literal["delivered", "failed", "unrecoverable", "pending", "in_progress"]
+#: Extra headers for a recovery: `{"Authorization": "Bearer ..."}` or `[(name, value)]`.
+Headers = Mapping[str, str] | Sequence[tuple[str, str]]
+
+#: Settle-on-proof rails: the merchant moves the money with the signed proof, so without a
+#: proof handed over nothing can have moved.
+_SETTLE_ON_PROOF = ("evm-permit", "eip3009")
+#: Answers that ask for the caller's credentials, which the journal does not keep.
+_CREDENTIALS = (401, 403, 407)
+#: Answers that say "later", not "never".
+_LATER = (408, 425, 429)
+
+IN_PROGRESS = (
+    "a process that is still running is working on this payment (paying it, waiting for "
+    "it or delivering it): nothing was re-sent and no budget was released; look again once "
+    "it has ended"
+)
 
 
 @dataclasses.dataclass(frozen=True)
 class Recovery:
     """What recovery did with one journaled payment.
 
-    `delivered`: the resource was served (`response`); `failed`: no money moved, the
+    `delivered`: the resource was served (`response`; None when it had been delivered
+    before, or was meanwhile by a proof re-sent by hand); `failed`: no money moved, the
     budget was given back; `unrecoverable`: it cannot be finished here, `reason` says what
-    a person needs (the codes are on `record`); `pending`: not yet decidable (e.g. the
-    provider has not confirmed the payment): try again later.
+    a person needs (the codes are on `record`); `pending`: not yet decidable (the provider
+    has not confirmed the payment, the merchant did not answer or wants credentials): try
+    again later; `in_progress`: a live process is working on it; nothing was done.
     """
 
     record: JournalRecord
@@ -94,7 +131,8 @@ def _state(source: httpx.AsyncClient | PaymentOptions) -> tuple[PaymentState, Sq
 
 async def unfinished_payments(source: httpx.AsyncClient | PaymentOptions) -> list[JournalRecord]:
     """Journaled payments whose money moved or may have, and whose resource was not
-    delivered (oldest first): what `recover_payments` works on."""
+    delivered (oldest first): what `recover_payments` works on. Those a live process is
+    still working on are included, `in_progress`."""
     _, journal = _state(source)
     return await journal.unfinished()
 
@@ -132,7 +170,7 @@ def _valid_until(record: JournalRecord) -> int | None:
     return None
 
 
-def _claim(record: JournalRecord) -> str:
+def _codes(record: JournalRecord) -> str:
     """The codes a person needs to claim a payment from the provider or the merchant."""
     codes = [
         f"{label} {value}"
@@ -148,16 +186,28 @@ def _claim(record: JournalRecord) -> str:
 
 
 async def _send(
-    client: httpx.AsyncClient, record: JournalRecord, settings: dict[str, Any]
+    client: httpx.AsyncClient,
+    record: JournalRecord,
+    settings: dict[str, Any],
+    headers: Headers | None,
 ) -> httpx.Response:
+    """The journaled request again, through `client` (its auth, default headers and
+    cookies apply): the journaled headers, less those `headers` replaces, plus `headers`."""
     if record.request_body_omitted:
         raise ConfigurationError(
             f"the journal did not keep the {record.request_body_size}-byte request body"
         )
+    extra = httpx.Headers(headers) if headers else httpx.Headers()
+    replaced = {name.lower() for name in extra}
+    sent = [
+        (name, value)
+        for name, value in record.request_headers
+        if name.lower() not in replaced and value != "REDACTED"
+    ]
     response = await client.request(
         record.request_method,
-        record.request_url,
-        headers=list(record.request_headers),
+        strip_redacted(record.request_url),
+        headers=[*sent, *extra.multi_items()],
         content=record.request_body,
         extensions={EXTENSION: settings},
     )
@@ -165,14 +215,77 @@ async def _send(
     return response
 
 
-async def recover_payment(client: httpx.AsyncClient, journal_id: str) -> Recovery:
-    """Finish one journaled payment (see the module docstring); never pays again."""
-    state, journal = _state(client)
+def _settled(record: JournalRecord) -> Recovery | None:
+    """The recovery of a payment that needs none: it failed, or it was delivered."""
+    if record.outcome == "failed":
+        return Recovery(record, "failed", "done")
+    if record.outcome == "paid" and record.delivered:
+        return Recovery(record, "delivered", "done")
+    return None
+
+
+def _answer_status(exc: X402Error) -> int | None:
+    """The status of the merchant's answer an error carries (not a 402's)."""
+    response = exc.response
+    return None if response is None or response.status_code == 402 else response.status_code
+
+
+def _not_now(status: int) -> str | None:
+    """Why an answer `status` leaves the payment to a later recovery, if it does."""
+    if status in _CREDENTIALS:
+        return (
+            f"the merchant answered {status}: it wants the credentials the request was made "
+            "with, and the journal does not keep them; recover with a client that sends "
+            "them (auth, default headers, cookies) or pass headers= (x402-eur resume -H)"
+        )
+    if status in _LATER or status >= 500:
+        return f"the merchant answered {status}; try again later"
+    return None
+
+
+async def recover_payment(
+    client: httpx.AsyncClient, journal_id: str, *, headers: Headers | None = None
+) -> Recovery:
+    """Finish one journaled payment (see the module docstring); never pays again.
+
+    The request is re-sent through `client`, with its auth, default headers and cookies,
+    and with `headers` (they replace journaled headers of the same name). A payment a live
+    process is working on is left alone: `in_progress`.
+    """
+    _, journal = _state(client)
     record = await journal.get(journal_id)
     if record is None:
         raise ConfigurationError(f"no journaled payment {journal_id!r}")
-    if record.outcome == "failed" or (record.delivered and record.outcome == "paid"):
-        return Recovery(record, "failed" if record.outcome == "failed" else "delivered", "done")
+    settled = _settled(record)
+    if settled is not None:
+        return settled
+    if not await journal.claim(record.id):
+        latest = await journal.get(record.id) or record
+        return _settled(latest) or Recovery(latest, "in_progress", IN_PROGRESS)
+    try:
+        # What the process that owned it left, now that none does.
+        record = await journal.get(record.id) or record
+        result = _settled(record) or await _recover(client, record, headers)
+    finally:
+        with anyio.CancelScope(shield=True):
+            try:
+                await journal.release_claim(record.id)
+            except Exception as exc:
+                logger.error(
+                    "x402: the payment journal could not let go of payment %s (%s); it "
+                    "counts as in progress until this process ends",
+                    record.id,
+                    type(exc).__name__,
+                )
+    # The record as recovery found it, less its own claim: it let go of it.
+    return dataclasses.replace(result, record=dataclasses.replace(result.record, in_progress=False))
+
+
+async def _recover(
+    client: httpx.AsyncClient, record: JournalRecord, headers: Headers | None
+) -> Recovery:
+    """Recover `record`, which this process owns now (no live process did)."""
+    state, journal = _state(client)
 
     async def give_up(reason: str) -> Recovery:
         # Say what is known of the money: on a pay-first rail a proof or a transaction code
@@ -182,22 +295,49 @@ async def recover_payment(client: httpx.AsyncClient, journal_id: str) -> Recover
         outcome: Literal["paid", "unknown"] = "paid" if moved_first and evidence else "unknown"
         if record.outcome in ("paid", "unknown"):
             outcome = "paid" if record.outcome == "paid" else outcome
-        text = f"{reason}. {_claim(record)}"
+        text = f"{reason}. {_codes(record)}"
         await journal.finish_payment(record.id, outcome, delivered=False, error=text)
         await journal.mark_unrecoverable(record.id, text)
         return Recovery(record, "unrecoverable", text)
 
     async def nothing_moved(reason: str) -> Recovery:
+        # Only ever reached with proof that no money can have moved, and with no live
+        # process owning the payment (it was claimed): its reservation comes back.
         await journal.finish_payment(record.id, "failed", delivered=False, error=reason)
         for key, reservation in record.reservations:
             await state.budgets.store.release(key, reservation)
         return Recovery(record, "failed", reason)
 
-    async def delivered(response: httpx.Response) -> Recovery:
-        if response.status_code >= 400:
-            return await give_up(f"the merchant answered {response.status_code} to the proof")
-        await journal.finish_payment(record.id, "paid", delivered=True)
-        return Recovery(record, "delivered", "the resource was delivered", response)
+    async def delivered_meanwhile() -> Recovery | None:
+        # A proof re-sent by hand (in this process or another) may have been served while
+        # recovery was at it: the journal says so, and "already used" means that delivery.
+        latest = await journal.get(record.id)
+        if latest is not None and latest.outcome == "paid" and latest.delivered:
+            return Recovery(latest, "delivered", "it was delivered meanwhile (a re-sent proof)")
+        return None
+
+    async def answered(response: httpx.Response, what: str) -> Recovery:
+        status = response.status_code
+        if status >= 400:
+            later = _not_now(status)
+            if later is not None:
+                return Recovery(record, "pending", later)
+            return await give_up(f"the merchant answered {status} to the proof")
+        latest = await journal.get(record.id)
+        if latest is None or not (latest.outcome == "paid" and latest.delivered):
+            await journal.finish_payment(record.id, "paid", delivered=True)
+        return Recovery(record, "delivered", what, response)
+
+    def refused_for_now(exc: X402Error) -> Recovery | None:
+        """A pending recovery when the merchant's answer is no refusal: it wants
+        credentials, says "later", or said nothing clear (no answer, a 5xx to every
+        re-send) without calling the proof used or expired."""
+        status = _answer_status(exc)
+        later = None if status is None else _not_now(status)
+        unclear = isinstance(exc, PaymentOutcomeUnknown) and status is None
+        if later is None and unclear and classify_reason(str(exc)) is VerifierReason.OTHER:
+            later = f"the merchant gave no clear answer ({exc}); try again later"
+        return None if later is None else Recovery(record, "pending", later, error=exc)
 
     now = time.time()
     if record.rail == "bridge" and not record.proof:
@@ -212,15 +352,23 @@ async def recover_payment(client: httpx.AsyncClient, journal_id: str) -> Recover
                 client,
                 record,
                 {"resume_transaction_code": record.transaction_code, "journal_id": record.id},
+                headers,
             )
         except X402Error as exc:
+            later = refused_for_now(exc)
+            if later is not None:
+                return later
             return Recovery(record, "pending", f"resuming failed: {exc}", error=exc)
-        return Recovery(record, "delivered", "the bridge payment was resumed", response)
+        except httpx.HTTPError as exc:
+            return Recovery(record, "pending", f"the merchant did not answer: {exc}")
+        return await answered(response, "the bridge payment was resumed")
 
     proof = _euro_proof(record) if record.rail == "euro" else record.proof
     if proof is None:
-        # Settle-on-proof rails: nothing was signed or handed over.
-        return await nothing_moved("no proof was ever handed over: no money moved")
+        if record.rail in _SETTLE_ON_PROOF:
+            # Settle-on-proof rails: nothing was signed and handed over.
+            return await nothing_moved("no proof was ever handed over: no money moved")
+        return await give_up("the journal holds no proof and no code to finish it with")
     valid_until = _valid_until(record)
     expired = valid_until is not None and valid_until + EXPIRY_SKEW < now
     if expired and record.rail != "euro":
@@ -229,7 +377,7 @@ async def recover_payment(client: httpx.AsyncClient, journal_id: str) -> Recover
             "still have settled it (check the chain)"
         )
     try:
-        response = await _send(client, record, {"proof": proof})
+        response = await _send(client, record, {"proof": proof}, headers)
     except PaymentNotConfirmed as exc:
         if record.rail == "euro" and expired:
             return await nothing_moved(
@@ -237,6 +385,9 @@ async def recover_payment(client: httpx.AsyncClient, journal_id: str) -> Recover
             )
         return Recovery(record, "pending", f"not confirmed yet: {exc.reason}", error=exc)
     except (PaymentVerificationFailed, PaymentOutcomeUnknown) as exc:
+        later = refused_for_now(exc)
+        if later is not None:
+            return later
         reason = getattr(exc, "reason", None) or str(exc)
         if (
             record.rail == "euro"
@@ -247,17 +398,23 @@ async def recover_payment(client: httpx.AsyncClient, journal_id: str) -> Recover
             # settled (the provider keeps no money for an expired request; the merchant's
             # rule is "request a fresh 402 and pay again").
             return await nothing_moved(f"the payment request expired unsettled ({reason})")
-        return await give_up(f"the merchant refused the re-sent proof ({reason})")
+        return await delivered_meanwhile() or await give_up(
+            f"the merchant refused the re-sent proof ({reason})"
+        )
     except X402Error as exc:
         return await give_up(f"re-sending the proof failed ({type(exc).__name__}: {exc})")
     except httpx.HTTPError as exc:
         return Recovery(record, "pending", f"the merchant did not answer: {exc}")
-    return await delivered(response)
+    return await answered(response, "the resource was delivered")
 
 
-async def recover_payments(client: httpx.AsyncClient) -> list[Recovery]:
-    """Recover every unfinished journaled payment, oldest first."""
+async def recover_payments(
+    client: httpx.AsyncClient, *, headers: Headers | None = None
+) -> list[Recovery]:
+    """Recover every unfinished journaled payment, oldest first (`recover_payment`, with
+    `headers` for each). Those a live process is working on are reported `in_progress`
+    and left alone."""
     results = []
     for record in await unfinished_payments(client):
-        results.append(await recover_payment(client, record.id))
+        results.append(await recover_payment(client, record.id, headers=headers))
     return results

@@ -34,7 +34,24 @@ The journal's calls:
 - `mark_unrecoverable(id, reason)`: recovery gave up; the record leaves `unfinished()`
   and keeps its outcome.
 - `unfinished()` (oldest first), `payments(limit=20, outcome=None)` (newest first),
-  `get(id)`: `JournalRecord`s.
+  `get(id)`, `find_by_proof(proof, payment_request_code=None)`: `JournalRecord`s.
+- `claim(id) -> bool`, `release_claim(id)`: recovery takes over a payment whose process
+  died, and lets go of it (see "Owners" below).
+
+Owners: a payment is in flight from `open_payment` to `finish_payment`, and while it is,
+the store that opened it owns it (the `owner` column). Each store holds a lease, from
+the first payment it owns until it is closed: a lock file `<state file>.owners/<lease
+id>.lock` (mode 0600, in a 0700 directory) locked with `flock`, which the operating
+system releases when the process dies, however it dies. An
+owner is alive when it is this store or when its lock file is still locked; a record
+whose owner is alive is `in_progress`, and `claim` refuses it, so recovery never re-sends
+the proof of a request that a live process is still waiting on. A pid would not do: pids
+are reused. A dead owner's lock file is removed by the first store that finds it
+unlocked (a store taking its lease sweeps them). Where `fcntl` is missing (Windows),
+nothing tells a dead owner from a live one: every other store's owner counts as alive
+while its lock file exists; a process that closes its store removes its file, and after
+a crash a person who knows the process is gone deletes it by hand. A forked child
+inherits its parent's lock, which then lives as long as either.
 
 Nothing secret is written: there is no field for an API key or a private key; request
 headers that carry credentials (`authorization`, `cookie`, `x-api-key`, `x-payment`,
@@ -55,13 +72,16 @@ a call waits for another process's transaction. Close it with `close()` or `aclo
 from __future__ import annotations
 
 import base64
+import contextlib
 import dataclasses
 import os
 import pathlib
+import re
 import sqlite3
 import threading
 import time
 import uuid
+import weakref
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timezone
 from decimal import Decimal
@@ -70,6 +90,11 @@ from typing import Any, Literal, TypeVar, cast, get_args
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import anyio.to_thread
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
 
 from . import _json
 from ._budget import total_reservation_amount, total_reservation_id, window_reservation_id
@@ -87,7 +112,7 @@ __all__ = [
 ]
 
 #: The schema this module writes (`PRAGMA user_version`).
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 #: Request bodies larger than this (1 MiB) are not kept in the journal.
 MAX_STORED_BODY = 1 << 20
 
@@ -172,7 +197,14 @@ _SCHEMA_V1 = (
     )""",
     "CREATE INDEX payment_steps_by_payment ON payment_steps (payment_id, seq)",
 )
-_MIGRATIONS: tuple[tuple[str, ...], ...] = (_SCHEMA_V1,)
+# Version 2: the owner of a payment in flight (a store's lease id), and the look-ups of a
+# proof re-sent by hand.
+_SCHEMA_V2 = (
+    "ALTER TABLE payments ADD COLUMN owner TEXT",
+    "CREATE INDEX payments_by_proof ON payments (proof)",
+    "CREATE INDEX payments_by_request_code ON payments (payment_request_code)",
+)
+_MIGRATIONS: tuple[tuple[str, ...], ...] = (_SCHEMA_V1, _SCHEMA_V2)
 assert len(_MIGRATIONS) == SCHEMA_VERSION
 
 _UNFINISHED = (
@@ -227,6 +259,20 @@ def safe_url(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
 
 
+def strip_redacted(url: str) -> str:
+    """`url` without the query parameters `safe_url` redacted: a re-sent request lets the
+    client's own `params` supply them, never the word `REDACTED`."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return url
+    if _REDACTED not in parts.query:
+        return url
+    pairs = parse_qsl(parts.query, keep_blank_values=True)
+    kept = [(n, v) for n, v in pairs if not (v == _REDACTED and _sensitive(n))]
+    return urlunsplit(parts._replace(query=urlencode(kept)))
+
+
 def _timestamp(seconds: float) -> str:
     return datetime.fromtimestamp(seconds, timezone.utc).isoformat(timespec="microseconds")
 
@@ -239,6 +285,77 @@ def _jsonable(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_jsonable(v) for v in value]
     return value
+
+
+_LEASE_ID = re.compile(r"[0-9a-f]{32}")
+
+
+def _drop_lease(fd: int, path: pathlib.Path, pid: int) -> None:
+    # Closed first (Windows removes no open file), then removed. A forked child that exits
+    # only closes its copy: the lease stays its parent's.
+    with contextlib.suppress(OSError):
+        os.close(fd)
+    if os.getpid() == pid:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+
+
+class _Lease:
+    """A store's claim on the payments it works on: `<directory>/<id>.lock`, locked for the
+    store's life (see "Owners" in the module docstring)."""
+
+    def __init__(self, directory: pathlib.Path) -> None:
+        directory.mkdir(mode=0o700, exist_ok=True)
+        self.directory = directory
+        self.id = uuid.uuid4().hex
+        path = directory / f"{self.id}.lock"
+        if fcntl is None:  # pragma: no cover - Windows
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        else:
+            # Locked before it gets its name: a store that finds `<id>.lock` unlocked knows
+            # its owner is gone, never that it is still starting.
+            temporary = directory / f".{self.id}.tmp"
+            fd = os.open(temporary, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                os.replace(temporary, path)
+            except BaseException:
+                _drop_lease(fd, temporary, os.getpid())
+                raise
+        self._finalizer = weakref.finalize(self, _drop_lease, fd, path, os.getpid())
+        # The files of owners that died owning nothing are swept when a lease is taken.
+        for other in directory.glob("*.lock"):
+            if other.stem != self.id:
+                _lease_alive(directory, other.stem)
+
+    def close(self) -> None:
+        self._finalizer()
+
+
+def _lease_alive(directory: pathlib.Path, owner: str) -> bool:
+    """Whether the store that holds lease `owner` is still open in a live process (its
+    lock file is locked); a dead one's file is removed."""
+    if not _LEASE_ID.fullmatch(owner):
+        return True  # not a lease id: never taken over
+    path = directory / f"{owner}.lock"
+    if fcntl is None:  # pragma: no cover - Windows
+        return path.exists()
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return True  # cannot tell: count it alive
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return True  # locked: its process is alive
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        return False
+    finally:
+        os.close(fd)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -257,6 +374,8 @@ class JournalRecord:
     moved and the merchant has not served yet. `unrecoverable` holds the reason recovery
     gave up, if it did. `request_body` is None when there was none or when it was over
     1 MiB (`request_body_omitted`); `request_body_size` is its length either way.
+    `in_progress`: a process that is still running is working on it (paying, waiting,
+    delivering, or recovering it), as of when the record was read: leave it alone.
     """
 
     id: str
@@ -291,6 +410,7 @@ class JournalRecord:
     error: str | None
     unrecoverable: str | None
     steps: tuple[JournalStep, ...] = dataclasses.field(repr=False)
+    in_progress: bool = False
 
     @property
     def intent(self) -> PaymentIntent:
@@ -333,7 +453,7 @@ class JournalRecord:
         return data
 
 
-def _record(row: sqlite3.Row, steps: Sequence[JournalStep]) -> JournalRecord:
+def _record(row: sqlite3.Row, steps: Sequence[JournalStep], in_progress: bool) -> JournalRecord:
     atomic = row["atomic_amount"]
     return JournalRecord(
         id=row["id"],
@@ -368,6 +488,7 @@ def _record(row: sqlite3.Row, steps: Sequence[JournalStep]) -> JournalRecord:
         error=row["error"],
         unrecoverable=row["unrecoverable"],
         steps=tuple(steps),
+        in_progress=in_progress,
     )
 
 
@@ -401,6 +522,10 @@ class SqliteStore:
         self.path = pathlib.Path(path)
         self._clock = clock
         self._lock = threading.Lock()
+        #: Where the leases of the stores on this file live; this store's own lease is
+        #: taken the first time it owns a payment.
+        self._owners = self.path.with_name(self.path.name + ".owners")
+        self._lease: _Lease | None = None
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         # created here, not by SQLite, so that it is never readable by others; SQLite
         # gives its -wal and -shm files the same mode
@@ -485,11 +610,28 @@ class SqliteStore:
     def _now(self) -> str:
         return _timestamp(self._clock())
 
+    def _owner_id(self) -> str:
+        """This store's lease id (the lease is taken on first use; under `_lock`)."""
+        if self._lease is None:
+            self._lease = _Lease(self._owners)
+        return self._lease.id
+
+    def _alive(self, owner: str) -> bool:
+        lease = self._lease
+        if lease is not None and owner == lease.id:
+            return True
+        return _lease_alive(self._owners, owner)
+
     def close(self) -> None:
+        """Close the file. The payments this store still owned are no longer in progress:
+        recovery may take them over."""
         with self._lock:
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None
+            if self._lease is not None:
+                self._lease.close()
+                self._lease = None
 
     async def aclose(self) -> None:
         await anyio.to_thread.run_sync(self.close)
@@ -592,7 +734,9 @@ class SqliteStore:
         """Journal a payment about to be made (`pending`); returns its journal id.
 
         Call it before any money moves. `reservations` are the `(budget key,
-        reservation id)` pairs it holds, for recovery to release if nothing was paid.
+        reservation id)` pairs it holds, for recovery to release if nothing was paid. This
+        store owns the payment until `finish_payment`: it is in progress, and recovery
+        leaves it alone while this store is open in a live process.
         """
         journal_id = id if id is not None else uuid.uuid4().hex
         omitted = request_body is not None and len(request_body) > MAX_STORED_BODY
@@ -625,7 +769,7 @@ class SqliteStore:
 
         def work(conn: sqlite3.Connection) -> None:
             now = self._now()
-            row = {**values, "created_at": now, "updated_at": now}
+            row = {**values, "created_at": now, "updated_at": now, "owner": self._owner_id()}
             columns = ", ".join(row)
             marks = ", ".join(f":{name}" for name in row)
             conn.execute(f"INSERT INTO payments ({columns}) VALUES ({marks})", row)  # noqa: S608
@@ -679,7 +823,7 @@ class SqliteStore:
         tx_hash: str | None = None,
     ) -> None:
         """Record how the payment ended: `paid` (money moved), `failed` (it did not) or
-        `unknown` (it may have)."""
+        `unknown` (it may have). The attempt is over: no store owns the payment any more."""
         if outcome not in get_args(Finished):
             raise ValueError(f"outcome must be one of {get_args(Finished)}, not {outcome!r}")
 
@@ -689,7 +833,7 @@ class SqliteStore:
                 conn,
                 id,
                 "UPDATE payments SET updated_at = ?, outcome = ?, delivered = ?, error = ?, "
-                "tx_hash = COALESCE(?, tx_hash) WHERE id = ?",
+                "tx_hash = COALESCE(?, tx_hash), owner = NULL WHERE id = ?",
                 (now, outcome, int(delivered), error, tx_hash, id),
             )
             detail = error or ("delivered" if delivered else "not delivered")
@@ -705,20 +849,80 @@ class SqliteStore:
             self._update(
                 conn,
                 id,
-                "UPDATE payments SET updated_at = ?, unrecoverable = ? WHERE id = ?",
+                "UPDATE payments SET updated_at = ?, unrecoverable = ?, owner = NULL WHERE id = ?",
                 (now, reason, id),
             )
             self._step(conn, id, now, "unrecoverable", reason)
 
         await self._write(work)
 
+    async def claim(self, id: str) -> bool:
+        """Take over payment `id` for recovery: True when no live process owned it (none
+        did, or its owner died), and this store owns it now; False when a live process
+        (this store included) is working on it. Atomic across processes. Let go of it with
+        `finish_payment`, `mark_unrecoverable` or `release_claim`."""
+
+        def work(conn: sqlite3.Connection) -> bool:
+            row = conn.execute("SELECT owner FROM payments WHERE id = ?", (id,)).fetchone()
+            if row is None:
+                raise KeyError(f"no payment {id!r} in the journal")
+            owner = row[0]
+            if owner is not None and self._alive(owner):
+                return False
+            now = self._now()
+            conn.execute(
+                "UPDATE payments SET owner = ?, updated_at = ? WHERE id = ?",
+                (self._owner_id(), now, id),
+            )
+            detail = "its process is gone" if owner is not None else ""
+            self._step(conn, id, now, "recovering", detail)
+            return True
+
+        return await self._write(work)
+
+    async def release_claim(self, id: str) -> None:
+        """Let go of a payment this store owns without finishing it (recovery that could
+        not decide yet); a payment it does not own is left as it is."""
+        lease = self._lease
+        if lease is None:
+            return
+        await self._write(
+            lambda conn: conn.execute(
+                "UPDATE payments SET owner = NULL WHERE id = ? AND owner = ?", (id, lease.id)
+            )
+        )
+
     async def get(self, id: str) -> JournalRecord | None:
         found = await self._read(partial(self._select, "id = ?", (id,), "", None))
         return found[0] if found else None
 
+    async def find_by_proof(
+        self, proof: str, payment_request_code: str | None = None
+    ) -> JournalRecord | None:
+        """The newest payment whose proof is `proof`; else, given a euro payment request
+        code, the newest euro payment of that request (one journaled before its proof
+        existed, or whose proof was written differently): what a proof re-sent by hand
+        belongs to."""
+
+        def work(conn: sqlite3.Connection) -> list[JournalRecord]:
+            found = self._select("proof = ?", (proof,), "DESC", 1, conn)
+            if found or payment_request_code is None:
+                return found
+            return self._select(
+                "rail = 'euro' AND payment_request_code = ?",
+                (payment_request_code,),
+                "DESC",
+                1,
+                conn,
+            )
+
+        found = await self._read(work)
+        return found[0] if found else None
+
     async def unfinished(self) -> list[JournalRecord]:
         """Payments recovery should look at, oldest first: pending, unknown, or paid but
-        not delivered (and not marked unrecoverable)."""
+        not delivered (and not marked unrecoverable). Those a live process is still working
+        on are listed too, `in_progress`."""
         return await self._read(partial(self._select, _UNFINISHED, (), "ASC", None))
 
     async def payments(
@@ -742,8 +946,8 @@ class SqliteStore:
         if conn.execute(query, args).rowcount != 1:
             raise KeyError(f"no payment {id!r} in the journal")
 
-    @staticmethod
     def _select(
+        self,
         where: str,
         args: tuple[Any, ...],
         order: str,
@@ -767,4 +971,11 @@ class SqliteStore:
                 chunk,
             ):
                 steps[payment_id].append(JournalStep(datetime.fromisoformat(at), step, detail))
-        return [_record(row, steps[row["id"]]) for row in rows]
+        alive: dict[str, bool] = {}
+        records = []
+        for row in rows:
+            owner = row["owner"]
+            if owner is not None and owner not in alive:
+                alive[owner] = self._alive(owner)
+            records.append(_record(row, steps[row["id"]], owner is not None and alive[owner]))
+        return records

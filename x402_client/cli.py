@@ -602,6 +602,8 @@ async def _payments(args: argparse.Namespace) -> int:
     rows = []
     for record in records:
         outcome = record.outcome + (" (gave up)" if record.unrecoverable else "")
+        if record.in_progress:
+            outcome += " (in progress)"
         rows.append(
             [
                 record.id,
@@ -616,11 +618,17 @@ async def _payments(args: argparse.Namespace) -> int:
         )
     headers = ["ID", "WHEN", "AMOUNT", "RAIL", "OUTCOME", "DELIVERED", "RESOURCE", "CODES"]
     print(_grid(headers, rows, right=(2,)))
-    waiting = [r for r in records if _unfinished(r)]
+    unfinished = [r for r in records if _unfinished(r)]
+    waiting = [r for r in unfinished if not r.in_progress]
     if waiting:
         sys.stderr.write(
             f"x402-eur: {len(waiting)} unfinished: x402-eur resume {waiting[0].id} finishes it "
             "without paying again\n"
+        )
+    if len(unfinished) > len(waiting):
+        sys.stderr.write(
+            f"x402-eur: {len(unfinished) - len(waiting)} in progress: a running process is "
+            "still paying or delivering; leave them to it\n"
         )
     return 0
 
@@ -670,7 +678,7 @@ async def _resume(args: argparse.Namespace) -> int:
             client = httpx.AsyncClient(follow_redirects=True, timeout=60)
             async with with_eur_payment(client, options) as client:
                 with display:
-                    recovery = await recover_payment(client, record.id)
+                    recovery = await recover_payment(client, record.id, headers=args.header)
             if recovery.response is not None:
                 output.write(recovery.response.content)
                 output.finish()
@@ -685,9 +693,14 @@ async def _resume(args: argparse.Namespace) -> int:
             if recovery.status == "delivered"
             else "it failed earlier; no money moved"
         )
+    elif recovery.status == "in_progress":
+        reason = (
+            "a running process is still paying or delivering it; nothing was sent. "
+            "Try again once that process has ended"
+        )
     elif recovery.status == "failed":
         reason = f"no money moved, the budget was given back: {reason}"
-    elif recovery.status == "pending":
+    elif recovery.status == "pending" and "again" not in reason and "-H" not in reason:
         reason = f"{reason} (try again later)"
     body_shown = recovery.response is not None and output.to_stdout
     lead = "\n" if body_shown and not output.ends_with_newline else ""
@@ -1004,7 +1017,7 @@ _ENV_ABOUT = {
     "api_key": "the managed account's API key",
     "from_account": "the account that pays (ACC_...)",
     "api_url": "the payment API (https://, or http:// on loopback)",
-    "max_amount_per_payment": "cap per payment in euros (--max-amount wins)",
+    "max_amount_per_payment": "cap per payment, in every currency (--max-amount wins)",
     "evm_private_key": "the key that signs EVM permits (hex)",
     "evm_rpc_url_1": "RPC URL(s) of chain 1, comma-separated",
     "evm_rpc_url_137": "RPC URL(s) of chain 137, comma-separated",
@@ -1024,8 +1037,10 @@ def _environment_help() -> str:
         "      $XDG_DATA_HOME/x402-eur/state.sqlite3, i.e. ~/.local/share/x402-eur/state.sqlite3)"
     )
     lines.append(
-        "\nbudgets: AMOUNT[CURRENCY][/WINDOW], e.g. 5.00/24h, 2USD/7d, 1.00 (a total);\n"
-        "window units s, m, h, d. They are kept in the state file: repeated runs share them."
+        "\nbudgets: AMOUNT[CURRENCY][/WINDOW], e.g. 5.00/24h, 2.00USD/24h, 1.00 (a total);\n"
+        "window units s, m, h, d. They are kept in the state file: repeated runs share them.\n"
+        "With any budget given, offers in a currency no budget covers are refused: add\n"
+        "--budget 2.00USD/24h to pay dollar offers under a euro budget."
     )
     return "\n".join(lines)
 
@@ -1075,15 +1090,16 @@ def _parser() -> argparse.ArgumentParser:
         "--max-amount",
         type=_amount,
         metavar="AMOUNT",
-        help="cap per payment in euros (default 1.00)",
+        help="cap per payment, in every currency (default 1.00 EUR and 1.00 USD)",
     )
     limits.add_argument(
         "--budget",
         action="append",
         type=_budget,
-        metavar="AMOUNT[/WINDOW]",
+        metavar="AMOUNT[CURRENCY][/WINDOW]",
         help="spend at most AMOUNT (per WINDOW), counted across runs in the state file; "
-        "e.g. 5.00/24h, 2USD/7d, 1.00 (a total); may be repeated",
+        "e.g. 5.00/24h, 2.00USD/24h, 1.00 (a total); may be repeated; offers in a currency "
+        "no budget covers are then refused",
     )
     raw = argparse.RawDescriptionHelpFormatter
 
@@ -1139,10 +1155,20 @@ def _parser() -> argparse.ArgumentParser:
         formatter_class=raw,
         description="Finish one unfinished payment of the journal: re-send its proof or\n"
         "resume its bridge wait, never paying again. The body goes to stdout (or -o FILE),\n"
-        "one status line to stderr. Exit 0 when it was delivered, 1 otherwise.",
+        "one status line to stderr. Exit 0 when it was delivered (now or earlier), 1\n"
+        "otherwise (also when a running process is still paying it: it is left alone).",
     )
     resume.add_argument("id", help="the payment's id (x402-eur payments), or its first characters")
     resume.add_argument("-o", "--output", metavar="FILE", help="write the body to FILE")
+    resume.add_argument(
+        "-H",
+        "--header",
+        action="append",
+        default=[],
+        type=_header,
+        help="'Name: value', sent with the re-sent request (credentials the journal does "
+        "not keep); may be repeated",
+    )
     resume.epilog_factory = _environment_help
 
     demo = commands.add_parser("demo", help="start the sandbox and pay on every rail")
