@@ -558,3 +558,37 @@ async def test_a_proof_re_sent_by_hand_closes_its_record_and_counts_no_payment(
     (entry,) = payment_ledger(options).entries()
     assert (entry.outcome, entry.delivered) == ("paid", True)
     state_of(options).close()
+
+
+async def test_a_signed_authorization_the_journal_cannot_record_is_never_handed_over(
+    tmp_path, monkeypatch
+):
+    seen: list[httpx.Request] = []
+    merchant = _eip3009_merchant(httpx.Response(200, json={"served": True}))
+    handler = merchant.handler  # type: ignore[attr-defined]
+
+    def recording(request: httpx.Request) -> httpx.Response:
+        seen.append(request)
+        return handler(request)
+
+    options = _eip3009_options(state_path=tmp_path / "state.sqlite3", budgets=[Budget("1.00")])
+    journal = state_of(options).journal
+    assert journal is not None
+    original = journal.update_payment
+
+    async def proof_not_written(id: str, **facts: Any) -> None:
+        if facts.get("step") == "proof":
+            raise sqlite3.OperationalError("database is locked")
+        await original(id, **facts)
+
+    monkeypatch.setattr(journal, "update_payment", proof_not_written)
+    transport = PaymentTransport(httpx.MockTransport(recording), options)
+    async with httpx.AsyncClient(transport=transport) as client:
+        with pytest.raises(PaymentFailed) as caught:
+            await client.get("http://merchant.test/paid")
+    assert caught.value.money_moved is False
+    assert [r.headers.get("x-payment") for r in seen] == [None]  # the proof never left
+    (status,) = await budget_status(options)
+    assert status.spent == 0
+    assert await unfinished_payments(options) == []
+    state_of(options).close()

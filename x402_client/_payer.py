@@ -66,7 +66,7 @@ from ._payment_api import PaymentAPI
 from ._policy import Candidate, SkippedEntry, SkipReason, no_candidate_error, select
 from ._progress import PaymentProgress
 from ._proof import ProofError, b64_json_decode
-from ._rails import NOTE, Paid, Rail, RequestSettings
+from ._rails import ANY_CURRENCY, NOTE, Paid, Rail, RequestSettings
 from ._record import PaymentRecord, outcome_of, refused_money_moved
 from ._state import KeyedLocks, PaymentState, state_of
 from ._types import PaymentIntent, PaymentReceipt
@@ -76,7 +76,7 @@ __all__ = ["EXTENSION", "RECEIPT_EXTENSION", "LogicalRequest", "Payer"]
 logger = logging.getLogger("x402_client")
 
 #: `request.extensions[EXTENSION]`: per-request settings, e.g. `{"pay": False}`,
-#: `{"max_amount_per_payment": "0.05"}` (can only lower the client's cap) or
+#: `{"max_amount_per_payment": "0.05"}` (lowers every currency's cap, never raises one) or
 #: `{"resume_transaction_code": "QP..."}` (prove an earlier bridge payment, pay nothing).
 EXTENSION = "x402"
 #: `response.extensions[RECEIPT_EXTENSION]`: the `PaymentReceipt` of a paid response.
@@ -120,7 +120,7 @@ def _parse_settings(raw: Any) -> RequestSettings:
     limits: dict[str, Decimal] | None = None
     cap = raw.get("max_amount_per_payment")
     if cap is not None:
-        items = cap.items() if isinstance(cap, Mapping) else [("EUR", cap)]
+        items = cap.items() if isinstance(cap, Mapping) else [(ANY_CURRENCY, cap)]
         try:
             limits = {str(k).upper(): parse_amount(v, allow_zero=True) for k, v in items}
         except AmountError as exc:

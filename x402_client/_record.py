@@ -27,7 +27,9 @@ served the paid request (2xx, or a redirect the caller's client follows to a suc
 
 Journal writes after the rail was called never break a payment: money may be moving, and
 delivering the resource is worth more than the record of it. Such a failure is logged (the
-record in memory keeps the truth).
+record in memory keeps the truth). The one exception is the proof of a settle-on-proof
+rail: it has not left the process yet, and one that recovery could not know of is never
+handed over.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import httpx
 
-from ._exceptions import PaymentOutcomeUnknown, X402Error
+from ._exceptions import PaymentFailed, PaymentOutcomeUnknown, X402Error
 from ._ledger import LedgerEntry, Outcome
 
 if TYPE_CHECKING:
@@ -148,22 +150,23 @@ class PaymentRecord:
     def id(self) -> str:
         return self.entry.id
 
-    async def _write(self, what: str, call: Any, *args: Any, **kwargs: Any) -> None:
+    async def _write(self, what: str, call: Any, *args: Any, **kwargs: Any) -> bool:
         """A journal write once the rail may have been called: shielded, and never breaking
-        the payment (logged instead)."""
+        the payment (logged instead). Whether it was written."""
         if self.journal_id is None:
-            return
+            return True
         try:
             with anyio.CancelScope(shield=True):
                 await call(self.journal_id, *args, **kwargs)
         except Exception as exc:
             logger.error(
-                "x402: the payment journal could not record %s of payment %s (%s); the "
-                "payment goes on",
+                "x402: the payment journal could not record %s of payment %s (%s)",
                 what,
                 self.id,
                 type(exc).__name__,
             )
+            return False
+        return True
 
     # --- before the rail: nothing can have moved -----------------------------------------------
 
@@ -236,14 +239,14 @@ class PaymentRecord:
         transaction_code: str | None,
         blockchain_tx_id: str | None,
     ) -> None:
+        """The proof exists. On a rail where the merchant moves the money with it, a proof
+        the journal could not record is never handed over (`PaymentFailed`): recovery could
+        not know it exists."""
         entry = self.entry
-        self.proved = True
-        entry.proof = proof
         entry.payment_request_code = payment_request_code
         entry.transaction_code = transaction_code
         entry.blockchain_tx_id = blockchain_tx_id
-        entry.step("proof", transaction_code or payment_request_code or "")
-        await self._write(
+        written = await self._write(
             "the proof",
             self._journal.update_payment,
             step="proof",
@@ -252,6 +255,15 @@ class PaymentRecord:
             transaction_code=transaction_code,
             blockchain_tx_id=blockchain_tx_id,
         )
+        if not written and not self.moves_first:
+            raise PaymentFailed(
+                "the payment journal could not record the signed payment, so it was not "
+                "handed over; nothing was paid",
+                intent=entry.intent,
+            )
+        self.proved = True
+        entry.proof = proof
+        entry.step("proof", transaction_code or payment_request_code or "")
 
     def step(self, step: str, detail: str = "") -> None:
         self.entry.step(step, detail)
