@@ -44,8 +44,7 @@ class Reply:
     status: int = 200
     body: Any = dataclasses.field(default_factory=lambda: {"ok": True})
     headers: dict[str, str] = dataclasses.field(default_factory=dict)
-    #: Served over sockets only: the body breaks off after its first bytes (the
-    #: connection closes mid-body).
+    #: The body breaks off after its first bytes (over sockets: the connection closes).
     broken: bool = False
 
     def encoded(self) -> bytes:
@@ -111,6 +110,10 @@ class ScriptedMerchant:
                 )
             )
             headers = {"content-type": "application/json", **reply.headers}
+            if reply.broken:
+                return httpx.Response(
+                    reply.status, headers=headers, stream=_Broken(reply.encoded()[:3])
+                )
             return httpx.Response(reply.status, headers=headers, content=reply.encoded())
 
         return httpx.MockTransport(handler)
@@ -139,6 +142,21 @@ class ScriptedMerchant:
             await send({"type": "http.response.body", "body": raw[:3], "more_body": True})
             raise ConnectionAbortedError("the merchant broke off the body")
         await send({"type": "http.response.body", "body": raw})
+
+
+class _Broken(httpx.AsyncByteStream, httpx.SyncByteStream):
+    """A body whose connection breaks after its first bytes."""
+
+    def __init__(self, head: bytes) -> None:
+        self._head = head
+
+    async def __aiter__(self) -> Any:
+        yield self._head
+        raise httpx.ReadError("the merchant broke off the body")
+
+    def __iter__(self) -> Any:
+        yield self._head
+        raise httpx.ReadError("the merchant broke off the body")
 
 
 # --- scripts ------------------------------------------------------------------------------------

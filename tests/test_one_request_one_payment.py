@@ -435,6 +435,46 @@ def _status(status: int) -> Case:
     )
 
 
+TOKEN_18 = "0x" + "18" * 20
+USD_TOKEN = "0x" + "0d" * 20
+
+
+def _eip3009_offer(asset: str, amount: str) -> Callable[[ScriptedMerchant, Seen], Reply]:
+    """A v1 standard merchant: an EIP-3009 offer in `asset`, served once a proof comes."""
+
+    def script(m: ScriptedMerchant, seen: Seen) -> Reply:
+        if seen.proof is not None:
+            return Reply(200, {"served": True})
+        entry = {
+            "scheme": "exact",
+            "network": "base-sepolia",
+            "maxAmountRequired": amount,
+            "resource": "http://merchant.test/paid",
+            "payTo": "0x" + "ab" * 20,
+            "maxTimeoutSeconds": 300,
+            "asset": asset,
+            "extra": {"name": "Token", "version": "2"},
+        }
+        return Reply(402, {"x402Version": 1, "error": "pay", "accepts": [entry]})
+
+    return script
+
+
+def _declared(address: str, currency: str, decimals: int) -> dict[str, Any]:
+    return {
+        "evm": {"private_key": KEY},
+        "assets": [
+            {
+                "chain_id": 84532,
+                "address": address,
+                "symbol": "TKN",
+                "currency": currency,
+                "decimals": decimals,
+            }
+        ],
+    }
+
+
 CASES = [
     Case(
         "paid answer redirects into a loop",
@@ -451,6 +491,26 @@ CASES = [
         result=PaymentVerificationFailed,
     ),
     *[_status(status) for status in (429, 409, 500, 404)],
+    Case(
+        "body breaks mid-read after payment",
+        _paid_then(lambda m, s: Reply(200, {"data": "x" * 100}, broken=True)),
+        sent=[("/paid", False), ("/paid", True)],
+        paid=["0.10"],
+        result=PaymentOutcomeUnknown,
+    ),
+    Case(
+        "18-decimal asset under a budget",
+        _eip3009_offer(TOKEN_18, "1000000000000001"),  # 0.001000000000000001
+        options={**_declared(TOKEN_18, "EUR", 18), "budgets": [Budget("0.01")]},
+        sent=[("/paid", False), ("/paid", True)],
+    ),
+    Case(
+        "USD offer under EUR-only limits",
+        _eip3009_offer(USD_TOKEN, "10000"),
+        options={**_declared(USD_TOKEN, "USD", 6), "budgets": [Budget("5.00")]},
+        sent=[("/paid", False)],
+        result=BudgetExceeded,
+    ),
     Case(
         "entry with nested junk",
         _nested,
