@@ -182,8 +182,9 @@ TOOLS: dict[str, ToolSpec] = {
             title="Fetch a URL, paying if asked",
             description=(
                 "Make an HTTP request. When the server answers 402 Payment Required (x402), "
-                "pay it in euros within the configured budget and per-payment cap, and return "
-                "the paid response with a receipt. Use quote first to see the price. On an "
+                "pay it (in euros, or in dollars where a budget allows) within the configured "
+                "budgets and per-payment caps, and return the paid response with a receipt. "
+                "Use quote first to see the price. On an "
                 "error, moneyMoved says whether money moved; when it is true or null, do NOT "
                 "call fetch again plainly: re-send with the proof (or "
                 "resume_transaction_code) the error gives, which never pays twice."
@@ -200,8 +201,8 @@ TOOLS: dict[str, ToolSpec] = {
                     "max_amount": _d(
                         _AMOUNT,
                         "The most to pay for this request, a decimal string such as "
-                        '"0.20" (euros; dollar-priced offers get the same cap). It can only '
-                        "lower the server's cap.",
+                        '"0.20", in any currency. It can only lower the server\'s caps, '
+                        "never raise them.",
                     ),
                     "proof": _d(
                         _OPTIONAL_STRING,
@@ -263,11 +264,17 @@ TOOLS: dict[str, ToolSpec] = {
                                 "index": {"type": "integer"},
                                 "payable": {"type": "boolean"},
                                 "first": _d({"type": "boolean"}, "The one fetch would pay."),
-                                "reason": _OPTIONAL_STRING,
-                                "message": _OPTIONAL_STRING,
-                                "amount": _OPTIONAL_STRING,
-                                "currency": _OPTIONAL_STRING,
+                                "reason": _d(_OPTIONAL_STRING, "Why not payable (a code)."),
+                                "message": _d(_OPTIONAL_STRING, "Why not payable, in words."),
+                                "scheme": _OPTIONAL_STRING,
+                                "network": _OPTIONAL_STRING,
+                                "rail": _d(_OPTIONAL_STRING, "How it would be paid."),
+                                "asset": _OPTIONAL_STRING,
+                                "amount": _d(_OPTIONAL_STRING, "A decimal string."),
+                                "currency": _d(_OPTIONAL_STRING, "EUR or USD."),
+                                "payTo": _d(_OPTIONAL_STRING, "Who would be paid."),
                             },
+                            "required": ["index", "payable", "first"],
                         },
                     },
                 },
@@ -531,8 +538,8 @@ def _error_json(exc: BaseException) -> dict[str, Any]:
             )
         return body
     if isinstance(exc, httpx.HTTPError):
-        # Once a request has paid, the client raises only the two errors above: a plain
-        # httpx error means the request failed before any money moved.
+        # Whether money moved is not read off the kind of error: the caller (`call`) looks
+        # at what the ledger recorded during the call and says so.
         message = " ".join(str(exc).split()) or type(exc).__name__
         return {
             "type": type(exc).__name__,
@@ -547,6 +554,36 @@ def _error_json(exc: BaseException) -> dict[str, Any]:
         "summary": "Money may have moved: the tool failed unexpectedly. Check the payments "
         "tool before trying again.",
     }
+
+
+def _add_payments_made(error: dict[str, Any], made: Sequence[LedgerEntry]) -> None:
+    """Make `error` say what the ledger recorded during the call: a payment that moved
+    money, or may have, is never reported as "no money moved", and the error carries
+    what recovers it."""
+    moving = [e for e in made if e.outcome != "failed"]
+    if not moving or (error["moneyMoved"] is not False and "receipts" in error):
+        return  # nothing moved, or a "money moved" error that carries its receipts already
+    moved: bool | None = True if all(e.outcome == "paid" for e in moving) else None
+    error["moneyMoved"] = moved
+    error["summary"] = f"{_outcome_text(moved)} {error['summary']}"
+    error["payments"] = [
+        {
+            "id": e.id,
+            "outcome": e.outcome,
+            "delivered": e.delivered,
+            "amount": str(e.intent.amount),
+            "currency": e.intent.currency,
+            "rail": e.intent.rail,
+            "paymentRequestCode": e.payment_request_code,
+            "transactionCode": e.transaction_code,
+            "proof": _useful_proof(e),
+        }
+        for e in moving
+    ]
+    error["recovery"] = (
+        "Do not pay again. Re-send a payment's proof with fetch (proof set to it), or "
+        "resume its transactionCode; the payments tool lists them."
+    )
 
 
 def _useful_proof(entry: LedgerEntry) -> str | None:
@@ -617,7 +654,9 @@ class PaymentTools:
                 logger.error(
                     "%s failed unexpectedly: %s", name[:64], type(exc).__name__, exc_info=exc
                 )
-            body, is_error = {"error": _error_json(exc)}, True
+            error = _error_json(exc)
+            _add_payments_made(error, getattr(exc, "x402_payments", ()))
+            body, is_error = {"error": error}, True
         # A body may echo an argument or a merchant's answer: neither may carry a key out.
         text = self.redact(json.dumps(body, default=str))
         return json.loads(text), is_error
@@ -634,7 +673,7 @@ class PaymentTools:
     ) -> dict[str, Any]:
         import httpx
 
-        from ._payer import EXTENSION, RECEIPT_EXTENSION
+        from ._payer import _GUARD, EXTENSION, RECEIPT_EXTENSION
         from ._types import PaymentReceipt
 
         settings: dict[str, Any] = {}
@@ -670,6 +709,12 @@ class PaymentTools:
             )
         except Exception as exc:
             _log_failure("fetch", where, exc)
+            # What this request's payment attempt recorded, whatever the error says.
+            guard = request.extensions.get(_GUARD)
+            record = getattr(guard, "record", None)
+            if record is not None:
+                with contextlib.suppress(AttributeError):
+                    exc.x402_payments = [record.entry]  # type: ignore[attr-defined]
             raise
         paid = receipt if isinstance(receipt, PaymentReceipt) else None
         if paid is not None:
@@ -812,8 +857,8 @@ def _instructions(options: PaymentOptions) -> str:
     )
     refused = _uncovered(options)
     return (
-        "Fetches HTTP resources and pays x402 (402 Payment Required) answers in euros from "
-        f"the user's account, within the budget ({'; '.join(limits) or 'none set'}) and at "
+        "Fetches HTTP resources and pays x402 (402 Payment Required) answers from the "
+        f"user's account, within the budget ({'; '.join(limits) or 'none set'}) and at "
         f"most {caps or 'nothing'} per payment."
         + (
             f" Offers in {' or '.join(refused)} are refused: no budget covers them."
