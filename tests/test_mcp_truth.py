@@ -4,15 +4,14 @@ what recovers it; tool arguments can only lower the caps; schemas say what comes
 
 from __future__ import annotations
 
-from decimal import Decimal
 from typing import Any
 
 import httpx
 import pytest
 
 from tests.conftest import payments
+from tests.factories import euro_intent
 from x402_client import LedgerEntry, with_eur_payment
-from x402_client._types import PaymentIntent
 from x402_client.mcp_server import TOOLS, PaymentTools, _add_payments_made
 from x402_client.sandbox import Fault
 
@@ -22,18 +21,7 @@ pytestmark = pytest.mark.anyio
 
 
 def _entry(outcome: Any, proof: str | None = "proof-1") -> LedgerEntry:
-    intent = PaymentIntent(
-        rail="euro",
-        scheme="euro",
-        network="provider:mainnet",
-        asset="EURO",
-        asset_symbol="EURO",
-        amount=Decimal("0.10"),
-        currency="EUR",
-        pay_to="ACC_M",
-        resource="http://127.0.0.1/paid",
-    )
-    entry = LedgerEntry(intent=intent, proof=proof, payment_request_code="pr_1")
+    entry = LedgerEntry(intent=euro_intent(), proof=proof, payment_request_code="pr_1")
     entry.finish(outcome)
     return entry
 

@@ -181,6 +181,13 @@ class _Driver:
 
     # --- one 402 -----------------------------------------------------------------------------
 
+    def _started(self) -> _Running:
+        """The running loop, started on first use."""
+        with self._lock:
+            if self._running is None:
+                self._running = self._start()
+            return self._running
+
     def handle_402(
         self,
         guard: LogicalRequest,
@@ -189,10 +196,7 @@ class _Driver:
         inner: httpx.BaseTransport,
     ) -> httpx.Response:
         """`Payer.handle_402` for a sync transport, on the loop; the answer seen as sync."""
-        with self._lock:
-            if self._running is None:
-                self._running = self._start()
-            running = self._running
+        running = self._started()
         view = _async_view(response, request, running)
 
         async def send(paid: httpx.Request) -> httpx.Response:
@@ -213,10 +217,7 @@ class _Driver:
         self, guard: LogicalRequest, request: httpx.Request, response: httpx.Response
     ) -> httpx.Response:
         """`Payer.answered` for a later hop of a paid request, on the loop."""
-        with self._lock:
-            if self._running is None:
-                self._running = self._start()
-            running = self._running
+        running = self._started()
         view = _async_view(response, request, running)
         result = self.run(self.payer.answered(guard, request, view), running)
         return self._sync_view(result, running)
