@@ -25,7 +25,14 @@ from typing import Any
 
 import httpx
 
-from x402_client import Budget, PaymentIntent, PaymentOptions, X402Error, with_eur_payment
+from x402_client import (
+    Budget,
+    DestinationGuard,
+    PaymentIntent,
+    PaymentOptions,
+    X402Error,
+    with_eur_payment,
+)
 from x402_client.sandbox import Sandbox
 
 #: The price limit of the tool call in progress (euros); none set: pay nothing.
@@ -40,11 +47,15 @@ def approve(intent: PaymentIntent) -> bool:
     return intent.amount <= _call_limit.get()
 
 
-def open_tool(options: PaymentOptions) -> None:
-    """Make the one paying client every call shares (at agent start-up)."""
+def open_tool(options: PaymentOptions, allow_hosts: tuple[str, ...] = ()) -> None:
+    """Make the one paying client every call shares (at agent start-up). The model names
+    the URLs, so the client reaches public addresses only (`DestinationGuard`), plus the
+    hosts you admit: a prompt injection cannot send it to this machine or your network."""
     global _client
-    options = options.model_copy(update={"on_before_payment": approve})
-    _client = with_eur_payment(httpx.AsyncClient(follow_redirects=True, timeout=60), options)
+    guard = DestinationGuard(allow_hosts)
+    options = options.model_copy(update={"on_before_payment": approve, "destination_guard": guard})
+    client = httpx.AsyncClient(transport=guard.transport(), follow_redirects=True, timeout=60)
+    _client = with_eur_payment(client, options)
 
 
 async def close_tool() -> None:
@@ -85,7 +96,10 @@ async def paid_get(url: str, max_price: str = "0.20") -> dict[str, Any]:
 async def main() -> None:
     async with Sandbox() as sandbox:
         # The sandbox payer; a budget is still a good idea for an agent: 1 EUR per hour.
-        open_tool(sandbox.payment_options(budgets=[Budget("1.00", window=3600)]))
+        open_tool(
+            sandbox.payment_options(budgets=[Budget("1.00", window=3600)]),
+            allow_hosts=tuple(sandbox.hosts),  # the sandbox runs on 127.0.0.1
+        )
         try:
             print(await paid_get(sandbox.url("/weather"), max_price="0.20"))  # 0.10: paid
             print(await paid_get(sandbox.url("/report"), max_price="0.20"))  # 0.50: refused

@@ -179,12 +179,30 @@ class Sandbox:
         values.update(overrides)
         return PaymentOptions.model_validate(values)
 
+    @property
+    def hosts(self) -> list[str]:
+        """`127.0.0.1:PORT` of each service a paying client requests itself: the merchants
+        and the facilitators. `x402-eur mcp` reaches only public addresses unless it
+        admits these (`--allow-host`, or `X402_EUR_MCP_ALLOW_HOSTS` as `env()` sets it)."""
+        from urllib.parse import urlsplit
+
+        urls = [self.merchant_url, self.mcp_url]
+        if self.evm is not None:
+            urls.append(self.evm.facilitator_url)
+        if self.standard is not None:
+            urls.append(self.standard.url)
+        return [urlsplit(url).netloc for url in urls]
+
     def env(self) -> dict[str, str]:
-        """The environment variables `PaymentOptions.from_env()` reads, for the sandbox payer."""
+        """The environment variables `PaymentOptions.from_env()` reads, for the sandbox payer,
+        and the hosts `x402-eur mcp` admits (`X402_EUR_MCP_ALLOW_HOSTS`)."""
+        from ..mcp_server import ALLOW_HOSTS_ENV
+
         env = {
             "X402_EUR_API_KEY": self.payer.api_key,
             "X402_EUR_ACCOUNT": self.payer.code,
             "X402_EUR_API_URL": self.payment_api_url,
+            ALLOW_HOSTS_ENV: ",".join(self.hosts),
         }
         if self.evm is not None:
             env.update(self.evm.env())
