@@ -142,6 +142,12 @@ def scan_for_secrets(text: str) -> str:
     return text
 
 
+def register_secrets(*secrets: str) -> None:
+    """Make the session-wide scan look for `secrets` too (credentials a test hands the
+    client where it could print them: an RPC URL's key, a merchant's query token)."""
+    _KNOWN_SECRETS.update(secrets)
+
+
 class _Capture(logging.Handler):
     def __init__(self) -> None:
         super().__init__(level=logging.DEBUG)

@@ -62,6 +62,8 @@ def server_env(sandbox: Sandbox, account: Account, **extra: str) -> dict[str, st
         "X402_EUR_API_URL": sandbox.payment_api_url,
         # The stdio client passes only this environment: name the test's own state file.
         "X402_EUR_STATE": os.environ["X402_EUR_STATE"],
+        # The sandbox runs on 127.0.0.1: admitted by name, as its env file does.
+        "X402_EUR_MCP_ALLOW_HOSTS": ",".join(sandbox.hosts),
         **extra,
     }
 
@@ -411,7 +413,12 @@ async def test_over_http_the_same_tools_pay_and_refuse(sandbox):
     weather = sandbox.url("/weather")
     with stderr_file() as errlog:
         async with (
-            http_server(env, "--budget", "0.25", "--max-body-bytes", "1000", errlog=errlog) as url,
+            http_server(
+                env,
+                *("--budget", "0.25", "--max-body-bytes", "1000"),
+                *("--allow-host", "127.0.0.1:9"),  # nothing listens there: a ConnectError
+                errlog=errlog,
+            ) as url,
             Client(url, read_timeout_seconds=60) as client,
         ):
             tools = Tools(client, account.api_key)
@@ -667,7 +674,10 @@ async def test_a_euro_budget_refuses_dollar_offers_and_the_budget_tool_says_so(s
     account = sandbox.bank.open_account("1.00")
     env = server_env(sandbox, account, X402_EUR_EVM_PRIVATE_KEY=EVM_KEY)
     with stderr_file() as errlog:
-        async with stdio_tools(env, "--budget", "0.15/24h", errlog=errlog) as tools:
+        admitted = url.split("/")[2]  # the merchant, on 127.0.0.1
+        async with stdio_tools(
+            env, "--budget", "0.15/24h", "--allow-host", admitted, errlog=errlog
+        ) as tools:
             refused, text = await tools.error("fetch", url=url)
             assert refused["type"] == "BudgetExceeded" and refused["moneyMoved"] is False
             assert "No money moved" in text

@@ -14,6 +14,8 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timezone
 from decimal import Decimal
 
+import anyio
+import httpx
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -66,22 +68,30 @@ def test_payment_body_is_the_generic_encoding(account: str, code: str, amount: D
 def test_payment_call_is_what_the_client_would_build() -> None:
     """The payment call is built from parts merged once; it must be the request
     `AsyncClient.build_request` makes (URL under any base path, the client's default
-    headers), with the key on the wire copy only."""
+    headers). The key is on it only while the transport writes it."""
+    on_the_wire: list[str | None] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        on_the_wire.append(request.headers.get("x-api-key"))
+        return httpx.Response(200, json={})
+
     for base in ("http://127.0.0.1:8000", "http://127.0.0.1:8000/api", "https://p.test/v1/"):
-        api = PaymentAPI(base, SecretStr("the-key"))
+        on_the_wire.clear()
+        api = PaymentAPI(base, SecretStr("the-key"), transport=httpx.MockTransport(handler))
         expected = api._client.build_request(
             "POST",
             "/transaction/payment",
             content=b"{}",
             headers={"Content-Type": "application/json"},
         )
-        shown = api._payment_request(b"{}", keyed=False)
-        wire = api._payment_request(b"{}", keyed=True)
-        assert str(shown.url) == str(wire.url) == str(expected.url)
-        assert list(shown.headers.multi_items()) == list(expected.headers.multi_items())
-        assert "x-api-key" not in shown.headers
-        assert wire.headers["x-api-key"] == "the-key"
-        assert wire.extensions["timeout"] == expected.extensions["timeout"]
+        call = api._payment_request(b"{}")
+        assert str(call.url) == str(expected.url)
+        assert list(call.headers.multi_items()) == list(expected.headers.multi_items())
+        assert call.extensions["timeout"] == expected.extensions["timeout"]
+        assert "x-api-key" not in call.headers
+        anyio.run(api._transport.handle_async_request, call)
+        assert on_the_wire == ["the-key"]
+        assert "x-api-key" not in call.headers
 
 
 # --- the shared JSON decoder and the settled receipt --------------------------------------

@@ -17,13 +17,13 @@ import pytest
 from tests.factories import euro_intent
 from x402_client._budget import Budget, Budgets, BudgetStore
 from x402_client._exceptions import BudgetExceeded, ConfigurationError
+from x402_client._redact import safe_url
 from x402_client._sqlite import (
     MAX_STORED_BODY,
     SCHEMA_VERSION,
     JournalRecord,
     SqliteStore,
     default_state_path,
-    safe_url,
 )
 
 pytestmark = pytest.mark.anyio

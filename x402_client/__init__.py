@@ -39,6 +39,7 @@ if TYPE_CHECKING:
         BudgetExceeded,
         ChallengeError,
         ConfigurationError,
+        DestinationRefused,
         InsufficientFunds,
         InvalidChallenge,
         NoSatisfiableOption,
@@ -54,6 +55,7 @@ if TYPE_CHECKING:
         X402Error,
     )
     from ._ledger import LedgerEntry, PaymentLedger
+    from ._netguard import DestinationGuard
     from ._options import EvmOptions, PaymentOptions
     from ._payer import EXTENSION, RECEIPT_EXTENSION
     from ._policy import SkippedEntry, SkipReason
@@ -88,6 +90,8 @@ _EXPORTS = {
     "CurrencyStatus": "._budget",
     "decode_proof": "._proof",
     "default_state_path": "._sqlite",
+    "DestinationGuard": "._netguard",
+    "DestinationRefused": "._exceptions",
     "encode_proof": "._proof",
     "EvmOptions": "._options",
     "EXTENSION": "._payer",
@@ -167,6 +171,8 @@ __all__ = [
     "ChallengeError",
     "ConfigurationError",
     "CurrencyStatus",
+    "DestinationGuard",
+    "DestinationRefused",
     "EvmOptions",
     "InMemoryBudgetStore",
     "InsufficientFunds",

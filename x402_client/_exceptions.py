@@ -7,6 +7,7 @@ keeps working, and `X402Error` catches exactly ours:
 httpx.HTTPError
 └── X402Error
     ├── ConfigurationError         options are unusable (missing extra, bad RPC chain, ...)
+    ├── DestinationRefused         a destination guard refused the host; nothing was sent
     ├── ChallengeError             the 402 answer cannot be paid; no money moved
     │   ├── InvalidChallenge       malformed, oversized or lying 402 body
     │   └── NoSatisfiableOption    well-formed, but no entry this client can pay
@@ -49,6 +50,7 @@ __all__ = [
     "BudgetExceeded",
     "ChallengeError",
     "ConfigurationError",
+    "DestinationRefused",
     "InsufficientFunds",
     "InvalidChallenge",
     "NoSatisfiableOption",
@@ -101,6 +103,32 @@ class X402Error(httpx.HTTPError):
 
 class ConfigurationError(X402Error):
     """The options cannot work: a missing extra, a malformed key, an RPC on the wrong chain."""
+
+
+class DestinationRefused(X402Error):
+    """A `DestinationGuard` refused the host before anything was sent: it resolves to an
+    address that is not public (loopback, private, link-local, ...) and is not admitted.
+
+    `host` and `port` are the request's; `address` the refused IP (None when the host
+    resolves to nothing); `reason` says why, e.g. "127.0.0.1 is a loopback address".
+    No money moved.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        host: str,
+        port: int,
+        address: str | None = None,
+        reason: str | None = None,
+        request: httpx.Request | None = None,
+    ) -> None:
+        super().__init__(message, request=request)
+        self.host = host
+        self.port = port
+        self.address = address
+        self.reason = reason
 
 
 class ChallengeError(X402Error):

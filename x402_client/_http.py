@@ -6,7 +6,7 @@ from collections.abc import AsyncIterator
 
 import httpx
 
-__all__ = ["BodyTooLarge", "known_small", "read_bounded", "read_upto", "redact_url"]
+__all__ = ["BodyTooLarge", "known_small", "read_bounded", "read_upto"]
 
 
 class BodyTooLarge(ValueError):
@@ -69,14 +69,3 @@ async def read_upto(
         if size > limit:
             return b"".join(chunks), iterator
     return b"".join(chunks), None
-
-
-def redact_url(url: str) -> str:
-    """A URL without its path, query and user info, which often carry an API key."""
-    try:
-        parsed = httpx.URL(url)
-    except (httpx.InvalidURL, TypeError):
-        return "<invalid URL>"
-    port = f":{parsed.port}" if parsed.port else ""
-    hidden = "/..." if parsed.path not in ("", "/") or parsed.query else ""
-    return f"{parsed.scheme}://{parsed.host}{port}{hidden}"

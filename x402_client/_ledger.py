@@ -20,7 +20,9 @@ default), plus every older entry still `pending` or `unknown`, so a long-running
 memory stays flat. With `PaymentOptions(state_path=...)` the journal (`SqliteStore`) keeps
 every payment on disk; the ledger is the recent view.
 
-Nothing secret is recorded: no API key, no private key.
+Nothing secret is recorded: no API key, no private key. The JSON (`to_json`, `to_jsonl`)
+prints URLs with their credentials redacted (`safe_url`): an entry's intent keeps the URL
+as requested.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from datetime import datetime, timezone
 from decimal import Decimal
 from typing import IO, Any, Literal, NamedTuple
 
+from ._redact import redact_urls, safe_url
 from ._types import PaymentIntent
 
 __all__ = ["DEFAULT_MAX_ENTRIES", "LedgerEntry", "LedgerStep", "Outcome", "PaymentLedger"]
@@ -129,7 +132,8 @@ class LedgerEntry:
         self.step(outcome, error or "")
 
     def to_json(self) -> dict[str, Any]:
-        """A JSON-ready dict: amounts as decimal strings, times in ISO 8601 (UTC)."""
+        """A JSON-ready dict: amounts as decimal strings, times in ISO 8601 (UTC), URLs
+        with their credentials redacted."""
         intent = self.intent
         return {
             "id": self.id,
@@ -142,17 +146,18 @@ class LedgerEntry:
             "amount": str(intent.amount),
             "currency": intent.currency,
             "payTo": intent.pay_to,
-            "resource": intent.resource,
+            "resource": safe_url(intent.resource),
             "paymentRequestCode": self.payment_request_code,
             "transactionCode": self.transaction_code,
             "blockchainTxId": self.blockchain_tx_id,
             "txHash": self.tx_hash,
             "proof": self.proof,
-            "error": self.error,
+            "error": None if self.error is None else redact_urls(self.error),
             "startedAt": self.started_at.isoformat(),
             "finishedAt": self.finished_at.isoformat() if self.finished_at else None,
             "steps": [
-                {"at": s.at.isoformat(), "step": s.step, "detail": s.detail} for s in self.steps
+                {"at": s.at.isoformat(), "step": s.step, "detail": redact_urls(s.detail)}
+                for s in self.steps
             ],
         }
 

@@ -28,15 +28,16 @@ from ._amounts import AmountError, parse_amount
 from ._assets import Asset
 from ._budget import CURRENCIES, Budget, BudgetStore
 from ._exceptions import ConfigurationError, X402Error
-from ._http import redact_url
 from ._ledger import PaymentLedger
 from ._progress import PaymentProgress
+from ._redact import endpoint_url
 from ._secret import SecretStr
 from ._types import PaymentIntent, PaymentReceipt
 
 if TYPE_CHECKING:
     from typing import Self
 
+    from ._netguard import DestinationGuard
     from ._state import PaymentState
 
 __all__ = [
@@ -609,7 +610,7 @@ class EvmOptions(_Options):
     def _repr_value(self, name: str, value: Any) -> str:
         # RPC URLs often carry an API key in their path or query: shown redacted.
         if name == "rpc_urls":
-            value = {chain: tuple(redact_url(u) for u in urls) for chain, urls in value.items()}
+            value = {chain: tuple(endpoint_url(u) for u in urls) for chain, urls in value.items()}
         return repr(value)
 
 
@@ -626,6 +627,12 @@ def _default_limits() -> dict[str, Decimal]:
 
 
 _optional_callable = _optional(_callable)
+
+
+def _destination_guard(value: Any) -> Any:
+    from ._netguard import DestinationGuard
+
+    return _instance(DestinationGuard)(value)
 
 
 class PaymentOptions(_Options):
@@ -704,6 +711,11 @@ class PaymentOptions(_Options):
     #: How many payable entries of one 402 may be prepared (RPC reads, the facilitator's
     #: `/supported`: URLs the merchant writes) before the client gives up on it.
     max_candidates: int = _field(_number(_int, ge=1, le=20), 3)
+    #: Checks the URLs a merchant writes that the client fetches itself (the EVM permit
+    #: rail's facilitator `/supported`): a `DestinationGuard` refuses loopback, private
+    #: and link-local addresses unless it admits them. None (the default): no check, as
+    #: the library's user chooses the URLs. `x402-eur mcp` always sets one.
+    destination_guard: DestinationGuard | None = _field(_optional(_destination_guard), None)
     #: How long the bridge may take to expose `blockchainTxId`, in seconds.
     bridge_deadline: float = _field(_number(_float, gt=0), 300.0)
     #: First and largest interval between bridge polls, in seconds.
@@ -746,6 +758,7 @@ class PaymentOptions(_Options):
             payment_api_timeout: float = 30.0,
             payment_api_max_connections: int = 100,
             max_candidates: int = 3,
+            destination_guard: DestinationGuard | None = None,
             bridge_deadline: float = 300.0,
             bridge_poll_interval: float = 0.5,
             bridge_poll_max_interval: float = 3.0,

@@ -68,6 +68,7 @@ from ._progress import PaymentProgress
 from ._proof import ProofError, b64_json_decode
 from ._rails import ANY_CURRENCY, NOTE, Paid, Rail, RequestSettings
 from ._record import PaymentRecord, outcome_of, refused_money_moved
+from ._redact import guard_library_logs, safe_url
 from ._state import KeyedLocks, PaymentState, state_of
 from ._types import PaymentIntent, PaymentReceipt
 
@@ -527,6 +528,8 @@ class Payer:
     """
 
     def __init__(self, options: PaymentOptions) -> None:
+        # httpx logs each request's URL: its credentials redacted, as everywhere else.
+        guard_library_logs()
         self.options = options
         self.state: PaymentState = state_of(options)
         self._api: PaymentAPI | None = None
@@ -644,7 +647,7 @@ class Payer:
                 problem = target if isinstance(target, str) else "redirects into a loop"
                 raise X402Error(
                     f"after the payment, the merchant's answer {problem} "
-                    f"({status} to {request.url.copy_with(query=None)})",
+                    f"({status} to {safe_url(str(request.url.copy_with(query=None)))})",
                     request=request,
                 )
             guard.visit(target)
@@ -652,8 +655,9 @@ class Payer:
             head, rest = await read_upto(response, self.options.max_body_bytes)
             await response.aclose()
             error = X402Error(
-                f"the paid request was led to {request.url.copy_with(query=None)}, which "
-                f"answered {status} instead of the resource",
+                f"the paid request was led to "
+                f"{safe_url(str(request.url.copy_with(query=None)))}, which answered {status} "
+                "instead of the resource",
                 request=request,
                 response=_hand_back(response, head if rest is None else b"", None),
             )
@@ -906,7 +910,7 @@ class Payer:
                             intent.network,
                             intent.rail,
                             intent.pay_to,
-                            intent.resource,
+                            safe_url(intent.resource),
                         )
                     result = await self._deliver(
                         guard, request, body, send, intent, paid, record, made=made
@@ -929,7 +933,7 @@ class Payer:
                         intent.network,
                         intent.rail,
                         intent.pay_to,
-                        intent.resource,
+                        safe_url(intent.resource),
                     )
             else:
                 used = classify_reason(result.reason) is VerifierReason.USED

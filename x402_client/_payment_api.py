@@ -2,11 +2,11 @@
 
 It owns its own `httpx.AsyncClient`, so the API key (`X-API-KEY`) can only ever reach
 `api_url`'s origin: never the merchant, never a redirect target (redirects are not
-followed). The key is only on the copy of each request that goes on the wire: the
-payment call builds that copy and hands it straight to the transport (an error gets a copy
-without the key); the safe reads get it from the innermost transport. So no request
-object a caller can reach (an exception's `.request`, a response's `.request`, anything
-in a traceback) ever holds it.
+followed). The key is in plain text only while a request is being written to the wire:
+the innermost transport sets the header as it hands the request on and removes it when
+that returns or fails. So no request object a caller can reach (an exception's
+`.request`, a response's `.request`) and no frame on an error path (what an error tracker
+that captures locals records) holds it.
 
 The money-moving call (`POST /transaction/payment`) is never retried. How its failures
 are classified:
@@ -80,7 +80,9 @@ def _first_error(errors: list[ProviderError]) -> tuple[str | None, str | None]:
 
 
 class _KeyedTransport(httpx.AsyncBaseTransport):
-    """Adds `X-API-KEY` to a copy of each request, just before it goes on the wire."""
+    """Sets `X-API-KEY` on each request while the inner transport writes it, and removes
+    it when that returns or fails. The key is read from its `SecretStr` straight into the
+    headers: no local of this frame, nor of its callers, holds it."""
 
     def __init__(self, inner: httpx.AsyncBaseTransport, api_key: SecretStr) -> None:
         self._inner = inner
@@ -90,20 +92,16 @@ class _KeyedTransport(httpx.AsyncBaseTransport):
         return "_KeyedTransport(X-API-KEY=**********)"
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        headers = request.headers.copy()
-        headers["X-API-KEY"] = self._key.get_secret_value()
-        keyed = httpx.Request(
-            request.method,
-            request.url,
-            headers=headers,
-            stream=request.stream,
-            extensions=request.extensions,
-        )
+        request.headers["X-API-KEY"] = self._key.get_secret_value()
         try:
-            return await self._inner.handle_async_request(keyed)
+            return await self._inner.handle_async_request(request)
         except httpx.RequestError as exc:
             exc.request = request
             raise
+        finally:
+            # Sent (the whole request is on the wire once the response head is read) or
+            # failed: either way the request keeps no key.
+            request.headers.pop("X-API-KEY", None)
 
     async def aclose(self) -> None:
         await self._inner.aclose()
@@ -132,15 +130,14 @@ class PaymentAPI:
                     max_connections=max_connections, max_keepalive_connections=max_connections
                 )
             )
-        self._transport = transport
-        self._key = api_key
-        self._parts: tuple[httpx.URL, httpx.Headers, httpx.Headers, dict[str, Any]] | None = None
+        self._transport = _KeyedTransport(transport, api_key)
+        self._parts: tuple[httpx.URL, httpx.Headers, dict[str, Any]] | None = None
         self._client = httpx.AsyncClient(
             base_url=api_url,
             headers={"Accept": "application/json"},
             timeout=timeout,
             follow_redirects=False,
-            transport=_KeyedTransport(transport, api_key),
+            transport=self._transport,
         )
 
     def __repr__(self) -> str:
@@ -191,31 +188,22 @@ class PaymentAPI:
             )
         return code
 
-    def _payment_request(self, content: bytes, *, keyed: bool) -> httpx.Request:
-        """The payment call as it goes on the wire (`keyed`: with the key) or as callers
-        may see it (without). Built from parts merged once: no per-call base-URL merge."""
+    def _payment_request(self, content: bytes) -> httpx.Request:
+        """The payment call, without the key (the transport sets it while sending). Built
+        from parts merged once: no per-call base-URL merge."""
         parts = self._parts
         if parts is None:
             client = self._client
             headers = client.headers.copy()  # the client's defaults, as `send` would add
             headers["Content-Type"] = "application/json"
-            with_key = headers.copy()
-            with_key["X-API-KEY"] = self._key.get_secret_value()
             base = client.base_url  # normalised with a trailing slash
             parts = self._parts = (
                 base.copy_with(raw_path=base.raw_path + b"transaction/payment"),
                 headers,
-                with_key,
                 {"timeout": client.timeout.as_dict()},
             )
-        url, headers, with_key, extensions = parts
-        return httpx.Request(
-            "POST",
-            url,
-            headers=with_key if keyed else headers,
-            content=content,
-            extensions=extensions,
-        )
+        url, headers, extensions = parts
+        return httpx.Request("POST", url, headers=headers, content=content, extensions=extensions)
 
     async def _pay(
         self,
@@ -226,7 +214,7 @@ class PaymentAPI:
     ) -> Any:
         # Straight to the transport: this client uses none of `AsyncClient.send`'s auth,
         # redirect, cookie or event-hook machinery (redirects are refused below anyway).
-        wire = self._payment_request(body, keyed=True)
+        wire = self._payment_request(body)
 
         def unknown(message: str, **extra: Any) -> PaymentOutcomeUnknown:
             return PaymentOutcomeUnknown(
@@ -236,7 +224,6 @@ class PaymentAPI:
         try:
             response = await self._transport.handle_async_request(wire)
         except httpx.TransportError as exc:
-            exc.request = self._payment_request(body, keyed=False)  # never the keyed copy
             if isinstance(exc, _NOT_SENT):
                 raise PaymentFailed(
                     f"payment API unreachable ({type(exc).__name__}); nothing was paid",
@@ -251,7 +238,7 @@ class PaymentAPI:
             raw = await read_bounded(response, self._max_body)
         except (httpx.TransportError, BodyTooLarge) as exc:
             if isinstance(exc, httpx.TransportError):
-                exc.request = self._payment_request(body, keyed=False)
+                exc.request = wire  # sent: the transport took the key off it
             if 300 <= status < 500:
                 raise PaymentAPIError(
                     f"payment API answered {status} with an unreadable body",

@@ -5,6 +5,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Literal
 
+from ._redact import resource_repr
+
 __all__ = ["PaymentProgress"]
 
 Stage = Literal["paying", "waiting", "settled", "proving", "failed"]
@@ -28,3 +30,6 @@ class PaymentProgress:
     elapsed: float = 0.0
     polls: int = 0
     deadline: float | None = None
+
+    def __repr__(self) -> str:
+        return resource_repr(self)  # the resource's credentials redacted

@@ -35,6 +35,7 @@ from ._options import PaymentOptions
 from ._payer import EXTENSION, Payer
 from ._policy import select
 from ._rails import RequestSettings
+from ._redact import safe_url
 from ._state import state_of
 from ._types import PaymentIntent
 
@@ -102,8 +103,9 @@ class Quote:
         return [e for e in self.entries if e.payable]
 
     def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict; the URL's credentials redacted (`safe_url`)."""
         return {
-            "url": self.url,
+            "url": safe_url(self.url),
             "status": self.status_code,
             "free": self.free,
             "error": self.error,

@@ -68,7 +68,8 @@ from ._options import PaymentOptions
 from ._payer import EXTENSION, Payer
 from ._policy import EXPIRY_SKEW
 from ._proof import ProofError, b64_json_decode, encode_proof
-from ._sqlite import JournalRecord, SqliteStore, strip_redacted
+from ._redact import strip_redacted
+from ._sqlite import JournalRecord, SqliteStore
 from ._state import PaymentState, state_of
 
 __all__ = ["Recovery", "recover_payment", "recover_payments", "unfinished_payments"]

@@ -87,7 +87,6 @@ from datetime import datetime, timezone
 from decimal import Decimal
 from functools import partial
 from typing import Any, Literal, TypeVar, cast, get_args
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import anyio.to_thread
 
@@ -100,6 +99,7 @@ from . import _json
 from ._budget import total_reservation_amount, total_reservation_id, window_reservation_id
 from ._exceptions import ConfigurationError
 from ._ledger import Outcome
+from ._redact import safe_headers, safe_url
 from ._types import PaymentIntent, Rail
 
 __all__ = [
@@ -118,29 +118,6 @@ MAX_STORED_BODY = 1 << 20
 
 Finished = Literal["paid", "failed", "unknown"]
 _T = TypeVar("_T")
-
-_SENSITIVE_HEADERS = frozenset(
-    {
-        "authorization",
-        "proxy-authorization",
-        "cookie",
-        "x-api-key",
-        "x-payment",
-        "payment-signature",
-    }
-)
-_SENSITIVE_PARTS = (
-    "token",
-    "secret",
-    "key",
-    "auth",
-    "cookie",
-    "password",
-    "session",
-    "signature",
-    "credential",
-)
-_REDACTED = "REDACTED"
 
 _SCHEMA_V1 = (
     """CREATE TABLE budget_totals (
@@ -227,50 +204,6 @@ def default_state_path() -> pathlib.Path:
         else pathlib.Path.home() / ".local" / "share"
     )
     return base / "x402-eur" / "state.sqlite3"
-
-
-def _sensitive(name: str) -> bool:
-    lowered = name.strip().lower()
-    return lowered in _SENSITIVE_HEADERS or any(part in lowered for part in _SENSITIVE_PARTS)
-
-
-def safe_headers(headers: Iterable[tuple[str, str]]) -> list[tuple[str, str]]:
-    """The headers a journal may keep: those that carry no credential."""
-    return [(name, value) for name, value in headers if not _sensitive(name)]
-
-
-def safe_url(url: str) -> str:
-    """`url` without a password and with the values of credential-like query parameters
-    replaced by `REDACTED`."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return url
-    netloc = parts.netloc
-    if "@" in netloc:
-        userinfo, _, host = netloc.rpartition("@")
-        user = userinfo.partition(":")[0]
-        netloc = f"{user}@{host}" if user and not _sensitive(user) else host
-    query = parts.query
-    if query:
-        pairs = parse_qsl(query, keep_blank_values=True)
-        if any(_sensitive(name) for name, _ in pairs):
-            query = urlencode([(n, _REDACTED if _sensitive(n) else v) for n, v in pairs])
-    return urlunsplit((parts.scheme, netloc, parts.path, query, parts.fragment))
-
-
-def strip_redacted(url: str) -> str:
-    """`url` without the query parameters `safe_url` redacted: a re-sent request lets the
-    client's own `params` supply them, never the word `REDACTED`."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return url
-    if _REDACTED not in parts.query:
-        return url
-    pairs = parse_qsl(parts.query, keep_blank_values=True)
-    kept = [(n, v) for n, v in pairs if not (v == _REDACTED and _sensitive(n))]
-    return urlunsplit(parts._replace(query=urlencode(kept)))
 
 
 def _timestamp(seconds: float) -> str:

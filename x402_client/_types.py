@@ -8,6 +8,8 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any, Literal
 
+from ._redact import resource_repr, safe_url
+
 __all__ = ["PaymentIntent", "PaymentReceipt", "Rail"]
 
 Rail = Literal["euro", "evm-permit", "bridge", "eip3009"]
@@ -19,7 +21,8 @@ class PaymentIntent:
 
     `amount` is in `currency` units (`"EUR"` for EURO and EURQ, `"USD"` for USDQ);
     `atomic_amount` is the on-chain integer amount for `exact` entries. `accept` is the
-    merchant's accept entry as it arrived.
+    merchant's accept entry as it arrived. `resource` is the URL as requested; `repr`
+    redacts its credentials.
     """
 
     rail: Rail
@@ -35,6 +38,9 @@ class PaymentIntent:
     description: str | None = None
     accept: Mapping[str, Any] = dataclasses.field(default_factory=dict, repr=False, compare=False)
 
+    def __repr__(self) -> str:
+        return resource_repr(self)
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class PaymentReceipt:
@@ -47,6 +53,7 @@ class PaymentReceipt:
     made for this request (2 when a proof expired and the client paid a fresh 402).
     `reused` is True on the receipt of a proof paid earlier and re-sent (recovery, or
     `extensions={"x402": {"proof": ...}}`): that request moved no money (`payments` is 0).
+    `resource` is the URL as requested; `repr` and `to_json` redact its credentials.
     """
 
     rail: Rail
@@ -68,9 +75,13 @@ class PaymentReceipt:
     payments: int = 1
     reused: bool = False
 
+    def __repr__(self) -> str:
+        return resource_repr(self)
+
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (camelCase, the amount as `format_amount` writes it on every
-        rail). Not the proof: it was spent on the response this receipt came with."""
+        rail). Not the proof: it was spent on the response this receipt came with. The
+        resource's credentials are redacted (`safe_url`)."""
         from ._amounts import format_amount
 
         return {
@@ -81,7 +92,7 @@ class PaymentReceipt:
             "network": self.network,
             "asset": self.asset,
             "payTo": self.pay_to,
-            "resource": self.resource,
+            "resource": safe_url(self.resource),
             "paidAt": self.paid_at.isoformat(),
             "payments": self.payments,
             "reused": self.reused,

@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from .__version__ import __version__
+from ._redact import safe_url
 
 if TYPE_CHECKING:
     from ._options import PaymentOptions
@@ -229,7 +230,7 @@ def _confirm(intent: Any) -> bool:
 
     sys.stderr.write(
         f"Pay {format_amount(intent.amount)} {intent.currency} ({intent.rail}) to "
-        f"{intent.pay_to} for {intent.resource}? [y/N] "
+        f"{intent.pay_to} for {safe_url(intent.resource)}? [y/N] "
     )
     sys.stderr.flush()
     return sys.stdin.readline().strip().lower() in ("y", "yes")
@@ -415,7 +416,7 @@ async def _fetch(args: argparse.Namespace) -> int:
         if args.json:
             _json_line(
                 {
-                    "url": args.url,
+                    "url": safe_url(args.url),
                     "method": method,
                     "status": response.status_code,
                     "output": None if output.path is None else str(output.path),
@@ -442,7 +443,7 @@ def _report_failure(args: argparse.Namespace, exc: Any, hint: str | None, report
         if hint is not None:
             error["next"] = hint
         _json_line(
-            {"url": args.url, "status": None, "receipt": None, "error": error},
+            {"url": safe_url(args.url), "status": None, "receipt": None, "error": error},
             report,
         )
         if report is sys.stderr:
@@ -510,14 +511,16 @@ def _raw_price(accept: Any) -> str:
 
 def _print_quote(method: str, quote: Any) -> None:
     if quote.free:
-        print(f"{method} {quote.url}: HTTP {quote.status_code}, free (nothing to pay)")
+        print(f"{method} {safe_url(quote.url)}: HTTP {quote.status_code}, free (nothing to pay)")
         return
     if quote.error is not None:
-        print(f"{method} {quote.url}: 402, but not an x402 challenge: {_flat(quote.error)}")
+        print(
+            f"{method} {safe_url(quote.url)}: 402, but not an x402 challenge: {_flat(quote.error)}"
+        )
         return
     payable = len(quote.payable)
     print(
-        f"{method} {quote.url}: 402 Payment Required, {len(quote.entries)} offer(s), "
+        f"{method} {safe_url(quote.url)}: 402 Payment Required, {len(quote.entries)} offer(s), "
         f"{payable} payable"
     )
     rows = []
@@ -1256,7 +1259,7 @@ def _one_line(exc: BaseException) -> str:
     import httpx
 
     if isinstance(exc, httpx.ConnectError):
-        where = exc.request.url if exc._request is not None else "the server"
+        where = safe_url(str(exc.request.url)) if exc._request is not None else "the server"
         return f"cannot connect to {where}: {exc or 'connection refused'}"
     if isinstance(exc, httpx.TimeoutException):
         return f"timed out: {type(exc).__name__}"

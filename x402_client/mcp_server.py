@@ -20,9 +20,12 @@ Configuration comes from the environment (`PaymentOptions.from_env()`) plus a bu
 unless `--no-budget` allows it. A budget names its currency: offers in a currency that no
 budget covers are refused (`--budget 5.00/24h --budget 2.00USD/24h` pays both).
 Transport: stdio by default; `--http HOST:PORT` serves streamable HTTP, on a loopback
-address only unless `--allow-remote`. With `X402_EUR_MCP_TOKEN` set, every HTTP request
-must carry `Authorization: Bearer <token>` (401 otherwise); without it the endpoint has no
-authentication, and whoever reaches it spends the budget.
+address only unless `--allow-remote`. Every HTTP request must name the listener in `Host`
+(421 otherwise) and, when it carries an `Origin`, come from the listener itself or an
+`--allow-origin` (403 otherwise), so a web page cannot drive the tools (DNS rebinding).
+With `X402_EUR_MCP_TOKEN` set, every HTTP request must carry `Authorization: Bearer <token>`
+(401 otherwise); only a listener on 127.0.0.1 may go without one, and then whoever reaches
+it spends the budget.
 
 Built on the `mcp` SDK's low-level `Server`, not `MCPServer`: the latter calls
 `logging.basicConfig` on the root logger, and on stdio the process's stdout *is* the
@@ -33,6 +36,11 @@ output cannot corrupt the protocol. The `mcp` package is imported by `run` only.
 Proofs (`X-PAYMENT` values) are not the user's secret (they cannot move more money) but a
 bearer token for one paid resource: they appear only where recovery needs them, in
 money-moved errors and in `payments` entries not yet delivered, and never in logs.
+
+Destinations: `fetch` and `quote` (and the EVM rail's facilitator check) reach public
+addresses only, checked after DNS resolution and on every redirect hop
+(`_netguard.DestinationGuard`); `--allow-host HOST[:PORT]` and `X402_EUR_MCP_ALLOW_HOSTS`
+admit more. A refusal is `DestinationRefused`: nothing was sent, no money moved.
 """
 
 from __future__ import annotations
@@ -51,6 +59,7 @@ from typing import TYPE_CHECKING, Any
 
 from ._amounts import AmountError, parse_amount
 from ._budget_spec import CURRENCIES, parse_budget, parse_budgets, window_text
+from ._redact import redact_secrets, redact_urls, safe_url, secrets_of
 
 if TYPE_CHECKING:
     import httpx
@@ -62,6 +71,8 @@ if TYPE_CHECKING:
     from ._types import PaymentReceipt
 
 __all__ = [
+    "ALLOW_HOSTS_ENV",
+    "ALLOW_ORIGIN_ENV",
     "BUDGET_ENV",
     "DEFAULT_MAX_BODY_BYTES",
     "MIN_TOKEN_LENGTH",
@@ -75,6 +86,7 @@ __all__ = [
     "parse_budget",
     "parse_budgets",
     "require_bearer",
+    "require_own_host",
     "run",
 ]
 
@@ -89,6 +101,11 @@ DEFAULT_MAX_BODY_BYTES = 100_000
 TOKEN_ENV = "X402_EUR_MCP_TOKEN"  # noqa: S105 (the variable's name, not a token)
 #: The shortest token accepted: 16 characters (e.g. `secrets.token_urlsafe(32)` gives 43).
 MIN_TOKEN_LENGTH = 16
+#: The environment variable read when no `--allow-origin` is given (comma-separated origins).
+ALLOW_ORIGIN_ENV = "X402_EUR_MCP_ALLOW_ORIGINS"
+#: Hosts `fetch` and `quote` may reach although they are not public (comma-separated
+#: `HOST[:PORT]`), admitted along with every `--allow-host`.
+ALLOW_HOSTS_ENV = "X402_EUR_MCP_ALLOW_HOSTS"
 
 _METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")
 _TEXT_TYPES = frozenset(
@@ -371,23 +388,6 @@ TOOLS: dict[str, ToolSpec] = {
 }
 
 
-def _secrets_of(options: PaymentOptions) -> list[str]:
-    found: list[str] = []
-    if options.api_key is not None:
-        found.append(options.api_key.get_secret_value())
-    if options.evm is not None:
-        key = options.evm.private_key.get_secret_value()
-        found += [key, key.removeprefix("0x")]
-    return [s for s in found if len(s) >= 8]
-
-
-def _redact(text: str, secrets: Sequence[str]) -> str:
-    for secret in secrets:
-        if secret in text:
-            text = text.replace(secret, "[redacted]")
-    return text
-
-
 def _amount_argument(value: Any) -> Decimal:
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         # A JSON number: read through its shortest decimal form (0.1 -> "0.1").
@@ -430,18 +430,6 @@ def _body_json(
             if "\x00" not in text:
                 return text, "text"
     return base64.b64encode(data).decode("ascii"), "base64"
-
-
-def _loggable_url(url: str) -> str:
-    """Scheme, host and path: the query and user info may carry someone's token."""
-    import httpx
-
-    try:
-        parsed = httpx.URL(url)
-    except (httpx.InvalidURL, TypeError):
-        return "<invalid URL>"
-    port = f":{parsed.port}" if parsed.port else ""
-    return f"{parsed.scheme}://{parsed.host}{port}{parsed.path}"
 
 
 def _outcome_text(money_moved: bool | None) -> str:
@@ -615,7 +603,7 @@ class PaymentTools:
         self.client = client
         self.options = options
         self.max_body_bytes = max_body_bytes
-        self._secrets = _secrets_of(self.options)
+        self._secrets = secrets_of(self.options)
         self._handlers: dict[str, Callable[..., Awaitable[dict[str, Any]]]] = {
             "fetch": self.fetch,
             "quote": self.quote,
@@ -625,7 +613,7 @@ class PaymentTools:
 
     def redact(self, text: str) -> str:
         """`text` with the API key and the EVM key blanked out."""
-        return _redact(text, self._secrets)
+        return redact_secrets(text, self._secrets)
 
     async def call(
         self, name: str, arguments: Mapping[str, Any] | None
@@ -684,7 +672,7 @@ class PaymentTools:
             settings["proof"] = proof
         if resume_transaction_code:
             settings["resume_transaction_code"] = resume_transaction_code
-        where = f"{method} {_loggable_url(url)}"
+        where = f"{method} {safe_url(url)}"
         try:
             request = self.client.build_request(
                 method,
@@ -730,7 +718,7 @@ class PaymentTools:
         else:
             logger.info("fetch %s -> %d, nothing paid", where, response.status_code)
         return {
-            "url": str(response.url),
+            "url": safe_url(str(response.url)),
             "status": response.status_code,
             "contentType": content_type,
             "body": text,
@@ -745,7 +733,7 @@ class PaymentTools:
 
         from ._quote import quote_payment
 
-        where = f"{method} {_loggable_url(url)}"
+        where = f"{method} {safe_url(url)}"
         try:
             quote = await quote_payment(self.client, url, method)
         except httpx.InvalidURL as exc:
@@ -965,6 +953,54 @@ def _host_port(value: str) -> tuple[str, int]:
     return host, int(port)
 
 
+def _origin(value: str) -> str:
+    """`value` as a browser writes it in `Origin`: `scheme://host[:port]`, in lower case,
+    without the scheme's default port. Not `null` or `*`: they would admit any page."""
+    from urllib.parse import urlsplit
+
+    mistake = argparse.ArgumentTypeError(
+        f"{value!r} is not an origin: give scheme://host[:port], e.g. http://localhost:6274"
+    )
+    try:
+        parts = urlsplit(value.strip())
+        port = parts.port
+    except ValueError:
+        raise mistake from None
+    if (
+        parts.scheme not in ("http", "https")
+        or not parts.hostname
+        or "@" in parts.netloc
+        or parts.path not in ("", "/")
+        or parts.query
+        or parts.fragment
+        or "?" in value
+        or "#" in value
+    ):
+        raise mistake
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    default = 80 if parts.scheme == "http" else 443
+    return f"{parts.scheme}://{host}" + (f":{port}" if port not in (None, default) else "")
+
+
+def _allow_host_argument(value: str) -> Any:
+    from ._netguard import parse_allowed_host
+
+    try:
+        return parse_allowed_host(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _destination_guard(allowed: Sequence[Any]) -> Any:
+    """The guard of `fetch` and `quote`: public addresses, plus the `--allow-host` ones
+    and those of `X402_EUR_MCP_ALLOW_HOSTS`. `ValueError` for a bad variable."""
+    import os
+
+    from ._netguard import DestinationGuard, parse_allowed_hosts
+
+    return DestinationGuard([*allowed, *parse_allowed_hosts([os.environ.get(ALLOW_HOSTS_ENV, "")])])
+
+
 def _positive_int(value: str) -> int:
     if not value.isdigit() or int(value) < 1:
         raise argparse.ArgumentTypeError(f"{value!r} is not a positive whole number")
@@ -1027,8 +1063,27 @@ def configure_parser(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--allow-remote",
         action="store_true",
-        help=f"allow --http on a non-loopback address (set {TOKEN_ENV} or serve behind an "
-        "authenticating proxy: whoever reaches the endpoint spends your budget)",
+        help=f"allow --http on a non-loopback address ({TOKEN_ENV} required: whoever "
+        "reaches the endpoint spends your budget)",
+    )
+    parser.add_argument(
+        "--allow-origin",
+        action="append",
+        type=_origin,
+        metavar="ORIGIN",
+        help="with --http: also admit browser requests from the web page origin ORIGIN "
+        "(scheme://host[:port]); may be repeated; without it, "
+        f"{ALLOW_ORIGIN_ENV} is read (comma-separated)",
+    )
+    parser.add_argument(
+        "--allow-host",
+        action="append",
+        type=_allow_host_argument,
+        default=[],
+        metavar="HOST[:PORT]",
+        help="let fetch and quote reach HOST (a name or an IP address; with :PORT, that port "
+        "only) although it is not a public address (loopback, private network, ...); may "
+        f"be repeated; {ALLOW_HOSTS_ENV} (comma-separated) adds more",
     )
     parser.add_argument(
         "--max-body-bytes",
@@ -1051,13 +1106,14 @@ class _RedactingFormatter(logging.Formatter):
         self.secrets = list(secrets)
 
     def format(self, record: logging.LogRecord) -> str:
-        return _redact(super().format(record), self.secrets)
+        return redact_secrets(redact_urls(super().format(record)), self.secrets)
 
 
 @contextlib.contextmanager
 def _logging_to_stderr(level: str, secrets: Sequence[str]) -> Iterator[None]:
-    """Every log record of the process to stderr, secrets blanked; ours at `level`, the
-    libraries' (httpx, mcp, uvicorn) at WARNING unless `level` is debug."""
+    """Every log record of the process to stderr, secrets blanked and the credentials of
+    URLs redacted; ours at `level`, the libraries' (httpx, mcp, uvicorn) at WARNING unless
+    `level` is debug."""
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(_RedactingFormatter(secrets))
     root = logging.getLogger()
@@ -1112,10 +1168,24 @@ async def run(args: argparse.Namespace) -> int:
     if args.http is not None and not _is_loopback(args.http[0]) and not args.allow_remote:
         _say(
             f"refusing to serve on {args.http[0]}: not a loopback address, and whoever reaches "
-            f"the endpoint spends your budget; add --allow-remote, with {TOKEN_ENV} set or "
-            "behind an authenticating proxy"
+            f"the endpoint spends your budget; add --allow-remote, with {TOKEN_ENV} set"
         )
         return 2
+    if args.http is not None and token is None and args.http[0] != "127.0.0.1":
+        _say(
+            f"refusing to serve on {args.http[0]} without a token: only 127.0.0.1 may go "
+            f"without one; set {TOKEN_ENV} (e.g. python -c 'import secrets; "
+            "print(secrets.token_urlsafe(32))')"
+        )
+        return 2
+    if not args.allow_origin and os.environ.get(ALLOW_ORIGIN_ENV):
+        try:
+            args.allow_origin = [
+                _origin(o) for o in os.environ[ALLOW_ORIGIN_ENV].split(",") if o.strip()
+            ]
+        except argparse.ArgumentTypeError as exc:
+            _say(f"{ALLOW_ORIGIN_ENV}: {exc}")
+            return 2
     if importlib.util.find_spec("mcp") is None:
         _say("needs the `mcp` package: pip install 'x402-eur[mcp]'")
         return 1
@@ -1123,6 +1193,11 @@ async def run(args: argparse.Namespace) -> int:
     from ._options import PaymentOptions
 
     overrides: dict[str, Any] = {"budgets": budgets}
+    try:
+        overrides["destination_guard"] = _destination_guard(args.allow_host)
+    except ValueError as exc:
+        _say(f"{ALLOW_HOSTS_ENV}: {exc}")
+        return 2
     if args.max_amount is not None:
         overrides["max_amount_per_payment"] = args.max_amount
     if not args.no_state:
@@ -1169,13 +1244,25 @@ async def _serve(
 
     from ._transport import with_eur_payment
 
-    secrets = _secrets_of(options) + ([token] if token else [])
+    secrets = secrets_of(options) + ([token] if token else [])
     with _logging_to_stderr(args.log_level, secrets):
         spending = "; ".join(b.name for b in budgets) or "no budget"
         refused = _uncovered(options)
         if refused:
             spending += f" ({', '.join(refused)} offers refused: no budget covers them)"
-        client = httpx.AsyncClient(follow_redirects=True, timeout=httpx.Timeout(60.0))
+        # Below httpx's redirect handling: every hop's destination is checked.
+        guard = options.destination_guard
+        client = httpx.AsyncClient(
+            follow_redirects=True,
+            timeout=httpx.Timeout(60.0),
+            transport=None if guard is None else guard.transport(),
+        )
+        if guard is not None:
+            admitted = ", ".join(str(a) for a in guard.allow)
+            logger.info(
+                "fetch and quote reach public addresses%s",
+                f" and {admitted}" if admitted else " only",
+            )
         async with with_eur_payment(client, options) as paying:
             tools = PaymentTools(paying, options, max_body_bytes=args.max_body_bytes)
             server = build_server(tools)
@@ -1183,7 +1270,13 @@ async def _serve(
                 logger.info("serving MCP on stdio; budget: %s", spending)
                 await _serve_stdio(server)
             else:
-                await _serve_http(server, *args.http, spending=spending, token=token)
+                await _serve_http(
+                    server,
+                    *args.http,
+                    spending=spending,
+                    token=token,
+                    origins=args.allow_origin or (),
+                )
     return 0
 
 
@@ -1197,11 +1290,18 @@ async def _serve_stdio(server: Server[Any]) -> None:
 
 
 async def _serve_http(
-    server: Server[Any], host: str, port: int, *, spending: str, token: str | None
+    server: Server[Any],
+    host: str,
+    port: int,
+    *,
+    spending: str,
+    token: str | None,
+    origins: Sequence[str] = (),
 ) -> None:
     import socket
 
     import uvicorn
+    from mcp.server.transport_security import TransportSecuritySettings
 
     class Announcing(uvicorn.Server):
         async def startup(self, sockets: list[socket.socket] | None = None) -> None:
@@ -1212,18 +1312,23 @@ async def _serve_http(
             address, actual = bound[0][:2] if bound else (host, port)
             shown = f"[{address}]" if ":" in str(address) else address
             logger.info(
-                "serving MCP over streamable HTTP at http://%s:%d/mcp; budget: %s; %s",
+                "serving MCP over streamable HTTP at http://%s:%d/mcp; budget: %s; %s%s",
                 shown,
                 actual,
                 spending,
                 "bearer token required" if token else f"no authentication ({TOKEN_ENV} unset)",
+                f"; pages from {', '.join(origins)} admitted" if origins else "",
             )
 
-    # For 127.0.0.1, localhost and ::1 the SDK also turns on DNS-rebinding protection
-    # (Host and Origin checked), so a web page cannot reach the endpoint through a browser.
-    app: Any = server.streamable_http_app(host=host)
+    # `require_own_host` checks Host and Origin on every address, so the SDK's own check
+    # (on 127.0.0.1, localhost and ::1 only, admitting pages from any local port) is off.
+    app: Any = server.streamable_http_app(
+        host=host,
+        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+    )
     if token is not None:
         app = require_bearer(app, token)
+    app = require_own_host(app, host, origins)
     # No uvicorn logging config: its records reach our stderr handler; its access log
     # (which would go to stdout) is off.
     config = uvicorn.Config(
@@ -1234,38 +1339,148 @@ async def _serve_http(
 
 #: An ASGI application: `(scope, receive, send)`.
 _Asgi = Callable[[Any, Any, Any], Awaitable[None]]
+#: What a browser may send to the endpoint across origins, and read of its answers.
+_CORS_METHODS = b"GET, POST, DELETE"
+_CORS_HEADERS = (
+    b"authorization, content-type, accept, mcp-session-id, mcp-protocol-version, last-event-id"
+)
+_CORS_EXPOSED = b"mcp-session-id, mcp-protocol-version, www-authenticate"
+
+
+async def _refuse(
+    scope: Any, send: Any, status: int, body: bytes, *extra: tuple[bytes, bytes]
+) -> None:
+    """Answer `status` with the JSON `body`; a WebSocket is closed (1008, policy
+    violation) instead."""
+    if scope["type"] == "websocket":
+        await send({"type": "websocket.close", "code": 1008})
+        return
+    headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+    await send({"type": "http.response.start", "status": status, "headers": [*headers, *extra]})
+    await send({"type": "http.response.body", "body": body})
+
+
+def _names_of(address: str, port: int, given: str | None) -> frozenset[str]:
+    """The `Host` values that name a listener reached at `address`:`port` (its own end
+    of the connection): that address, the HOST given to `--http`, and `localhost` when the
+    address is loopback, each with `:port` (and without it on port 80)."""
+    import ipaddress
+
+    names = {address.lower()}
+    if given:
+        names.add(given)
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        ip = None
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        names.add(str(ip.ipv4_mapped))
+        ip = ip.ipv4_mapped
+    if ip is not None and ip.is_loopback:
+        names.add("localhost")
+    hosts = set()
+    for name in names:
+        bracketed = f"[{name}]" if ":" in name else name
+        hosts.add(f"{bracketed}:{port}")
+        if port == 80:
+            hosts.add(bracketed)
+    return frozenset(hosts)
+
+
+def require_own_host(app: _Asgi, host: str, origins: Sequence[str] = ()) -> _Asgi:
+    """`app` behind a DNS-rebinding check, for a listener given `--http host:...`.
+
+    `Host` must name the listener (`_names_of` the local address and port the request
+    arrived at), else 421. An `Origin`, when sent, must be the listener's own
+    (`http://` + such a `Host`) or one of `origins` (as `_origin` writes them), else 403.
+    Refused requests never reach `app`; WebSockets are closed (1008); lifespan events
+    pass. A CORS preflight from an admitted origin is answered here (204, without a
+    token: a browser never sends one on a preflight), and answers to an admitted origin
+    carry `Access-Control-Allow-Origin`."""
+    import ipaddress
+
+    try:
+        given: str | None = None if ipaddress.ip_address(host).is_unspecified else host.lower()
+    except ValueError:
+        given = host.lower()
+    admitted_origins = frozenset(origins)
+    misdirected = b'{"error":"misdirected request: the Host header does not name this server"}'
+    forbidden = b'{"error":"forbidden: pages from this Origin may not use this server"}'
+
+    async def guarded(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await app(scope, receive, send)
+            return
+        server = scope.get("server") or (None, None)
+        names = frozenset() if server[1] is None else _names_of(str(server[0]), server[1], given)
+        hosts = [v for k, v in scope["headers"] if k.lower() == b"host"]
+        host_header = hosts[0].decode("latin-1").lower() if len(hosts) == 1 else None
+        if host_header not in names:
+            logger.warning("refused a request for Host %.100r: not this server", host_header)
+            await _refuse(scope, send, 421, misdirected)
+            return
+        sent = [v for k, v in scope["headers"] if k.lower() == b"origin"]
+        origin = sent[0].decode("latin-1").lower() if len(sent) == 1 else None
+        if sent and not (
+            origin in admitted_origins
+            or (origin is not None and origin.startswith("http://") and origin[7:] in names)
+        ):
+            logger.warning(
+                "refused a request from Origin %.100r (--allow-origin admits one)", origin
+            )
+            await _refuse(scope, send, 403, forbidden)
+            return
+        if origin is None or scope["type"] != "http":
+            await app(scope, receive, send)
+            return
+        cors = [(b"access-control-allow-origin", origin.encode()), (b"vary", b"origin")]
+        if scope["method"] == "OPTIONS" and any(
+            k.lower() == b"access-control-request-method" for k, _ in scope["headers"]
+        ):
+            cors += [
+                (b"access-control-allow-methods", _CORS_METHODS),
+                (b"access-control-allow-headers", _CORS_HEADERS),
+                (b"access-control-max-age", b"600"),
+            ]
+            await send({"type": "http.response.start", "status": 204, "headers": cors})
+            await send({"type": "http.response.body", "body": b""})
+            return
+        cors.append((b"access-control-expose-headers", _CORS_EXPOSED))
+
+        async def send_with_cors(message: Any) -> None:
+            if message["type"] == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", ()), *cors]}
+            await send(message)
+
+        await app(scope, receive, send_with_cors)
+
+    return guarded
 
 
 def require_bearer(app: _Asgi, token: str) -> _Asgi:
-    """`app` behind a bearer token: an HTTP request whose `Authorization` is not exactly
-    `Bearer <token>` gets 401 (`WWW-Authenticate: Bearer`) and never reaches `app`.
+    """`app` behind a bearer token: an HTTP request whose `Authorization` is not
+    `Bearer <token>` (the scheme in any case, RFC 7235) gets 401
+    (`WWW-Authenticate: Bearer`) and never reaches `app`.
 
     Compared in constant time; the token appears in no answer. A WebSocket without it is
     closed (1008, policy violation); lifespan events pass."""
     import hmac
 
-    expected = f"Bearer {token}".encode()
+    expected = token.encode()
     body = b'{"error":"unauthorized: send Authorization: Bearer <token>"}'
 
     async def guarded(scope: Any, receive: Any, send: Any) -> None:
         if scope["type"] in ("http", "websocket"):
             given = [v for k, v in scope["headers"] if k.lower() == b"authorization"]
-            if len(given) != 1 or not hmac.compare_digest(given[0], expected):
-                if scope["type"] == "websocket":
-                    await send({"type": "websocket.close", "code": 1008})
-                    return
-                await send(
-                    {
-                        "type": "http.response.start",
-                        "status": 401,
-                        "headers": [
-                            (b"content-type", b"application/json"),
-                            (b"content-length", str(len(body)).encode()),
-                            (b"www-authenticate", b'Bearer realm="x402-eur mcp"'),
-                        ],
-                    }
-                )
-                await send({"type": "http.response.body", "body": body})
+            scheme, _, credentials = (
+                given[0].partition(b" ") if len(given) == 1 else (b"", b"", b"")
+            )
+            if not (
+                scheme.lower() == b"bearer"
+                and hmac.compare_digest(credentials.lstrip(b" "), expected)
+            ):
+                challenge = (b"www-authenticate", b'Bearer realm="x402-eur mcp"')
+                await _refuse(scope, send, 401, body, challenge)
                 return
         await app(scope, receive, send)
 

@@ -47,7 +47,7 @@ from .. import _json
 from .._amounts import format_amount, from_atomic
 from .._challenge import EVM_NETWORKS, AcceptEntry, exact_intent
 from .._exceptions import ConfigurationError, PaymentFailed, SpenderMismatch
-from .._http import BodyTooLarge, read_bounded, redact_url
+from .._http import BodyTooLarge, read_bounded
 from .._models import (
     EvmPermitExtra,
     EvmPermitPayload,
@@ -58,6 +58,7 @@ from .._models import (
 )
 from .._options import EvmOptions
 from .._proof import encode_proof
+from .._redact import endpoint_url, guard_library_logs
 from .._types import PaymentIntent
 from . import EIP712_DOMAIN, Paid, RailContext, RequestSettings
 
@@ -250,6 +251,10 @@ class _Endpoint:
     verified: bool = False
     #: False once the endpoint answered a batch with something other than a JSON list.
     batches: bool = True
+
+    def __repr__(self) -> str:
+        # The URL may carry the endpoint's API key: shown as scheme, host and port.
+        return f"_Endpoint({endpoint_url(self.url)!r}, verified={self.verified})"
 
 
 _NonceKey = tuple[int, str, str]
@@ -542,7 +547,14 @@ class EvmPermitRail:
         if cached is not None and not refresh and time.monotonic() < cached[0]:
             return cached[1], False
         if self._http is None:
-            self._http = httpx.AsyncClient(follow_redirects=False, timeout=_SUPPORTED_TIMEOUT)
+            # The merchant writes this URL: the options' destination guard, if any, checks
+            # it (a refusal is an `httpx.HTTPError`: the entry is skipped, nothing sent).
+            guard = self._context.options.destination_guard
+            self._http = httpx.AsyncClient(
+                follow_redirects=False,
+                timeout=_SUPPORTED_TIMEOUT,
+                transport=None if guard is None else guard.transport(),
+            )
         request = self._http.build_request("GET", f"{base}/supported")
         response = await self._http.send(request, stream=True)
         raw = await read_bounded(response, self._context.options.max_body_bytes)
@@ -652,18 +664,19 @@ class EvmPermitRail:
         import aiohttp
         from web3.exceptions import Web3Exception
 
-        urls = self._options.rpc_urls.get(chain_id, ())
+        # The URLs themselves stay out of this frame's locals: they may carry a key.
+        count = len(self._options.rpc_urls.get(chain_id, ()))
         start = self._preferred.get(chain_id, 0)
         failures: list[str] = []
-        for offset in range(len(urls)):
-            index = (start + offset) % len(urls)
-            endpoint = self._endpoint(urls[index])
+        for offset in range(count):
+            index = (start + offset) % count
+            endpoint = self._endpoint(self._options.rpc_urls[chain_id][index])
             try:
                 if not endpoint.verified:
                     reported = int(await endpoint.w3.eth.chain_id)
                     if reported != chain_id:
                         raise ConfigurationError(
-                            f"the RPC endpoint {redact_url(endpoint.url)} reports chain id "
+                            f"the RPC endpoint {endpoint_url(endpoint.url)} reports chain id "
                             f"{reported}, but it is configured for chain id {chain_id} "
                             f"(eip155:{chain_id})"
                         )
@@ -672,7 +685,7 @@ class EvmPermitRail:
             except (OSError, TimeoutError, aiohttp.ClientError, Web3Exception) as exc:
                 # Web3Exception: a JSON-RPC error object, or a call with no contract behind
                 # it (BadFunctionCallOutput). Fail over; never let it escape untyped.
-                failures.append(f"{redact_url(endpoint.url)}: {type(exc).__name__}")
+                failures.append(f"{endpoint_url(endpoint.url)}: {type(exc).__name__}")
                 continue
             self._preferred[chain_id] = index
             return result
@@ -686,6 +699,8 @@ class EvmPermitRail:
             import aiohttp
             from web3 import AsyncHTTPProvider, AsyncWeb3
 
+            # web3 logs the provider's URI (its key, if the path holds one): redacted.
+            guard_library_logs()
             provider = AsyncHTTPProvider(
                 url,
                 request_kwargs={"timeout": aiohttp.ClientTimeout(total=_RPC_TIMEOUT)},
