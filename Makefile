@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint check bench install clean redis-server
+.PHONY: demo test test-fast test-unit test-flow test-integration lint check bench install clean redis-server
 
 $(STAMP): pyproject.toml package.json package-lock.json
 	python3 -m venv $(VENV)
@@ -28,9 +28,17 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/x402-eur demo
 
-## The whole test suite.
+## The whole test suite, every lane, on every core (each worker runs its own sandbox).
 test: $(STAMP)
-	$(PY) -m pytest
+	$(PY) -m pytest -n auto --dist loadfile
+
+## The fast lanes: pure unit tests and scripted-merchant flows (seconds, no servers).
+test-fast: $(STAMP)
+	$(PY) -m pytest -n auto tests/unit tests/flow
+
+## One lane: make test-unit, test-flow or test-integration.
+test-unit test-flow test-integration: $(STAMP)
+	$(PY) -m pytest -n auto --dist loadfile tests/$(@:test-%=%)
 
 ## Static checks: mypy --strict and ruff.
 lint: $(STAMP)

@@ -127,7 +127,7 @@ async def test_a_paid_answer_whose_redirects_fail_is_a_money_moved_error(
 
 
 def test_the_sync_client_converts_what_httpx_raises_above_it(sandbox, payer, options_for):
-    from tests.test_sync_client import served
+    from tests.integration.test_sync_client import served
 
     merchant = ScriptedMerchant(sandbox.bank, sandbox.merchant.code, after_payment(_long_chain))
     with served(merchant) as url:
@@ -494,7 +494,7 @@ async def test_an_evm_authorization_that_was_not_settled_may_still_move(answer, 
 
 
 def test_the_command_line_says_a_paid_request_was_not_served(sandbox, payer, tmp_path, monkeypatch):
-    from tests.test_cli import env_of, run
+    from tests.integration.test_cli import env_of, run
     from x402_client.sandbox import Fault
 
     monkeypatch.setenv("X402_EUR_STATE", str(tmp_path / "state.sqlite3"))

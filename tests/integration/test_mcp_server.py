@@ -43,7 +43,7 @@ from x402_client.mcp_server import (
 )
 from x402_client.sandbox import Account, Sandbox
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 TOOL_NAMES = {"fetch", "quote", "payments", "budget"}
 COMMAND = [sys.executable, "-m", "x402_client.cli", "mcp"]
 
@@ -667,7 +667,7 @@ def test_importing_the_module_does_not_import_mcp():
 
 @pytest.mark.anyio
 async def test_a_euro_budget_refuses_dollar_offers_and_the_budget_tool_says_so(sandbox, serve):
-    from tests.test_every_currency import EVM_KEY, Merchant
+    from tests.flow.test_every_currency import EVM_KEY, Merchant
 
     merchant = Merchant()  # one offer: 0.10 USD in USDC, which an EVM key alone can pay
     url = await serve(merchant) + "/paid"

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.test_every_currency import EVM_KEY, Merchant, fetch, usd_entry
+from tests.flow.test_every_currency import EVM_KEY, Merchant, fetch, usd_entry
 from x402_client import (
     AmountLimitExceeded,
     Asset,

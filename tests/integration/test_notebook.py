@@ -17,7 +17,7 @@ import nbclient
 import nbformat
 import pytest
 
-NOTEBOOK = Path(__file__).resolve().parent.parent / "examples" / "notebook.ipynb"
+NOTEBOOK = Path(__file__).resolve().parents[2] / "examples" / "notebook.ipynb"
 KERNEL = "x402-eur-tests"
 
 

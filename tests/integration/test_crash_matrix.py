@@ -1,7 +1,7 @@
 """Nothing lost when the process dies: a payer process is SIGKILLed at every money-moving
 step of every rail, then a fresh start on the same state file finds and finishes it.
 
-Each case runs `tests/crash_payer.py` as its own Python process against the sandbox
+Each case runs `tests/integration/crash_payer.py` as its own Python process against the sandbox
 (real sockets), paying one resource with `PaymentOptions(state_path=...)` and a budget
 of 5 EUR, and kills it at one step (see that script for how). Then this process, with
 new options on the same file (what a restarted agent does):

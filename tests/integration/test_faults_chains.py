@@ -1,7 +1,7 @@
 """Every fault at every step of the chain rails (EVM permit, bridge): the ledger and the
 balances must agree.
 
-Invariants checked after each run (issue 5, mirroring `tests/test_faults.py`):
+Invariants checked after each run (issue 5, mirroring `tests/integration/test_faults.py`):
 - no money moved twice for one intent: the payer's token balance fell by 0 or exactly
   `maxAmountRequired` (EVM), the EURO account was debited 0 or once net of refunds and
   the merchant's chain-A EURQ rose at most once (bridge); the merchant received exactly

@@ -1,7 +1,7 @@
-"""A payer process that dies at a chosen step: the child of `tests/test_crash_matrix.py`.
+"""A payer process that dies at a chosen step: the child of `tests/integration/test_crash_matrix.py`.
 
 ```
-python tests/crash_payer.py '{"rail": "euro", "step": "after-call", "url": ..., ...}'
+python tests/integration/crash_payer.py '{"rail": "euro", "step": "after-call", "url": ..., ...}'
 ```
 
 It builds `PaymentOptions(state_path=...)` from the JSON it is given, fetches `url` once,

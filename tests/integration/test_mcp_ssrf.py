@@ -4,7 +4,7 @@ hosts its user admits (`--allow-host`, `X402_EUR_MCP_ALLOW_HOSTS`, the sandbox's
 Driven as an MCP host drives it (the `mcp` client over stdio, one HTTP case), against
 recording servers on 127.0.0.1: a refused destination is a structured tool error, and the
 recorder behind it sees no request. Every other kind of address is refused through the
-guard's decision and its transport without a connection (tests/test_netguard.py)."""
+guard's decision and its transport without a connection (tests/unit/test_netguard.py)."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ pytest.importorskip("mcp", reason="x402-eur mcp needs the mcp package")
 from mcp import Client
 
 from tests.conftest import Recorder
-from tests.test_mcp_server import (
+from tests.integration.test_mcp_server import (
     Tools,
     http_server,
     read_back,

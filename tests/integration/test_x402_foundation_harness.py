@@ -21,9 +21,7 @@ from x402.http.clients.httpx import x402HttpxClient
 from x402.http.utils import encode_payment_signature_header
 from x402.schemas import PaymentPayload
 
-from x402_client.sandbox._anvil import ANVIL_DEV_KEYS
-
-from .x402_foundation import (
+from tests.x402_foundation import (
     DEFAULT_CHAIN_ID,
     PAID_PATH,
     TOKEN_NAME,
@@ -35,6 +33,7 @@ from .x402_foundation import (
     foundation_client,
     foundation_stack,
 )
+from x402_client.sandbox._anvil import ANVIL_DEV_KEYS
 
 #: A funded dev key that relays the token tests' transactions (the facilitator uses another).
 RELAYER_KEY = ANVIL_DEV_KEYS[3]

@@ -24,7 +24,7 @@ pytest.importorskip("mcp", reason="x402-eur mcp needs the mcp package")
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.test_mcp_server import (
+from tests.integration.test_mcp_server import (
     COMMAND,
     ROOT,
     TOKEN,

@@ -23,9 +23,9 @@ import httpx
 import pytest
 
 from tests.conftest import payments, scripted_402
+from tests.integration.test_faults import MATRIX as _ASYNC_MATRIX
+from tests.integration.test_faults import _ids
 from tests.merchants import Reply, ScriptedMerchant, Seen
-from tests.test_faults import MATRIX as _ASYNC_MATRIX
-from tests.test_faults import _ids
 from x402_client import (
     Budget,
     BudgetExceeded,
@@ -176,7 +176,7 @@ def test_sync_client_pays_a_bridge_entry(rails: Sandbox) -> None:
     assert receipt.blockchain_tx_id == made.blockchain_tx_id
 
 
-# --- the euro rail under every fault (the table of tests/test_faults.py) -----------------------
+# --- the euro rail under every fault (the table of tests/integration/test_faults.py) -----------------------
 
 
 # Copied at import, before any test runs: `Faults` counts an armed fault down in place, and

@@ -71,7 +71,7 @@ def _holder(path: Path) -> tuple[subprocess.Popen[str], str]:
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
-        cwd=Path(__file__).parent.parent,
+        cwd=Path(__file__).resolve().parents[2],
     )
     assert child.stdout is not None
     journal_id = child.stdout.readline().strip()

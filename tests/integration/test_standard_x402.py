@@ -19,6 +19,7 @@ import httpx
 import pytest
 
 from tests.conftest import Recorder, scripted_402
+from tests.x402_foundation import FoundationStack, foundation_stack
 from x402_client import (
     AmountLimitExceeded,
     Asset,
@@ -31,8 +32,6 @@ from x402_client import (
     with_eur_payment,
 )
 from x402_client.sandbox import ServedApp
-
-from .x402_foundation import FoundationStack, foundation_stack
 
 pytestmark = pytest.mark.anyio
 

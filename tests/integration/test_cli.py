@@ -17,11 +17,10 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import payments
 from x402_client import __version__
 from x402_client._options import ENV_VARS
 from x402_client.sandbox import Fault
-
-from .conftest import payments
 
 CLI = [sys.executable, "-m", "x402_client.cli"]
 
@@ -496,7 +495,7 @@ def test_an_unreachable_merchant_is_one_line_and_debug_shows_the_traceback(sandb
 async def test_a_euro_budget_refuses_a_dollar_offer_and_says_how_to_allow_it(serve) -> None:
     import anyio
 
-    from tests.test_every_currency import EVM_KEY, Merchant
+    from tests.flow.test_every_currency import EVM_KEY, Merchant
 
     merchant = Merchant()  # one offer: 0.10 USD in USDC, which an EVM key alone can pay
     url = await serve(merchant) + "/paid"
