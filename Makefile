@@ -49,7 +49,7 @@ lint: $(STAMP)
 check: test lint
 
 ## The benchmarks: every target and its measured value, as a table (printed), a chart and
-## JSON in benchmarks/results/ (about 10 min on 2 cores; BENCH_FLAGS=--quick: about 4 min).
+## JSON in benchmarks/results/ (35-60 min on 2 shared cores; BENCH_FLAGS=--quick for a shorter run).
 bench: $(STAMP)
 	$(PY) -m pip install --quiet -e '.[dev,bench]'
 	$(PY) benchmarks/run.py --out benchmarks/results $(BENCH_FLAGS)

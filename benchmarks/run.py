@@ -1,6 +1,6 @@
 """x402-eur benchmarks: `python benchmarks/run.py [--smoke|--quick] [--out DIR] [--only ...]`.
 
-Measures every figure of the benchmark issue, prints a table and writes `<out>/latest.json`
+Measures every benchmark figure, prints a table and writes `<out>/latest.json`
 (every sample, summaries, spreads, the machine) and `<out>/latest.png`. The floor of the
 euro figures is a hand-written client against a LEAN merchant and payment API
 (`_lean.py`, each in its own process); the client being measured runs in a third, fresh
@@ -496,10 +496,9 @@ class SpeedProbe:
 #: blocks (0-3 %) against perturbed ones (5-19 %); never from the figures' values.
 MAX_STEAL = 0.05
 #: A block during which the speed probe's median took longer than this (ms) is measured
-#: again later too: the machine ran slow without the hypervisor stealing. Chosen in
-#: session 8, before the runs that use it, from the probe readings of session 7's runs 3
-#: and 4 (84 blocks), never from the figures' values: quiet blocks read 0.96-1.16 ms,
-#: busy ones 1.31-1.75 ms, one 1.22 ms.
+#: again later too: the machine ran slow without the hypervisor stealing. Chosen from the
+#: probe readings of 84 blocks of two full runs, never from the figures' values: quiet
+#: blocks read 0.96-1.16 ms, busy ones 1.31-1.75 ms, one 1.22 ms.
 MAX_PROBE_MS = 1.2
 #: Each block is measured at most this many times; if every attempt was perturbed, the
 #: least perturbed one is kept and the figure says so.
@@ -1242,12 +1241,11 @@ def signing_ms(block: dict[str, Any]) -> float:
 def fig_evm(blocks: list[dict[str, Any]]) -> list[Figure]:
     """Figure 4a, with the signing time in its details.
 
-    The signing time was figure 4b until session 11. It times one call, eth-account's
+    The signing time is not a figure. It times one call, eth-account's
     `Account.sign_typed_data` (all that `EvmPermitRail._sign` does), so it is the
-    machine's speed at that library's work, not the client's; between runs it moved by
-    more than any spread measured within a run, in each of the three forms tried
-    (benchmarks/README.md, "Session 11"). It is reported beside the speed probe (the
-    summary line and `--compare`), not as a figure."""
+    machine's speed at that library's work, not the client's; between runs it moves by
+    more than any spread measured within a run (benchmarks/README.md). It is reported
+    beside the speed probe (the summary line and `--compare`)."""
     title_rpc = "4a. EVM permit payment: RPC round trips when warm (JSON-RPC calls in detail)"
     failed = next((b["error"] for b in blocks if "error" in b), None)
     if failed is not None:
@@ -1717,7 +1715,7 @@ def compare(paths: list[str], machine: list[str] | None = None) -> None:
     """Print each figure's value in several runs next to its stated spread.
 
     The figures are those this code writes (`FIGURES`): a key that older runs have and it
-    no longer writes (`evm_cpu`, figure 4b until session 11) is not compared. Each run's
+    no longer writes (`evm_cpu`, the signing time of earlier versions) is not compared. Each run's
     machine follows: its speed probe and eth-account's signing time (`run_signing_ms`).
     With `machine` (runs made for the purpose, e.g. `--only evm`), the signing time is
     checked against the spread between those runs (`between_runs`)."""
@@ -1787,7 +1785,7 @@ def between_runs(compared: list[float], purpose: list[float]) -> str:
     be the machine's between runs: the compared runs' relative range against the relative
     width of the 95% Student-t interval of the mean over runs made for the purpose
     (`over_blocks`, with a run as the block). Relative, because a machine's level differs
-    between sessions.
+    from one day to the next.
 
     A block spread cannot serve here: the blocks of one run share its machine state. The
     purpose runs must not include the compared ones: widening a spread from the runs it

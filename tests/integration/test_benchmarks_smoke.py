@@ -1,7 +1,7 @@
 """The benchmarks still run: `benchmarks/run.py --smoke` end to end, so they never rot.
 
 Tiny counts and no timing assertions: met, missed, informational and skipped are all fine
-here. What is checked is that every figure of the benchmark issue is present in the JSON,
+here. What is checked is that every benchmark figure is present in the JSON,
 well formed, with a value or a reason for skipping, and that the chart was drawn.
 """
 
@@ -22,7 +22,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 RUN = ROOT / "benchmarks" / "run.py"
 
-#: The issue's targets: each has a target value (or is skipped with a reason).
+#: The benchmark targets: each has a target value (or is skipped with a reason).
 TARGETED = {
     "latency",
     "latency_overhead",
@@ -297,7 +297,7 @@ def test_evm_figures_over_blocks_count_the_worst_block_and_skip_on_failure() -> 
     )
     assert (rpc.key, rpc.value, rpc.passed) == ("evm_rpc", 1.2, False)  # the worst block
     assert "'eth_call': 30" in rpc.detail
-    # The signing time (figure 4b until session 11) is in the details, not a figure.
+    # The signing time is in the details, not a figure.
     assert "of which eth-account's signing 1.10 ms" in rpc.detail
     assert "per block 1.00, 1.20, 1.10 ms" in rpc.detail
     assert "1 of 6 signatures hosted one, 4.0 ms" in rpc.detail
@@ -330,7 +330,7 @@ def test_speed_probe_times_the_machine_from_its_own_thread_and_leaves_affinity_a
 def evm_run(probes: list[float], signing: list[list[float]]) -> dict[str, Any]:
     """A run's JSON as far as `compare` reads it; the last signature of each block hosted
     a 0.5 ms collection, which the signing time leaves out. It also has `evm_cpu`, as runs
-    made before session 11 do."""
+    written by earlier versions of run.py do."""
     blocks = [
         {"probe_ms": p, "signing_cpu_ms": s, "signing_gc_ms": [0.0] * (len(s) - 1) + [0.5]}
         for p, s in zip(probes, signing, strict=True)
