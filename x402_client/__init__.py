@@ -57,12 +57,12 @@ if TYPE_CHECKING:
     from ._ledger import LedgerEntry, PaymentLedger
     from ._netguard import DestinationGuard
     from ._options import EvmOptions, PaymentOptions
-    from ._payer import EXTENSION, RECEIPT_EXTENSION
     from ._policy import SkippedEntry, SkipReason
     from ._progress import PaymentProgress
     from ._proof import decode_proof, encode_proof
     from ._quote import Quote, QuoteEntry, budget_status, quote_payment, quote_response
     from ._recovery import Recovery, recover_payment, recover_payments, unfinished_payments
+    from ._request import EXTENSION, RECEIPT_EXTENSION
     from ._resume import resume_bridge_payment
     from ._sqlite import JournalRecord, SqliteStore, default_state_path
     from ._sync import SyncPaymentTransport, budget_status_sync, quote_payment_sync
@@ -94,7 +94,7 @@ _EXPORTS = {
     "DestinationRefused": "._exceptions",
     "encode_proof": "._proof",
     "EvmOptions": "._options",
-    "EXTENSION": "._payer",
+    "EXTENSION": "._request",
     "format_amount": "._amounts",
     "from_atomic": "._amounts",
     "InMemoryBudgetStore": "._budget",
@@ -122,7 +122,7 @@ _EXPORTS = {
     "quote_payment_sync": "._sync",
     "quote_response": "._quote",
     "QuoteEntry": "._quote",
-    "RECEIPT_EXTENSION": "._payer",
+    "RECEIPT_EXTENSION": "._request",
     "recover_payment": "._recovery",
     "recover_payments": "._recovery",
     "Recovery": "._recovery",

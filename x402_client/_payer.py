@@ -1,20 +1,15 @@
 """The payer: what happens between a 402 and the response it unlocks.
 
-Three pieces, each with one job:
+One payment, in order: read the challenge (`_dialects`) -> select the candidates
+(`_policy.select`, pure) -> approve (the hook) -> reserve, journal, pay (`_record`, the
+rail) -> deliver the proof (`_delivery.Delivery`, pure) -> settle (`_record.finish`).
+This module wires those pieces to I/O; the caller's logical request, which all hops share,
+is `_request.LogicalRequest`, and the bodies around a payment are `_streams`'.
 
-- `_policy.select` (pure) decides which entries may be paid and in which order;
-- `_delivery.Delivery` (pure) decides what to do after each answer to the paid retry;
-- this module wires them to I/O: it reads the 402, prepares the chosen candidate, asks
-  the hook, reserves the budget, pays through the rail, and delivers the proof.
-
-**The unit is the caller's logical request**, all its redirect hops included. Its state
-(`LogicalRequest`: payments made, their receipts, the origin that per-request recovery
-settings belong to) rides in `request.extensions`, which httpx copies from hop to hop, so
-every hop sees the same object. Nothing per-request is kept on the shared `Payer`. One
-logical request makes at most one payment, plus the one fresh payment that the spec's
-"already used" / "expired" rule allows; once money moved, every error it raises is of the
-"money moved" family (`PaymentVerificationFailed`, `PaymentOutcomeUnknown`) and carries
-the receipts.
+One logical request makes at most one payment, plus the one fresh payment that the spec's
+"already used" / "expired" rule allows; once money moved, every exception that leaves it is
+of the "money moved" family (`PaymentVerificationFailed`, `PaymentOutcomeUnknown`) with
+the receipts: `Payer.conclude`, called by the outermost layer the client controls.
 
 Only x402 402s are challenges: a 402 whose body is not a JSON object with `x402Version`
 (and that has no `PAYMENT-REQUIRED` header) is handed back to the caller untouched, with
@@ -27,15 +22,14 @@ import dataclasses
 import inspect
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import datetime, timezone
-from decimal import Decimal
 from typing import Any
 
 import anyio
 import httpx
 
-from ._amounts import AmountError, format_amount, parse_amount
+from ._amounts import format_amount
 from ._challenge import (
     InvalidEntry,
     VerifierReason,
@@ -66,278 +60,27 @@ from ._payment_api import PaymentAPI
 from ._policy import Candidate, SkippedEntry, SkipReason, no_candidate_error, select
 from ._progress import PaymentProgress
 from ._proof import ProofError, b64_json_decode
-from ._rails import ANY_CURRENCY, NOTE, Paid, Rail, RequestSettings
+from ._rails import NOTE, Paid, Rail
 from ._record import PaymentRecord, outcome_of, refused_money_moved
 from ._redact import guard_library_logs, safe_url
+from ._request import (
+    RECEIPT_EXTENSION,
+    REDIRECTS,
+    LogicalRequest,
+    redirect_target,
+)
 from ._state import KeyedLocks, PaymentState, state_of
+from ._streams import GuardedStream, hand_back, rebuild, replayable_body
 from ._types import PaymentIntent, PaymentReceipt
 
-__all__ = ["EXTENSION", "RECEIPT_EXTENSION", "LogicalRequest", "Payer"]
+__all__ = ["Payer"]
 
 logger = logging.getLogger("x402_client")
-
-#: `request.extensions[EXTENSION]`: per-request settings, e.g. `{"pay": False}`,
-#: `{"max_amount_per_payment": "0.05"}` (lowers every currency's cap, never raises one) or
-#: `{"resume_transaction_code": "QP..."}` (prove an earlier bridge payment, pay nothing).
-EXTENSION = "x402"
-#: `response.extensions[RECEIPT_EXTENSION]`: the `PaymentReceipt` of a paid response.
-RECEIPT_EXTENSION = "x402_payment"
-#: Where the `LogicalRequest` of a request rides (private; shared by all its hops).
-_GUARD = "x402_logical_request"
 
 Send = Callable[[httpx.Request], Awaitable[httpx.Response]]
 
 _NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
 _SETTLEMENT_HEADERS = ("X-PAYMENT-RESPONSE", "PAYMENT-RESPONSE")
-_PROOF_HEADERS = ("X-PAYMENT", "PAYMENT-SIGNATURE")
-_REDIRECTS = frozenset({301, 302, 303, 307, 308})
-_SETTINGS = frozenset(
-    {"pay", "max_amount_per_payment", "resume_transaction_code", "proof", "journal_id"}
-)
-
-
-# --- the logical request ---------------------------------------------------------------------
-
-#: Shared by every logical request that paid nothing (never mutated: `paid` replaces them).
-_NO_RECEIPTS: list[PaymentReceipt] = []
-_NO_FLAGS: list[bool] = []
-
-
-def _origin(url: httpx.URL) -> tuple[str, str, int | None]:
-    return (url.scheme, url.host, url.port)
-
-
-def _parse_settings(raw: Any) -> RequestSettings:
-    if raw is None:
-        return RequestSettings()
-    if not isinstance(raw, Mapping):
-        raise ConfigurationError(f"request.extensions[{EXTENSION!r}] must be a mapping")
-    unknown = set(raw) - _SETTINGS
-    if unknown:
-        raise ConfigurationError(f"unknown per-request x402 settings: {sorted(unknown)}")
-    pay = raw.get("pay", True)
-    if not isinstance(pay, bool):
-        raise ConfigurationError("request.extensions['x402']['pay'] must be a bool")
-    limits: dict[str, Decimal] | None = None
-    cap = raw.get("max_amount_per_payment")
-    if cap is not None:
-        items = cap.items() if isinstance(cap, Mapping) else [(ANY_CURRENCY, cap)]
-        try:
-            limits = {str(k).upper(): parse_amount(v, allow_zero=True) for k, v in items}
-        except AmountError as exc:
-            raise ConfigurationError(f"per-request max_amount_per_payment: {exc}") from None
-    resume = raw.get("resume_transaction_code")
-    if resume is not None and not isinstance(resume, str):
-        raise ConfigurationError("resume_transaction_code must be a string")
-    proof = raw.get("proof")
-    if proof is not None and not isinstance(proof, str):
-        raise ConfigurationError("proof must be the X-PAYMENT string")
-    journal_id = raw.get("journal_id")
-    if journal_id is not None and not isinstance(journal_id, str):
-        raise ConfigurationError("journal_id must be a string")
-    return RequestSettings(
-        pay=pay,
-        limits=limits,
-        resume_transaction_code=resume,
-        proof=proof,
-        journal_id=journal_id,
-    )
-
-
-class LogicalRequest:
-    """One `client.send` of the caller's, across all its redirect hops.
-
-    Made by the client's `send` when `with_eur_payment` installed the truth boundary
-    there (`bounded`: every hop of that send is its own), or else at the first hop, and
-    put into `request.extensions`; httpx copies the extensions into each redirect request,
-    so later hops find the same object. Without the boundary, a request object seen again
-    (the caller re-sends it) or a logical request that already ended starts a new one.
-
-    Every request has one, paid or not, so it is small: one slotted object until a
-    redirect or a payment needs more.
-    """
-
-    __slots__ = (
-        "_settings",
-        "bounded",
-        "done",
-        "first",
-        "fresh_used",
-        "later",
-        "origin",
-        "payer",
-        "raw_settings",
-        "receipts",
-        "record",
-        "uncertain",
-        "visits",
-    )
-
-    def __init__(self, request: httpx.Request, *, bounded: bool = False) -> None:
-        self.origin = _origin(request.url)
-        self.raw_settings: Any = request.extensions.get(EXTENSION)
-        #: The first hop, and the later ones (redirects) when there are any.
-        self.first: httpx.Request | None = request
-        self.later: list[httpx.Request] | None = None
-        #: Receipts of the payments made, in order; `uncertain[i]`: money may not have
-        #: moved yet (a permit handed over that the merchant has not settled for sure).
-        self.receipts: list[PaymentReceipt] = _NO_RECEIPTS
-        self.uncertain: list[bool] = _NO_FLAGS
-        self.fresh_used = False
-        self.done = False
-        self.bounded = bounded
-        #: The payer that answered a 402 of this request, and the record of its payment.
-        self.payer: Payer | None = None
-        self.record: PaymentRecord | None = None
-        #: URLs the paid answer's redirects led to (a second visit is a loop).
-        self.visits: set[str] | None = None
-        self._settings: RequestSettings | None = None
-
-    @classmethod
-    def of(cls, request: httpx.Request) -> LogicalRequest:
-        found = request.extensions.get(_GUARD)
-        if isinstance(found, LogicalRequest) and (
-            found.bounded or (not found.done and not found.saw(request))
-        ):
-            if request is not found.first:
-                if found.later is None:
-                    found.later = [request]
-                else:
-                    found.later.append(request)
-            return found
-        made = cls(request)
-        request.extensions[_GUARD] = made
-        return made
-
-    @classmethod
-    def begin(cls, request: httpx.Request) -> LogicalRequest:
-        """The logical request of one `client.send` (the truth boundary's)."""
-        made = cls(request, bounded=True)
-        request.extensions[_GUARD] = made
-        return made
-
-    def saw(self, request: httpx.Request) -> bool:
-        """Whether `request` is one of this logical request's hops already."""
-        return request is self.first or (
-            self.later is not None and any(hop is request for hop in self.later)
-        )
-
-    @property
-    def settings(self) -> RequestSettings:
-        """The caller's per-request settings (`extensions["x402"]`), parsed once."""
-        if self._settings is None:
-            self._settings = _parse_settings(self.raw_settings)
-        return self._settings
-
-    @property
-    def payments(self) -> int:
-        return len(self.receipts)
-
-    def is_first_origin(self, request: httpx.Request) -> bool:
-        return _origin(request.url) == self.origin
-
-    def paid(self, receipt: PaymentReceipt, *, certain: bool) -> None:
-        if self.receipts is _NO_RECEIPTS:
-            self.receipts, self.uncertain = [], []
-        self.receipts.append(receipt)
-        self.uncertain.append(not certain)
-
-    def settled(self, receipt: PaymentReceipt) -> None:
-        """The merchant served the last payment: its receipt, and money surely moved."""
-        self.receipts[-1] = receipt
-        self.uncertain[-1] = False
-
-    def visit(self, url: httpx.URL) -> None:
-        if self.visits is None:
-            self.visits = set()
-        self.visits.add(str(url.copy_with(fragment=None)))
-
-    def visited(self, url: httpx.URL) -> bool:
-        return self.visits is not None and str(url.copy_with(fragment=None)) in self.visits
-
-    def end(self) -> None:
-        """The logical request is over: let go of its hops (a request refers to this object
-        through its extensions, so holding it back would make a reference cycle)."""
-        self.done = True
-        self.first = None
-        self.later = None
-
-    def finish_hop(self, response: httpx.Response) -> httpx.Response:
-        """Pass a non-402 answer on; the last hop of a paid request carries the receipt."""
-        if response.status_code not in _REDIRECTS or "location" not in response.headers:
-            self.end()
-        if self.receipts and RECEIPT_EXTENSION not in response.extensions:
-            response.extensions = {**response.extensions, RECEIPT_EXTENSION: self.receipts[-1]}
-        return response
-
-    def truthful(self, exc: Exception) -> Exception:
-        """`exc`, or, when this request already paid, a "money moved" error wrapping it
-        (any error: ours, httpx's own redirect handling, a broken body, the disk)."""
-        self.end()
-        if not self.receipts:
-            return exc
-        if isinstance(exc, (PaymentVerificationFailed, PaymentOutcomeUnknown)):
-            known = {id(r) for r in exc.receipts}
-            exc.receipts = [r for r in self.receipts if id(r) not in known] + exc.receipts
-            return exc
-        last = self.receipts[-1]
-        what = (
-            f"{self.payments} payment(s) were made for this request "
-            f"(last: {format_amount(last.amount)} {last.currency} on {last.rail})"
-        )
-        message = f"{what}, then: {type(exc).__name__}: {exc}"
-        intent = exc.intent if isinstance(exc, X402Error) else None
-        response = exc.response if isinstance(exc, X402Error) else None
-        wrapped: X402Error
-        if any(self.uncertain):
-            wrapped = PaymentOutcomeUnknown(
-                message,
-                proof=last.proof,
-                payment_request_code=last.payment_request_code,
-                transaction_code=last.transaction_code,
-                receipts=self.receipts,
-                intent=intent,
-                response=response,
-            )
-        else:
-            wrapped = PaymentVerificationFailed(
-                message,
-                reason=str(exc),
-                receipts=self.receipts,
-                proof=last.proof,
-                intent=intent,
-                response=response,
-            )
-        request = _request_of(exc)
-        if request is not None:
-            wrapped.request = request
-        return wrapped
-
-
-def _request_of(exc: BaseException) -> httpx.Request | None:
-    """The request an httpx error was about, if it knows one (never raises)."""
-    if isinstance(exc, httpx.HTTPError):
-        try:
-            return exc.request
-        except RuntimeError:
-            return None
-    return None
-
-
-def _redirect_target(request: httpx.Request, response: httpx.Response) -> httpx.URL | str:
-    """Where a redirect answer leads, resolved the way httpx resolves it, or what is wrong
-    with its `Location` (httpx itself would raise above the payment layer)."""
-    try:
-        url = httpx.URL(response.headers["location"])
-    except httpx.InvalidURL:
-        return "names an invalid Location"
-    if url.scheme and not url.host:
-        url = url.copy_with(host=request.url.host)
-    if url.is_relative_url:
-        url = request.url.join(url)
-    if url.scheme not in ("http", "https"):
-        return "redirects to an unsupported URL scheme"
-    return url
 
 
 # --- small helpers -----------------------------------------------------------------------------
@@ -351,100 +94,10 @@ class _PayFresh:
         self.proof = proof
 
 
-class _GuardedStream(httpx.AsyncByteStream):
-    """The body of a paid response: a transit failure while reading it becomes
-    `PaymentOutcomeUnknown` carrying the proof, so the caller learns the payment was made
-    and the resource was lost, and can re-send the proof.
-
-    Closing it lets go of the callbacks (and the paid request, intent and receipt they
-    hold): httpx's response and its stream refer to each other, so whatever hangs off the
-    stream would otherwise wait for the garbage collector, and make it run more often.
-    """
-
-    def __init__(self, stream: httpx.AsyncByteStream, unknown: Callable[[str], X402Error]) -> None:
-        self._stream = stream
-        self._unknown: Callable[[str], X402Error] | None = unknown
-        #: Told when the body breaks off: the record learns it was not delivered, and the
-        #: user's `on_payment_error` hears of it.
-        self.on_broken: Callable[[X402Error], Awaitable[None]] | None = None
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        unknown, broken = self._unknown, self.on_broken
-        try:
-            async for chunk in self._stream:
-                yield chunk
-        except httpx.TransportError as exc:
-            if unknown is None:  # read after close: httpx refuses that before we get here
-                raise
-            error = unknown(
-                f"the paid response broke off in transit ({type(exc).__name__}); the payment "
-                "was made; re-sending the proof is safe"
-            )
-            if broken is not None:
-                with anyio.CancelScope(shield=True):
-                    await broken(error)
-            raise error from exc
-
-    async def aclose(self) -> None:
-        self._unknown = self.on_broken = None
-        await self._stream.aclose()
-
-
-class _Replay(httpx.AsyncByteStream):
-    """A body we read part of (`head`), then the rest of the original stream, if any."""
-
-    def __init__(self, head: bytes, rest: AsyncIterator[bytes] | None, close: Any) -> None:
-        self._head = head
-        self._rest = rest
-        self._close = close
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        if self._head:
-            yield self._head
-        if self._rest is not None:
-            async for chunk in self._rest:
-                yield chunk
-
-    async def aclose(self) -> None:
-        await self._close()
-
-
 async def _call(callback: Callable[[Any], Any], argument: Any) -> Any:
     """Call a user callback that may be sync or async."""
     result = callback(argument)
     return await result if inspect.isawaitable(result) else result
-
-
-def _replayable_body(request: httpx.Request) -> bytes | None:
-    """The request body as bytes, when it can be sent again; None for a one-shot stream.
-
-    A redirect hop carries the original request's stream unread: a `ByteStream` (bytes,
-    or no body at all) can be replayed as it is.
-    """
-    try:
-        return request.content
-    except httpx.RequestNotRead:
-        stream = request.stream
-        if isinstance(stream, httpx.ByteStream):
-            return b"".join(stream)
-        return None
-
-
-def _rebuild(
-    request: httpx.Request, body: bytes, proof: str | None = None, header: str = "X-PAYMENT"
-) -> httpx.Request:
-    headers = request.headers.copy()
-    for name in _PROOF_HEADERS:
-        headers.pop(name, None)
-    if proof is not None:
-        headers[header] = proof
-    return httpx.Request(
-        request.method,
-        request.url,
-        headers=headers,
-        content=body,
-        extensions=dict(request.extensions),
-    )
 
 
 def _settlement(response: httpx.Response) -> Mapping[str, Any] | None:
@@ -491,29 +144,6 @@ def _failure_reason(body: bytes, headers: httpx.Headers) -> str | None:
         if isinstance(data, dict) and isinstance(data.get("error"), str):
             return str(data["error"])
     return None
-
-
-def _hand_back(
-    response: httpx.Response, head: bytes, rest: AsyncIterator[bytes] | None
-) -> httpx.Response:
-    """The 402 as the caller would have had it, with the body we read put back in front
-    (decoded: `Content-Encoding` no longer applies)."""
-    headers = [
-        (k, v)
-        for k, v in response.headers.multi_items()
-        if k.lower() not in ("content-encoding", "content-length")
-    ]
-    if rest is None:
-        # The whole body is known: readable sync and async (`read()`, `aread()`).
-        return httpx.Response(
-            response.status_code, headers=headers, content=head, extensions=response.extensions
-        )
-    return httpx.Response(
-        response.status_code,
-        headers=headers,
-        stream=_Replay(head, rest, response.aclose),
-        extensions=response.extensions,
-    )
 
 
 # --- the payer ---------------------------------------------------------------------------------
@@ -640,8 +270,8 @@ class Payer:
         status = response.status_code
         if status < 300:
             return guard.finish_hop(response)
-        if status in _REDIRECTS and "location" in response.headers:
-            target = _redirect_target(request, response)
+        if status in REDIRECTS and "location" in response.headers:
+            target = redirect_target(request, response)
             if isinstance(target, str) or guard.visited(target):
                 await response.aclose()
                 problem = target if isinstance(target, str) else "redirects into a loop"
@@ -659,7 +289,7 @@ class Payer:
                 f"{safe_url(str(request.url.copy_with(query=None)))}, which answered {status} "
                 "instead of the resource",
                 request=request,
-                response=_hand_back(response, head if rest is None else b"", None),
+                response=hand_back(response, head if rest is None else b"", None),
             )
             raise error
         return guard.finish_hop(response)
@@ -720,7 +350,7 @@ class Payer:
                 receipts=guard.receipts,
                 money_moved=None if any(guard.uncertain) else True,
             )
-        body = _replayable_body(request)
+        body = replayable_body(request)
         if body is None:
             raise UnreplayableRequest(
                 "the request body is a one-shot stream and could not be re-sent with the "
@@ -752,7 +382,7 @@ class Payer:
                 )
             guard.fresh_used = True
             logger.info("x402: proof %s; asking for a fresh 402", outcome.reason)
-            fresh = await send(_rebuild(request, body))
+            fresh = await send(rebuild(request, body))
             if fresh.status_code != 402:
                 return await self.answered(guard, request, fresh)
             read, as_read = await self._read_challenge(fresh, request)
@@ -779,9 +409,9 @@ class Payer:
                     raise InvalidChallenge(
                         f"402 body exceeds the {limit}-byte limit", request=request
                     )
-                return None, _hand_back(response, head, rest)
+                return None, hand_back(response, head, rest)
             await response.aclose()
-            as_read = _hand_back(response, head, None)
+            as_read = hand_back(response, head, None)
         try:
             return challenge_of(head, response.headers, limit=limit), as_read
         except InvalidChallenge as exc:
@@ -922,7 +552,7 @@ class Payer:
                 outcome = "paid"
                 receipt = result.extensions.get(RECEIPT_EXTENSION)
                 record.served(getattr(receipt, "tx_hash", None))
-                if isinstance(result.stream, _GuardedStream):
+                if isinstance(result.stream, GuardedStream):
                     result.stream.on_broken = self._broken_body(record)
                 await self._notify("on_payment", receipt)
                 if logger.isEnabledFor(logging.INFO):
@@ -1161,7 +791,7 @@ class Payer:
             merchant_error_retries=options.merchant_error_retries,
             resend=resend,
         )
-        paid_request = _rebuild(request, body, paid.proof, paid.header)
+        paid_request = rebuild(request, body, paid.proof, paid.header)
         if made is None:
             made = self._receipt(
                 intent,
@@ -1230,7 +860,7 @@ class Payer:
                     guard.settled(served)
                 response.extensions = {**response.extensions, RECEIPT_EXTENSION: served}
                 if isinstance(response.stream, httpx.AsyncByteStream):
-                    response.stream = _GuardedStream(response.stream, unknown)
+                    response.stream = GuardedStream(response.stream, unknown)
                 return response
             shown = decision.reason or "402 without a reason"
             if step is Step.NOT_DELIVERED:
@@ -1238,7 +868,7 @@ class Payer:
                 # proof stays good to re-send; the answer rides on the error, readable.
                 head, rest = await read_upto(response, options.max_body_bytes)
                 await response.aclose()
-                answer = _hand_back(response, head if rest is None else b"", None)
+                answer = hand_back(response, head if rest is None else b"", None)
                 advice = (
                     "; the payment was made"
                     if moves_first

@@ -32,10 +32,11 @@ import httpx
 from ._budget import BudgetReport
 from ._exceptions import ConfigurationError
 from ._options import PaymentOptions
-from ._payer import EXTENSION, Payer
+from ._payer import Payer
 from ._policy import select
 from ._rails import RequestSettings
 from ._redact import safe_url
+from ._request import EXTENSION
 from ._state import state_of
 from ._types import PaymentIntent
 

@@ -65,10 +65,11 @@ from ._exceptions import (
 )
 from ._models import EuroPayload, PaymentProof
 from ._options import PaymentOptions
-from ._payer import EXTENSION, Payer
+from ._payer import Payer
 from ._policy import EXPIRY_SKEW
 from ._proof import ProofError, b64_json_decode, encode_proof
 from ._redact import strip_redacted
+from ._request import EXTENSION
 from ._sqlite import JournalRecord, SqliteStore
 from ._state import PaymentState, state_of
 

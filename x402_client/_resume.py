@@ -31,7 +31,7 @@ from typing import Any
 import httpx
 
 from ._exceptions import ConfigurationError, PaymentOutcomeUnknown
-from ._payer import EXTENSION
+from ._request import EXTENSION
 
 __all__ = ["resume_bridge_payment"]
 

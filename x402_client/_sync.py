@@ -41,8 +41,9 @@ import httpx
 from ._budget import BudgetStatus
 from ._exceptions import ConfigurationError
 from ._options import PaymentOptions, coerce_options
-from ._payer import EXTENSION, LogicalRequest, Payer
+from ._payer import Payer
 from ._quote import Quote, quote_response
+from ._request import EXTENSION, LogicalRequest
 from ._state import state_of
 
 __all__ = ["SyncPaymentTransport", "budget_status_sync", "install", "quote_payment_sync"]

@@ -7,7 +7,7 @@ would never reach `await client.get(url)`. Being below the redirect layer means 
 `X-PAYMENT` header is added to one hop only and never follows a redirect; the user's
 `auth=` and event hooks run as before. What must hold for the caller's whole request (at
 most one payment, receipts, truthful errors) rides in the request's extensions, which all
-hops share (`_payer.LogicalRequest`). See `docs/design.md`.
+hops share (`_request.LogicalRequest`). See `docs/design.md`.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def install_boundary(client: httpx.AsyncClient) -> None:
     an error raised above the payment transport (httpx's own redirect handling, a body
     read by `send`, an event hook) after a payment reaches the caller as the truthful
     "money moved" error (`Payer.conclude`). Installed once per client."""
-    from ._payer import LogicalRequest
+    from ._request import LogicalRequest
 
     send = client.send
     if getattr(send, "_x402_boundary", False):
@@ -94,7 +94,8 @@ class PaymentTransport(httpx.AsyncBaseTransport):
         *,
         payer: Payer | None = None,
     ) -> None:
-        from ._payer import LogicalRequest, Payer
+        from ._payer import Payer
+        from ._request import LogicalRequest
 
         self._transport = transport if transport is not None else httpx.AsyncHTTPTransport()
         self._payer = payer if payer is not None else Payer(coerce_options(options))

@@ -661,7 +661,7 @@ class PaymentTools:
     ) -> dict[str, Any]:
         import httpx
 
-        from ._payer import _GUARD, EXTENSION, RECEIPT_EXTENSION
+        from ._request import EXTENSION, GUARD, RECEIPT_EXTENSION
         from ._types import PaymentReceipt
 
         settings: dict[str, Any] = {}
@@ -698,7 +698,7 @@ class PaymentTools:
         except Exception as exc:
             _log_failure("fetch", where, exc)
             # What this request's payment attempt recorded, whatever the error says.
-            guard = request.extensions.get(_GUARD)
+            guard = request.extensions.get(GUARD)
             record = getattr(guard, "record", None)
             if record is not None:
                 with contextlib.suppress(AttributeError):

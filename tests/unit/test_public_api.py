@@ -144,7 +144,7 @@ def test_with_eur_payment_needs_an_httpx_client() -> None:
 
 
 def test_per_request_settings_are_validated() -> None:
-    from x402_client._payer import _parse_settings
+    from x402_client._request import _parse_settings
 
     with pytest.raises(ConfigurationError):
         _parse_settings({"pay": "no"})

@@ -68,7 +68,7 @@ async def note(**facts: str) -> None:
 
 @dataclasses.dataclass(frozen=True)
 class RequestSettings:
-    """Per-request settings from `request.extensions["x402"]` (see `_payer.EXTENSION`).
+    """Per-request settings from `request.extensions["x402"]` (see `_request.EXTENSION`).
 
     `pay=False` passes the 402 through untouched; `limits` can only lower the client's
     caps: a cap given without a currency (key `ANY_CURRENCY`) lowers every currency's, and
