@@ -60,7 +60,7 @@ from ._payment_api import PaymentAPI
 from ._policy import Candidate, SkippedEntry, SkipReason, no_candidate_error, select
 from ._progress import PaymentProgress
 from ._proof import ProofError, b64_json_decode
-from ._rails import NOTE, Paid, Rail
+from ._rails import Paid, Rail, build_rails
 from ._record import PaymentRecord, outcome_of, refused_money_moved
 from ._redact import guard_library_logs, safe_url
 from ._request import (
@@ -163,27 +163,10 @@ class Payer:
         self.options = options
         self.state: PaymentState = state_of(options)
         self._api: PaymentAPI | None = None
-        self._rails: list[Rail] = self._build_rails()
+        self._rails: list[Rail] = build_rails(self)
 
     def __repr__(self) -> str:
         return f"Payer(rails={[r.name for r in self._rails]})"
-
-    def _build_rails(self) -> list[Rail]:
-        from ._rails.euro import EuroRail
-
-        rails: list[Rail] = [EuroRail(self)]
-        if self.options.evm is not None:
-            from ._rails.evm import EvmPermitRail
-
-            rails.append(EvmPermitRail(self, self.options.evm))
-        from ._rails.eip3009 import Eip3009Rail
-
-        # The standard x402 `exact` scheme (EIP-3009): needs an EVM key, no RPC.
-        rails.append(Eip3009Rail(self))
-        from ._rails.bridge import BridgeRail
-
-        rails.append(BridgeRail(self))
-        return rails
 
     @property
     def rails(self) -> list[Rail]:
@@ -511,43 +494,34 @@ class Payer:
                 payment_request_code=getattr(entry, "payment_request_code", None),
             )
             record.calling_rail(intent.rail)
-            note = record.noter()
-            token = NOTE.set(note)
-            try:
-                async with rail.pay(entry, intent, settings) as paid:
-                    NOTE.reset(token)
-                    if paid.payload is not None:
-                        # A standard-world rail: frame its payload the way this 402 speaks.
-                        header, framed = encode_payment(
-                            challenge, challenge.accepts[candidate.index], paid.payload
-                        )
-                        paid = dataclasses.replace(paid, proof=framed, header=header)
-                    await record.prove(
-                        paid.proof,
-                        payment_request_code=paid.payment_request_code,
-                        transaction_code=paid.transaction_code,
-                        blockchain_tx_id=paid.blockchain_tx_id,
+            async with rail.pay(entry, intent, settings, record.note) as paid:
+                if paid.payload is not None:
+                    # A standard-world rail: frame its payload the way this 402 speaks.
+                    header, framed = encode_payment(
+                        challenge, challenge.accepts[candidate.index], paid.payload
                     )
-                    made = self._receipt(
-                        intent, paid, datetime.now(timezone.utc), guard.payments + 1
+                    paid = dataclasses.replace(paid, proof=framed, header=header)
+                await record.prove(
+                    paid.proof,
+                    payment_request_code=paid.payment_request_code,
+                    transaction_code=paid.transaction_code,
+                    blockchain_tx_id=paid.blockchain_tx_id,
+                )
+                made = self._receipt(intent, paid, datetime.now(timezone.utc), guard.payments + 1)
+                guard.paid(made, certain=record.moves_first)
+                if logger.isEnabledFor(logging.DEBUG):
+                    logger.debug(
+                        "x402: proving %s %s on %s (%s) to %s for %s",
+                        format_amount(intent.amount),
+                        intent.currency,
+                        intent.network,
+                        intent.rail,
+                        intent.pay_to,
+                        safe_url(intent.resource),
                     )
-                    guard.paid(made, certain=record.moves_first)
-                    if logger.isEnabledFor(logging.DEBUG):
-                        logger.debug(
-                            "x402: proving %s %s on %s (%s) to %s for %s",
-                            format_amount(intent.amount),
-                            intent.currency,
-                            intent.network,
-                            intent.rail,
-                            intent.pay_to,
-                            safe_url(intent.resource),
-                        )
-                    result = await self._deliver(
-                        guard, request, body, send, intent, paid, record, made=made
-                    )
-            finally:
-                if NOTE.get() is note:
-                    NOTE.reset(token)
+                result = await self._deliver(
+                    guard, request, body, send, intent, paid, record, made=made
+                )
             if isinstance(result, httpx.Response):
                 outcome = "paid"
                 receipt = result.extensions.get(RECEIPT_EXTENSION)

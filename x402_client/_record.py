@@ -35,8 +35,7 @@ handed over.
 from __future__ import annotations
 
 import logging
-import weakref
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -99,7 +98,6 @@ class PaymentRecord:
     """One payment intent and everything kept about it, in memory and on disk."""
 
     __slots__ = (
-        "__weakref__",
         "_budgets",
         "_journal",
         "delivered",
@@ -210,18 +208,6 @@ class PaymentRecord:
         self.entry.step("paying", rail)
 
     # --- the rail was called ---------------------------------------------------------------------
-
-    def noter(self) -> Callable[..., Awaitable[None]]:
-        """`note`, for the rail's context: it holds the record weakly (a task the rail
-        starts copies the context and may outlive the payment)."""
-        ref = weakref.ref(self)
-
-        async def note(**facts: str) -> None:
-            record = ref()
-            if record is not None:
-                await record.note(**facts)
-
-        return note
 
     async def note(self, **facts: str) -> None:
         """A fact the rail reports the moment it exists (a transaction code)."""

@@ -9,7 +9,9 @@ its permit-nonce lock that long).
 Which entry is paid is decided before any rail does I/O, by the pure policy (`_policy`),
 from each rail's `describe`; `prepare` then runs for the chosen candidate only.
 
-To add a rail, implement `Rail` and list it in `_payer.Payer._build_rails`.
+To add a rail, write a module here that implements `Rail` and has a `build(context)`
+returning the rail (or None when the options do not enable it), and name the module in
+`RAILS`: no existing rail and no flow code changes.
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Awaitable, Callable, Mapping
 from contextlib import AbstractAsyncContextManager
-from contextvars import ContextVar
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -33,12 +34,14 @@ if TYPE_CHECKING:
 __all__ = [
     "ANY_CURRENCY",
     "EIP712_DOMAIN",
-    "NOTE",
+    "RAILS",
+    "Note",
     "Paid",
     "Rail",
     "RailContext",
     "RequestSettings",
-    "note",
+    "build_rails",
+    "no_note",
 ]
 
 #: The key of `RequestSettings.limits` for a cap given without a currency: it applies to
@@ -54,16 +57,33 @@ EIP712_DOMAIN: list[dict[str, str]] = [
     {"name": "verifyingContract", "type": "address"},
 ]
 
-#: Set by the payer around `rail.pay`: where a rail reports a fact the moment it exists.
-NOTE: ContextVar[Callable[..., Awaitable[None]] | None] = ContextVar("x402_note", default=None)
+#: The rail modules, in the order the payer tries their rails on an entry (the first that
+#: can describe it pays it). Each has `build(context) -> Rail | None`.
+RAILS = ("euro", "evm", "eip3009", "bridge")
 
 
-async def note(**facts: str) -> None:
-    """Record a fact of the payment in progress (`transaction_code="QP..."`) in the ledger
-    and the journal, now: a process that dies a moment later must not lose it."""
-    callback = NOTE.get()
-    if callback is not None:
-        await callback(**facts)
+def build_rails(context: RailContext) -> list[Rail]:
+    """The rails `context`'s options enable, in `RAILS` order (each module imported now)."""
+    import importlib
+
+    rails = []
+    for name in RAILS:
+        module = importlib.import_module(f"{__name__}.{name}")
+        rail: Rail | None = module.build(context)
+        if rail is not None:
+            rails.append(rail)
+    return rails
+
+
+#: What `rail.pay` is given to record a fact of the payment in progress
+#: (`await note(transaction_code="QP...")`) in the ledger and the journal, the moment it
+#: exists: a process that dies a moment later must not lose it.
+Note = Callable[..., Awaitable[None]]
+
+
+async def no_note(**facts: str) -> None:
+    """A `Note` that records nothing (a rail used on its own, in a test or a tool)."""
+    return None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,7 +159,12 @@ class Rail(Protocol):
         ...
 
     def pay(
-        self, entry: AcceptEntry, intent: PaymentIntent, settings: RequestSettings
+        self,
+        entry: AcceptEntry,
+        intent: PaymentIntent,
+        settings: RequestSettings,
+        note: Note = no_note,
     ) -> AbstractAsyncContextManager[Paid]:
-        """Make the payment; the context stays open until the merchant has answered."""
+        """Make the payment; the context stays open until the merchant has answered.
+        `note` records each fact the moment it exists (see `Note`)."""
         ...

@@ -52,7 +52,7 @@ from .._progress import PaymentProgress, Stage
 from .._proof import encode_proof
 from .._provider import FAILED_STATUSES, TransactionRecord
 from .._types import PaymentIntent
-from . import Paid, RailContext, RequestSettings, note
+from . import Note, Paid, RailContext, RequestSettings, no_note
 
 if TYPE_CHECKING:
     from tenacity import RetryCallState
@@ -285,7 +285,11 @@ class BridgeRail:
 
     @asynccontextmanager
     async def pay(
-        self, entry: AcceptEntry, intent: PaymentIntent, settings: RequestSettings
+        self,
+        entry: AcceptEntry,
+        intent: PaymentIntent,
+        settings: RequestSettings,
+        note: Note = no_note,
     ) -> AsyncIterator[Paid]:
         assert isinstance(entry, ExactAcceptEntry)
         options = self._context.options
@@ -424,3 +428,8 @@ class BridgeRail:
                 f"it paid {format_amount(record.amount)} EUR, less than "
                 f"{format_amount(required)} EUR"
             )
+
+
+def build(context: RailContext) -> BridgeRail | None:
+    """The bridge rail (chain A through the managed account)."""
+    return BridgeRail(context)

@@ -49,7 +49,7 @@ from .._challenge import AcceptEntry
 from .._models import ExactAcceptEntry
 from .._secret import SecretStr
 from .._types import PaymentIntent
-from . import EIP712_DOMAIN, Paid, RailContext, RequestSettings
+from . import EIP712_DOMAIN, Note, Paid, RailContext, RequestSettings, no_note
 
 __all__ = [
     "EIP712_DOMAIN_TYPE",
@@ -487,7 +487,11 @@ class Eip3009Rail:
 
     @asynccontextmanager
     async def pay(
-        self, entry: AcceptEntry, intent: PaymentIntent, settings: RequestSettings
+        self,
+        entry: AcceptEntry,
+        intent: PaymentIntent,
+        settings: RequestSettings,
+        note: Note = no_note,
     ) -> AsyncIterator[Paid]:
         assert isinstance(entry, ExactAcceptEntry)
         extra = entry.extra or {}
@@ -548,3 +552,8 @@ def _intent(entry: ExactAcceptEntry, asset: Asset, resource: str) -> PaymentInte
         description=entry.description,
         accept=entry.to_wire(),
     )
+
+
+def build(context: RailContext) -> Eip3009Rail | None:
+    """The standard `exact` EIP-3009 rail: needs an EVM key, no RPC (it says so per entry)."""
+    return Eip3009Rail(context)

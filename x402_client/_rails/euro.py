@@ -12,7 +12,7 @@ from .._exceptions import PaymentOutcomeUnknown
 from .._models import X402_VERSION, EuroAcceptEntry
 from .._proof import b64url
 from .._types import PaymentIntent
-from . import Paid, RailContext, RequestSettings, note
+from . import Note, Paid, RailContext, RequestSettings, no_note
 
 __all__ = ["EuroRail", "euro_proof"]
 
@@ -62,7 +62,11 @@ class EuroRail:
 
     @asynccontextmanager
     async def pay(
-        self, entry: AcceptEntry, intent: PaymentIntent, settings: RequestSettings
+        self,
+        entry: AcceptEntry,
+        intent: PaymentIntent,
+        settings: RequestSettings,
+        note: Note = no_note,
     ) -> AsyncIterator[Paid]:
         assert isinstance(entry, EuroAcceptEntry)
         options = self._context.options
@@ -88,3 +92,8 @@ class EuroRail:
             payment_request_code=entry.payment_request_code,
             transaction_code=transaction_code,
         )
+
+
+def build(context: RailContext) -> EuroRail | None:
+    """The euro rail: always (the payment API is checked when it pays)."""
+    return EuroRail(context)

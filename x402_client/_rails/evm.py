@@ -60,7 +60,7 @@ from .._options import EvmOptions
 from .._proof import encode_proof
 from .._redact import endpoint_url, guard_library_logs
 from .._types import PaymentIntent
-from . import EIP712_DOMAIN, Paid, RailContext, RequestSettings
+from . import EIP712_DOMAIN, Note, Paid, RailContext, RequestSettings, no_note
 
 if TYPE_CHECKING:
     from web3 import AsyncHTTPProvider, AsyncWeb3
@@ -434,7 +434,11 @@ class EvmPermitRail:
 
     @asynccontextmanager
     async def pay(
-        self, entry: AcceptEntry, intent: PaymentIntent, settings: RequestSettings
+        self,
+        entry: AcceptEntry,
+        intent: PaymentIntent,
+        settings: RequestSettings,
+        note: Note = no_note,
     ) -> AsyncIterator[Paid]:
         assert isinstance(entry, ExactAcceptEntry)
         extra = classify_evm_extra(entry.extra)
@@ -711,3 +715,9 @@ class EvmPermitRail:
             endpoint = _Endpoint(url, provider, AsyncWeb3(provider, middleware=[]))
             self._endpoints[url] = endpoint
         return endpoint
+
+
+def build(context: RailContext) -> EvmPermitRail | None:
+    """The EIP-2612 permit rail, when the options have `evm`."""
+    evm = context.options.evm
+    return None if evm is None else EvmPermitRail(context, evm)
