@@ -33,12 +33,12 @@ import contextlib
 import dataclasses
 import logging
 import threading
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping
 from typing import Any, NoReturn, TypeVar
 
 import httpx
 
-from ._budget import BudgetStatus
+from ._budget import BudgetReport
 from ._exceptions import ConfigurationError
 from ._options import PaymentOptions, coerce_options
 from ._payer import Payer
@@ -531,9 +531,10 @@ def quote_payment_sync(
 
 def budget_status_sync(
     source: httpx.Client | SyncPaymentTransport | PaymentOptions,
-) -> Sequence[BudgetStatus]:
+) -> BudgetReport:
     """`budget_status` for sync code: each budget of the options behind `source` (a paying
-    `httpx.Client`, its transport, or the `PaymentOptions`), what it spent, what remains."""
+    `httpx.Client`, its transport, or the `PaymentOptions`), what it spent, what remains,
+    and `.currencies`: every currency the options can pay."""
     if isinstance(source, PaymentOptions):
         status = state_of(source).budgets.status()
         # No client, so no loop of its own: a short-lived one, in a thread of its own so

@@ -14,6 +14,7 @@ import httpx
 import pytest
 from eth_account import Account
 
+from tests.conftest import scripted_402
 from x402_client import (
     AmountLimitExceeded,
     ConfigurationError,
@@ -203,6 +204,17 @@ async def test_rpc_on_the_wrong_chain_is_a_typed_error(sandbox: Sandbox) -> None
 @pytest.mark.anyio
 async def test_rpc_urls_are_tried_in_order(sandbox: Sandbox) -> None:
     evm = sandbox.evm.evm_options(rpc_urls={137: ["http://127.0.0.1:9", sandbox.evm.rpc_url(137)]})
+    async with with_eur_payment(httpx.AsyncClient(), PaymentOptions(evm=evm)) as client:
+        response = await client.get(sandbox.url("/weather"))
+    assert response.status_code == 200
+
+
+@pytest.mark.anyio
+async def test_an_rpc_endpoint_that_answers_garbage_is_passed_over(
+    sandbox: Sandbox, serve: Any
+) -> None:
+    garbage = await serve(scripted_402(b"<html>not JSON-RPC</html>", status=200))
+    evm = sandbox.evm.evm_options(rpc_urls={137: [garbage, sandbox.evm.rpc_url(137)]})
     async with with_eur_payment(httpx.AsyncClient(), PaymentOptions(evm=evm)) as client:
         response = await client.get(sandbox.url("/weather"))
     assert response.status_code == 200

@@ -686,9 +686,10 @@ class EvmPermitRail:
                         )
                     endpoint.verified = True
                 result = await call(endpoint.w3)
-            except (OSError, TimeoutError, aiohttp.ClientError, Web3Exception) as exc:
+            except (OSError, TimeoutError, aiohttp.ClientError, Web3Exception, ValueError) as exc:
                 # Web3Exception: a JSON-RPC error object, or a call with no contract behind
-                # it (BadFunctionCallOutput). Fail over; never let it escape untyped.
+                # it (BadFunctionCallOutput); ValueError: an answer that is not JSON-RPC at
+                # all (a proxy's error page). Fail over; never let it escape untyped.
                 failures.append(f"{endpoint_url(endpoint.url)}: {type(exc).__name__}")
                 continue
             self._preferred[chain_id] = index
