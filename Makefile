@@ -40,9 +40,10 @@ test-fast: $(STAMP)
 test-unit test-flow test-integration: $(STAMP)
 	$(PY) -m pytest -n auto --dist loadfile tests/$(@:test-%=%)
 
-## Static checks: mypy --strict and ruff.
+## Static checks: mypy --strict, the import layers (import-linter) and ruff.
 lint: $(STAMP)
 	$(PY) -m mypy x402_client
+	$(VENV)/bin/lint-imports
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 
