@@ -8,14 +8,10 @@ in `Host` and `Origin` headers, as a browser would send them.
 
 from __future__ import annotations
 
-import contextlib
 import os
-import socket
 import subprocess
-from collections.abc import AsyncIterator
-from typing import IO, Any
+from typing import Any
 
-import anyio
 import httpx
 import pytest
 
@@ -29,6 +25,7 @@ from tests.integration.test_mcp_server import (
     ROOT,
     TOKEN,
     Tools,
+    listener,
     own_state_file,  # noqa: F401 (an autouse fixture: every server gets its own state file)
     read_back,
     server_env,
@@ -64,43 +61,6 @@ def run_mcp(*args: str, env: dict[str, str] | None = None) -> subprocess.Complet
         cwd=ROOT,
         stdin=subprocess.DEVNULL,
     )
-
-
-def free_port(address: str) -> int:
-    with socket.socket() as probe:
-        probe.bind((address, 0))
-        return int(probe.getsockname()[1])
-
-
-@contextlib.asynccontextmanager
-async def listener(
-    env: dict[str, str], address: str, *args: str, errlog: IO[str]
-) -> AsyncIterator[str]:
-    """Start `x402-eur mcp --http ADDRESS:PORT`; yield `http://ADDRESS:PORT`; stop it."""
-    port = free_port(address)
-    process = await anyio.open_process(
-        [*COMMAND, "--http", f"{address}:{port}", *args],
-        env={**os.environ, **env},
-        cwd=ROOT,
-        stdin=subprocess.DEVNULL,
-        stdout=errlog,
-        stderr=errlog,
-    )
-    try:
-        with anyio.fail_after(60):
-            while True:
-                assert process.returncode is None, read_back(errlog)
-                with contextlib.suppress(OSError), socket.create_connection((address, port)):
-                    break
-                await anyio.sleep(0.1)
-        yield f"http://{address}:{port}"
-    finally:
-        process.terminate()
-        with anyio.move_on_after(20) as waiting:
-            await process.wait()
-        if waiting.cancelled_caught:  # pragma: no cover
-            process.kill()
-            await process.wait()
 
 
 async def initialize(http: httpx.AsyncClient, base: str, **headers: str) -> httpx.Response:

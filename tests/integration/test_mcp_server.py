@@ -127,18 +127,20 @@ def unknown_proof() -> str:
     return encode_proof(PaymentProof(scheme="euro", network="provider:mainnet", payload=payload))
 
 
-def free_port() -> int:
+def free_port(address: str = "127.0.0.1") -> int:
     with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
+        probe.bind((address, 0))
         return int(probe.getsockname()[1])
 
 
 @contextlib.asynccontextmanager
-async def http_server(env: dict[str, str], *args: str, errlog: IO[str]) -> AsyncIterator[str]:
-    """Start `x402-eur mcp --http 127.0.0.1:PORT`; yield its MCP URL; stop it."""
-    port = free_port()
+async def listener(
+    env: dict[str, str], address: str, *args: str, errlog: IO[str]
+) -> AsyncIterator[str]:
+    """Start `x402-eur mcp --http ADDRESS:PORT`; yield `http://ADDRESS:PORT`; stop it."""
+    port = free_port(address)
     process = await anyio.open_process(
-        [*COMMAND, "--http", f"127.0.0.1:{port}", *args],
+        [*COMMAND, "--http", f"{address}:{port}", *args],
         env={**os.environ, **env},
         cwd=ROOT,
         stdin=subprocess.DEVNULL,
@@ -149,10 +151,10 @@ async def http_server(env: dict[str, str], *args: str, errlog: IO[str]) -> Async
         with anyio.fail_after(60):
             while True:
                 assert process.returncode is None, read_back(errlog)
-                with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port)):
+                with contextlib.suppress(OSError), socket.create_connection((address, port)):
                     break
                 await anyio.sleep(0.1)
-        yield f"http://127.0.0.1:{port}/mcp"
+        yield f"http://{address}:{port}"
     finally:
         process.terminate()
         with anyio.move_on_after(20) as waiting:
@@ -160,6 +162,13 @@ async def http_server(env: dict[str, str], *args: str, errlog: IO[str]) -> Async
         if waiting.cancelled_caught:  # pragma: no cover
             process.kill()
             await process.wait()
+
+
+@contextlib.asynccontextmanager
+async def http_server(env: dict[str, str], *args: str, errlog: IO[str]) -> AsyncIterator[str]:
+    """Start `x402-eur mcp --http 127.0.0.1:PORT`; yield its MCP URL; stop it."""
+    async with listener(env, "127.0.0.1", *args, errlog=errlog) as base:
+        yield f"{base}/mcp"
 
 
 # --- stdio: the whole flow -----------------------------------------------------------------------
