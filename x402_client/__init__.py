@@ -65,7 +65,15 @@ if TYPE_CHECKING:
     from ._request import EXTENSION, RECEIPT_EXTENSION
     from ._resume import resume_bridge_payment
     from ._sqlite import JournalRecord, SqliteStore, default_state_path
-    from ._sync import SyncPaymentTransport, budget_status_sync, quote_payment_sync
+    from ._sync import (
+        SyncPaymentTransport,
+        budget_status_sync,
+        quote_payment_sync,
+        recover_payment_sync,
+        recover_payments_sync,
+        resume_bridge_payment_sync,
+        unfinished_payments_sync,
+    )
     from ._transport import (
         PaymentTransport,
         payment_ledger,
@@ -124,10 +132,13 @@ _EXPORTS = {
     "QuoteEntry": "._quote",
     "RECEIPT_EXTENSION": "._request",
     "recover_payment": "._recovery",
+    "recover_payment_sync": "._sync",
     "recover_payments": "._recovery",
+    "recover_payments_sync": "._sync",
     "Recovery": "._recovery",
     "RedisBudgetStore": "._budget",
     "resume_bridge_payment": "._resume",
+    "resume_bridge_payment_sync": "._sync",
     "SkippedEntry": "._policy",
     "SkipReason": "._policy",
     "SpenderMismatch": "._exceptions",
@@ -135,6 +146,7 @@ _EXPORTS = {
     "SyncPaymentTransport": "._sync",
     "to_atomic": "._amounts",
     "unfinished_payments": "._recovery",
+    "unfinished_payments_sync": "._sync",
     "UnreplayableRequest": "._exceptions",
     "with_eur_payment": "._transport",
     "X402Error": "._exceptions",
@@ -217,9 +229,13 @@ __all__ = [
     "quote_payment_sync",
     "quote_response",
     "recover_payment",
+    "recover_payment_sync",
     "recover_payments",
+    "recover_payments_sync",
     "resume_bridge_payment",
+    "resume_bridge_payment_sync",
     "to_atomic",
     "unfinished_payments",
+    "unfinished_payments_sync",
     "with_eur_payment",
 ]

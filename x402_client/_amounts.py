@@ -56,7 +56,12 @@ def parse_amount(text: object, *, allow_zero: bool = False) -> Decimal:
     Accepts a `str` (the wire form) or a `Decimal`/`int` already in hand; refuses floats,
     since a float has already lost the exact value.
     """
-    if isinstance(text, (bool, float)):
+    if isinstance(text, float):
+        raise AmountError(
+            'amount must be a decimal string (or Decimal), e.g. "0.50", not a float: '
+            "a float cannot hold money exactly"
+        )
+    if isinstance(text, bool):
         raise AmountError(f"amount must be a decimal string, not {type(text).__name__}")
     if isinstance(text, int):
         text = str(text)
@@ -67,6 +72,9 @@ def parse_amount(text: object, *, allow_zero: bool = False) -> Decimal:
     if not isinstance(text, str):
         raise AmountError(f"amount must be a decimal string, not {type(text).__name__}")
     if not _DECIMAL_RE.match(text):
+        if text.startswith("-") and _DECIMAL_RE.match(text[1:]):
+            positive = "positive (or zero)" if allow_zero else "positive"
+            raise AmountError(f"amount {text[:40]!r} is negative: it must be {positive}")
         raise AmountError(
             f"amount {text[:40]!r} is not a plain decimal with at most {ATOMIC_DECIMALS} decimals"
         )

@@ -86,18 +86,20 @@ def uncovered_currency(currency: str) -> str:
 
 @dataclasses.dataclass(frozen=True)
 class Budget:
-    """At most `limit` (in `currency`) spent per `window` (seconds or a `timedelta`;
-    None for a lifetime total). `name` separates budgets that share a store.
+    """At most `limit` (in `currency`) spent per `window` (seconds, a `timedelta` or
+    `[COUNT]UNIT` with unit s, m, h or d: `"24h"`, `"30m"`, `"7d"`; None for a lifetime
+    total). `name` separates budgets that share a store.
 
     ```python
-    Budget("5.00", window=timedelta(hours=24))          # 5 EUR per rolling day
+    Budget("5.00", window="24h")                        # 5 EUR per rolling day
+    Budget("5.00", window=timedelta(hours=24))          # the same
     Budget("20", currency="USD", name="agent-7")        # 20 USD in total
     ```
     """
 
     limit: Decimal | str | int
     currency: str = "EUR"
-    window: float | timedelta | None = None
+    window: float | timedelta | str | None = None
     name: str = "default"
 
     def __post_init__(self) -> None:
@@ -115,9 +117,23 @@ class Budget:
             raise ConfigurationError("budget currency must be EUR or USD")
         object.__setattr__(self, "currency", currency)
         window = self.window
-        if isinstance(window, timedelta):
+        if isinstance(window, str):
+            from ._budget_spec import parse_window  # it builds on this module
+
+            try:
+                window = parse_window(window)
+            except ValueError as exc:
+                raise ConfigurationError(str(exc)) from None
+        elif isinstance(window, timedelta):
             window = window.total_seconds()
-        if window is not None and window <= 0:
+        elif window is not None and (
+            isinstance(window, bool) or not isinstance(window, (int, float, Decimal))
+        ):
+            raise ConfigurationError(
+                "budget window must be seconds (window=86400), a timedelta "
+                '(window=timedelta(hours=24)) or a string such as "24h", "30m" or "7d"'
+            )
+        if window is not None and not window > 0:
             raise ConfigurationError("budget window must be positive")
         object.__setattr__(self, "window", float(window) if window is not None else None)
 
@@ -128,7 +144,7 @@ class Budget:
 
     @property
     def window_seconds(self) -> float | None:
-        assert not isinstance(self.window, timedelta)
+        assert not isinstance(self.window, (timedelta, str))
         return self.window
 
 

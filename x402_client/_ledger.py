@@ -28,7 +28,6 @@ as requested.
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import json
 import os
 import threading
@@ -64,24 +63,11 @@ def _utc(stamp: float) -> datetime:
     return datetime.fromtimestamp(stamp, timezone.utc)
 
 
-# Entry ids: unique across the processes that share a journal, and cheap (a payment makes
-# one). A random per-process prefix and a counter; a forked child draws a new prefix.
-_prefix = ""
-_serial: Iterator[int] = iter(())
-
-
-def _reset_ids() -> None:
-    global _prefix, _serial
-    _prefix = os.urandom(8).hex()
-    _serial = itertools.count()
-
-
-_reset_ids()
-os.register_at_fork(after_in_child=_reset_ids)
-
-
+# Entry ids: 128 random bits in hex, unique across the processes that share a journal, and
+# distinct from their first characters, so that a person can name a payment by a short
+# start of its id (`x402-eur resume 3f9c2a`).
 def _new_id() -> str:
-    return f"{_prefix}{next(_serial):016x}"
+    return os.urandom(16).hex()
 
 
 @dataclasses.dataclass(slots=True)

@@ -307,7 +307,7 @@ def _api_url(value: Any) -> str:
 def _limits(value: Any) -> dict[str, Decimal]:
     """One amount: the cap of every currency. A mapping: the caps of the currencies it
     names, and no cap (nothing paid) for the others."""
-    if isinstance(value, (str, int, Decimal)) and not isinstance(value, bool):
+    if isinstance(value, (str, int, float, Decimal)) and not isinstance(value, bool):
         try:
             cap = parse_amount(value, allow_zero=True)
         except AmountError as exc:
@@ -327,6 +327,39 @@ def _limits(value: Any) -> dict[str, Decimal]:
         except AmountError as exc:
             raise ValueError(f"limit for {currency}: {exc}") from None
     return limits
+
+
+def _budgets(value: Any) -> tuple[Budget, ...]:
+    """Budgets from a `Budget`, a mapping of its fields, or `AMOUNT[CURRENCY][/WINDOW]`
+    text (`"5.00/24h"`, several separated by commas), or an iterable of those."""
+    if isinstance(value, (Budget, str)):
+        value = (value,)
+    if isinstance(value, (bytes, bytearray, Mapping)) or not isinstance(value, Iterable):
+        raise _Invalid("Input should be a valid tuple")
+    one = _dataclass(Budget)
+    kept: list[Budget] = []
+    problem = _Invalid()
+    for index, element in enumerate(value):
+        if isinstance(element, str):
+            from ._budget_spec import parse_budgets
+
+            try:
+                kept += parse_budgets([element])
+            except ValueError as exc:
+                problem.problems.append(((index,), str(exc)))
+            continue
+        try:
+            kept.append(one(element))
+        except _Invalid as exc:
+            problem.problems += [
+                ((index, *where), f"{msg}, or a string such as '5.00/24h'")
+                if not where
+                else ((index, *where), msg)
+                for where, msg in exc.problems
+            ]
+    if problem.problems:
+        raise problem
+    return tuple(kept)
 
 
 def _private_key(value: Any) -> SecretStr:
@@ -366,8 +399,13 @@ def _unknown(key: str, names: Iterable[str]) -> str:
     """The message for an unknown key: "unknown option", and the nearest known name."""
     import difflib  # only on this error path: not worth its import time otherwise
 
-    close = sorted(n for n in names if n.startswith(key) or key.startswith(n))
-    close = close or difflib.get_close_matches(key, sorted(names), n=1, cutoff=0.5)
+    # In the spelling the key is written in: snake_case unless it has a capital.
+    known = sorted(names)
+    styled = [n for n in known if n.islower() or not key.islower()] or known
+    close = [n for n in styled if n.startswith(key) or key.startswith(n)]
+    # the most similar of them: "budget" is nearer "budgets" than "budget_store"
+    close.sort(key=lambda n: -difflib.SequenceMatcher(None, key, n).ratio())
+    close = close or difflib.get_close_matches(key, styled, n=1, cutoff=0.5)
     return "unknown option" + (f"; did you mean {close[0]!r}?" if close else "")
 
 
@@ -675,10 +713,11 @@ class PaymentOptions(_Options):
     #: (`"EUR"`, `"USD"`) that pays only the currencies it names. Default:
     #: `DEFAULT_MAX_AMOUNT_PER_PAYMENT` (one euro, one dollar).
     max_amount_per_payment: dict[str, Decimal] = _field(_limits, factory=_default_limits)
-    #: Cumulative budgets (`Budget("5", window=86400)`), all enforced; one or a list. Once
-    #: any is set, only the currencies they name are paid (add `Budget(..., currency="USD")`
+    #: Cumulative budgets (`Budget("5", window="24h")`, or the command line's form
+    #: `"5.00/24h"`, `"2.00USD/7d"`), all enforced; one or a list. Once any is set, only the
+    #: currencies they name are paid (add `Budget(..., currency="USD")` or `"2.00USD/24h"`
     #: to pay dollar offers under a euro budget).
-    budgets: tuple[Budget, ...] = _field(_tuple(_dataclass(Budget), Budget), ())
+    budgets: tuple[Budget, ...] = _field(_budgets, ())
     #: Where budgets are kept: in memory by default; `RedisBudgetStore` to share them.
     budget_store: BudgetStore | None = _field(_optional(_instance(BudgetStore)), None)
     #: Where every payment is recorded in memory (a bounded window); one per options object.
@@ -743,7 +782,7 @@ class PaymentOptions(_Options):
             max_amount_per_payment: (
                 Decimal | str | int | Mapping[str, Decimal | str | int]
             ) = DEFAULT_MAX_AMOUNT_PER_PAYMENT,
-            budgets: Budget | Iterable[Budget] = (),
+            budgets: Budget | str | Iterable[Budget | str | Mapping[str, Any]] = (),
             budget_store: BudgetStore | None = None,
             ledger: PaymentLedger | None = None,
             state_path: str | pathlib.Path | None = None,

@@ -39,7 +39,9 @@ no budget is released. Recovery takes a payment over only once its process is go
 lets go of it whatever comes of it.
 
 It sends through the client it is given, with that client's auth, default headers and
-cookies: the journal keeps no credentials (`headers=` adds some per call). A merchant
+cookies: the journal keeps no credentials (`headers=` adds some per call). The same
+recovery runs for an `httpx.Client` (`recover_payments_sync`, in `_sync`): there, its
+requests go through the sync client's own `request`, in a worker thread. A merchant
 that answers 401 or 403 has not said the payment cannot be finished: the record stays
 unfinished (`pending`), and the reason says to pass the credentials.
 """
@@ -49,7 +51,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Literal
 
 import anyio
@@ -80,6 +82,9 @@ logger = logging.getLogger("x402_client")
 Status = Literal["delivered", "failed", "unrecoverable", "pending", "in_progress"]
 #: Extra headers for a recovery: `{"Authorization": "Bearer ..."}` or `[(name, value)]`.
 Headers = Mapping[str, str] | Sequence[tuple[str, str]]
+#: How a recovery sends a request: `(method, url, request_kwargs)` through the paying
+#: client (`client.request`), the answer read in full.
+Send = Callable[[str, str, dict[str, Any]], Awaitable[httpx.Response]]
 
 #: Settle-on-proof rails: the merchant moves the money with the signed proof, so without a
 #: proof handed over nothing can have moved.
@@ -115,7 +120,9 @@ class Recovery:
     error: X402Error | None = None
 
 
-def _state(source: httpx.AsyncClient | PaymentOptions) -> tuple[PaymentState, SqliteStore]:
+def _state(
+    source: httpx.AsyncClient | httpx.Client | PaymentOptions,
+) -> tuple[PaymentState, SqliteStore]:
     if isinstance(source, PaymentOptions):
         options = source
     else:
@@ -187,14 +194,26 @@ def _codes(record: JournalRecord) -> str:
     return f"{what} for {record.resource}" + (f"; {', '.join(codes)}" if codes else "")
 
 
+def sender(client: httpx.AsyncClient) -> Send:
+    """`Send` through an async client."""
+
+    async def send(method: str, url: str, request_kwargs: dict[str, Any]) -> httpx.Response:
+        response = await client.request(method, url, **request_kwargs)
+        await response.aread()
+        return response
+
+    return send
+
+
 async def _send(
-    client: httpx.AsyncClient,
+    send: Send,
     record: JournalRecord,
     settings: dict[str, Any],
     headers: Headers | None,
 ) -> httpx.Response:
-    """The journaled request again, through `client` (its auth, default headers and
-    cookies apply): the journaled headers, less those `headers` replaces, plus `headers`."""
+    """The journaled request again, sent by `send` through the paying client (its auth,
+    default headers and cookies apply): the journaled headers, less those `headers`
+    replaces, plus `headers`."""
     if record.request_body_omitted:
         raise ConfigurationError(
             f"the journal did not keep the {record.request_body_size}-byte request body"
@@ -206,15 +225,15 @@ async def _send(
         for name, value in record.request_headers
         if name.lower() not in replaced and value != "REDACTED"
     ]
-    response = await client.request(
+    return await send(
         record.request_method,
         strip_redacted(record.request_url),
-        headers=[*sent, *extra.multi_items()],
-        content=record.request_body,
-        extensions={EXTENSION: settings},
+        {
+            "headers": [*sent, *extra.multi_items()],
+            "content": record.request_body,
+            "extensions": {EXTENSION: settings},
+        },
     )
-    await response.aread()
-    return response
 
 
 def _settled(record: JournalRecord) -> Recovery | None:
@@ -254,7 +273,17 @@ async def recover_payment(
     and with `headers` (they replace journaled headers of the same name). A payment a live
     process is working on is left alone: `in_progress`.
     """
-    _, journal = _state(client)
+    return await recover_one(client, journal_id, headers, sender(client))
+
+
+async def recover_one(
+    source: httpx.AsyncClient | httpx.Client,
+    journal_id: str,
+    headers: Headers | None,
+    send: Send,
+) -> Recovery:
+    """`recover_payment` for the paying client `source`, its requests sent by `send`."""
+    state, journal = _state(source)
     record = await journal.get(journal_id)
     if record is None:
         raise ConfigurationError(f"no journaled payment {journal_id!r}")
@@ -267,7 +296,7 @@ async def recover_payment(
     try:
         # What the process that owned it left, now that none does.
         record = await journal.get(record.id) or record
-        result = _settled(record) or await _recover(client, record, headers)
+        result = _settled(record) or await _recover(state, journal, record, headers, send)
     finally:
         with anyio.CancelScope(shield=True):
             try:
@@ -284,10 +313,13 @@ async def recover_payment(
 
 
 async def _recover(
-    client: httpx.AsyncClient, record: JournalRecord, headers: Headers | None
+    state: PaymentState,
+    journal: SqliteStore,
+    record: JournalRecord,
+    headers: Headers | None,
+    send: Send,
 ) -> Recovery:
     """Recover `record`, which this process owns now (no live process did)."""
-    state, journal = _state(client)
 
     async def give_up(reason: str) -> Recovery:
         # Say what is known of the money: on a pay-first rail a proof or a transaction code
@@ -351,7 +383,7 @@ async def _recover(
             )
         try:
             response = await _send(
-                client,
+                send,
                 record,
                 {"resume_transaction_code": record.transaction_code, "journal_id": record.id},
                 headers,
@@ -379,7 +411,7 @@ async def _recover(
             "still have settled it (check the chain)"
         )
     try:
-        response = await _send(client, record, {"proof": proof}, headers)
+        response = await _send(send, record, {"proof": proof}, headers)
     except PaymentNotConfirmed as exc:
         if record.rail == "euro" and expired:
             return await nothing_moved(
@@ -416,7 +448,15 @@ async def recover_payments(
     """Recover every unfinished journaled payment, oldest first (`recover_payment`, with
     `headers` for each). Those a live process is working on are reported `in_progress`
     and left alone."""
+    return await recover_all(client, headers, sender(client))
+
+
+async def recover_all(
+    source: httpx.AsyncClient | httpx.Client, headers: Headers | None, send: Send
+) -> list[Recovery]:
+    """`recover_payments` for the paying client `source`, its requests sent by `send`."""
+    _, journal = _state(source)
     results = []
-    for record in await unfinished_payments(client):
-        results.append(await recover_payment(client, record.id, headers=headers))
+    for record in await journal.unfinished():
+        results.append(await recover_one(source, record.id, headers, send))
     return results

@@ -16,6 +16,7 @@ except PaymentOutcomeUnknown as exc:
     )
     # 2. or let this module rebuild the request from the error
     response = await resume_bridge_payment(client, exc)
+    # (with an httpx.Client: resume_bridge_payment_sync(client, exc))
 ```
 
 On the merchant's 402 the bridge rail then looks the transaction up, checks it pays
@@ -55,6 +56,17 @@ async def resume_bridge_payment(
     way `extensions["x402"]["resume_transaction_code"]` is set, keeping any other
     per-request x402 settings. `client` must be a paying client (`with_eur_payment`).
     """
+    method, target, request_kwargs = resumed_request(error, method, url, request_kwargs)
+    return await client.request(method, target, **request_kwargs)
+
+
+def resumed_request(
+    error: PaymentOutcomeUnknown,
+    method: str,
+    url: str | None,
+    request_kwargs: dict[str, Any],
+) -> tuple[str, httpx.URL | str, dict[str, Any]]:
+    """What `resume_bridge_payment` sends: `(method, url, request_kwargs)` for `request`."""
     code = error.transaction_code
     if not code:
         raise ConfigurationError(
@@ -86,7 +98,7 @@ async def resume_bridge_payment(
                     "the error carries neither the request nor the paid resource; pass url="
                 )
             url = error.intent.resource
-        return await client.request(method, url, extensions=extensions, **request_kwargs)
+        return method, url, {"extensions": extensions, **request_kwargs}
 
     headers = [
         (name, value)
@@ -97,11 +109,13 @@ async def resume_bridge_payment(
         content: bytes | None = original.content
     except httpx.RequestNotRead:
         content = None
-    return await client.request(
+    return (
         original.method,
         original.url,
-        headers=headers,
-        content=content or None,
-        extensions=extensions,
-        **request_kwargs,
+        {
+            "headers": headers,
+            "content": content or None,
+            "extensions": extensions,
+            **request_kwargs,
+        },
     )

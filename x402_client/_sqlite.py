@@ -829,6 +829,11 @@ class SqliteStore:
         found = await self._read(partial(self._select, "id = ?", (id,), "", None))
         return found[0] if found else None
 
+    async def starting_with(self, prefix: str, limit: int | None = None) -> list[JournalRecord]:
+        """The payments whose id starts with `prefix`, newest first (at most `limit`)."""
+        where, args = "substr(id, 1, ?) = ?", (len(prefix), prefix)
+        return await self._read(partial(self._select, where, args, "DESC", limit))
+
     async def find_by_proof(
         self, proof: str, payment_request_code: str | None = None
     ) -> JournalRecord | None:

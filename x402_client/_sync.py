@@ -34,19 +34,35 @@ import dataclasses
 import logging
 import threading
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
+import anyio
 import httpx
 
 from ._budget import BudgetReport
-from ._exceptions import ConfigurationError
+from ._exceptions import ConfigurationError, PaymentOutcomeUnknown
 from ._options import PaymentOptions, coerce_options
 from ._payer import Payer
 from ._quote import Quote, quote_response
 from ._request import EXTENSION, LogicalRequest
+from ._resume import resumed_request
 from ._state import state_of
 
-__all__ = ["SyncPaymentTransport", "budget_status_sync", "install", "quote_payment_sync"]
+if TYPE_CHECKING:
+    # Loaded by recovery only: the journal brings SQLite, which paying does not need.
+    from ._recovery import Headers, Recovery, Send
+    from ._sqlite import JournalRecord
+
+__all__ = [
+    "SyncPaymentTransport",
+    "budget_status_sync",
+    "install",
+    "quote_payment_sync",
+    "recover_payment_sync",
+    "recover_payments_sync",
+    "resume_bridge_payment_sync",
+    "unfinished_payments_sync",
+]
 
 logger = logging.getLogger("x402_client")
 
@@ -536,10 +552,96 @@ def budget_status_sync(
     `httpx.Client`, its transport, or the `PaymentOptions`), what it spent, what remains,
     and `.currencies`: every currency the options can pay."""
     if isinstance(source, PaymentOptions):
-        status = state_of(source).budgets.status()
-        # No client, so no loop of its own: a short-lived one, in a thread of its own so
-        # that this works from inside a running event loop too.
-        with concurrent.futures.ThreadPoolExecutor(1) as pool:
-            return pool.submit(asyncio.run, status).result()
+        return _run_alone(state_of(source).budgets.status())
     driver = _driver_of(source, "budget_status_sync", "budget_status")
     return driver.run(driver.payer.state.budgets.status())
+
+
+def _run_alone(coro: Coroutine[Any, Any, _T]) -> _T:
+    """Run `coro` for options without a client, so without a loop of their own: on a
+    short-lived one, in a thread of its own so that this works from inside a running
+    event loop too."""
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coro).result()
+
+
+# --- recovery --------------------------------------------------------------------------------
+
+
+def unfinished_payments_sync(
+    source: httpx.Client | SyncPaymentTransport | PaymentOptions,
+) -> list[JournalRecord]:
+    """`unfinished_payments` for sync code: the journaled payments whose money moved or may
+    have and whose resource was not delivered, oldest first, for `source` (a paying
+    `httpx.Client`, its transport, or the `PaymentOptions`)."""
+    from ._recovery import _state
+
+    if isinstance(source, PaymentOptions):
+        _, journal = _state(source)
+        return _run_alone(journal.unfinished())
+    driver = _driver_of(source, "unfinished_payments_sync", "unfinished_payments")
+    _, journal = _state(driver.payer.options)
+    return driver.run(journal.unfinished())
+
+
+def _recovery_driver(client: httpx.Client, what: str, instead: str) -> _Driver:
+    driver = _driver_of(client, what, instead)
+    if not isinstance(client, httpx.Client):
+        raise ConfigurationError(f"{what} sends through the paying httpx.Client, not its transport")
+    return driver
+
+
+def _sender(client: httpx.Client) -> Send:
+    """A recovery's `Send` through the sync `client`'s own `request` (its auth, default
+    headers and cookies apply), in a worker thread, the answer read there."""
+
+    def request(method: str, url: str, request_kwargs: dict[str, Any]) -> httpx.Response:
+        response = client.request(method, url, **request_kwargs)
+        try:
+            response.read()
+        except BaseException:
+            response.close()
+            raise
+        return response
+
+    async def send(method: str, url: str, request_kwargs: dict[str, Any]) -> httpx.Response:
+        return await anyio.to_thread.run_sync(request, method, url, request_kwargs)
+
+    return send
+
+
+def recover_payments_sync(
+    client: httpx.Client, *, headers: Headers | None = None
+) -> list[Recovery]:
+    """`recover_payments` for a paying `httpx.Client`: finish every unfinished journaled
+    payment, oldest first, never paying again. The requests go through `client`, with its
+    auth, default headers and cookies, and with `headers`."""
+    from ._recovery import recover_all
+
+    driver = _recovery_driver(client, "recover_payments_sync", "recover_payments")
+    return driver.run(recover_all(client, headers, _sender(client)))
+
+
+def recover_payment_sync(
+    client: httpx.Client, journal_id: str, *, headers: Headers | None = None
+) -> Recovery:
+    """`recover_payment` for a paying `httpx.Client`: finish the journaled payment
+    `journal_id`, never paying again (its request goes through `client`, with `headers`)."""
+    from ._recovery import recover_one
+
+    driver = _recovery_driver(client, "recover_payment_sync", "recover_payment")
+    return driver.run(recover_one(client, journal_id, headers, _sender(client)))
+
+
+def resume_bridge_payment_sync(
+    client: httpx.Client,
+    error: PaymentOutcomeUnknown,
+    method: str = "GET",
+    url: str | None = None,
+    **request_kwargs: Any,
+) -> httpx.Response:
+    """`resume_bridge_payment` for a paying `httpx.Client`: re-send the request behind
+    `error` so that it proves `error.transaction_code` instead of paying again."""
+    _recovery_driver(client, "resume_bridge_payment_sync", "resume_bridge_payment")
+    method, target, request_kwargs = resumed_request(error, method, url, request_kwargs)
+    return client.request(method, target, **request_kwargs)

@@ -23,10 +23,10 @@ Heavy imports happen inside the commands, so `x402-eur --help` stays fast.
 
 Exit codes: 0 success; 1 an error (network, configuration, a port in use, a payment that
 could not be finished); 2 a usage mistake (a bad option, a file named on the command line
-or the state file that cannot be read or written, an unknown payment id); 3 the payment
-was refused or failed (an `X402Error`: the message says whether money moved); 22 the
-server answered an HTTP error status (as curl's `--fail`). Every mistake is answered in
-one or two lines; `--debug` shows the traceback.
+or the state file that cannot be read or written, a payment id that is unknown, ambiguous
+or too short); 3 the payment was refused or failed (an `X402Error`: the message says
+whether money moved); 22 the server answered an HTTP error status (as curl's `--fail`).
+Every mistake is answered in one or two lines; `--debug` shows the traceback.
 """
 
 from __future__ import annotations
@@ -636,32 +636,56 @@ async def _payments(args: argparse.Namespace) -> int:
     return 0
 
 
+#: The fewest characters of an id that name a payment (`resume 3f9c2a`).
+MIN_ID_PREFIX = 6
+#: How many payments an ambiguous start of an id lists.
+_CANDIDATES = 10
+
+
 async def _find_record(args: argparse.Namespace) -> JournalRecord:
-    """The journaled payment `args.id` names: its id, or a unique start of it."""
+    """The journaled payment `args.id` names: its id, or a unique start of it (at least
+    `MIN_ID_PREFIX` characters)."""
+    prog = f"x402-eur {args.command}"
+    hint = "List them with: x402-eur payments --unfinished"
     path, exists = _journal_path(args)
-    missing = _mistake(
-        "x402-eur resume",
-        f"no payment {args.id!r} in {path}",
-        "List them with: x402-eur payments --unfinished",
-    )
-    if not exists:
-        raise missing
-    store = _open_store(args, path)
+    store = _open_store(args, path) if exists else None
     try:
-        record = await store.get(args.id)
+        record = None if store is None else await store.get(args.id)
         if record is not None:
             return record
-        if len(args.id) < 4:
-            raise missing
-        seen = {r.id: r for r in [*await store.unfinished(), *await store.payments(limit=500)]}
+        if len(args.id) < MIN_ID_PREFIX:
+            raise _mistake(
+                prog,
+                f"{args.id!r} is too short: give at least {MIN_ID_PREFIX} characters of the id",
+                hint,
+            )
+        found = [] if store is None else await store.starting_with(args.id, _CANDIDATES + 1)
     finally:
-        store.close()
-    matches = [r for key, r in seen.items() if key.startswith(args.id)]
-    if len(matches) > 1:
-        raise _mistake("x402-eur resume", f"{args.id!r} matches {len(matches)} payments")
-    if not matches:
-        raise missing
-    return matches[0]
+        if store is not None:
+            store.close()
+    if not found:
+        raise _mistake(prog, f"no payment {args.id!r} in {path}", hint)
+    if len(found) == 1:
+        return found[0]
+    many = (
+        f"more than {_CANDIDATES} payments; the newest {_CANDIDATES}"
+        if len(found) > _CANDIDATES
+        else f"{len(found)} payments"
+    )
+    rows = [
+        [
+            record.id,
+            _money(record.amount, record.currency),
+            record.resource,
+            record.created_at.astimezone().strftime("%Y-%m-%d %H:%M:%S"),
+        ]
+        for record in found[:_CANDIDATES]
+    ]
+    table = _grid(["ID", "AMOUNT", "RESOURCE", "CREATED"], rows, right=(1,))
+    listed = "\n".join(f"  {line}" for line in table.splitlines())
+    raise _mistake(
+        prog, f"{args.id!r} matches {many}:\n{listed}", "Give more characters of the id."
+    )
 
 
 async def _resume(args: argparse.Namespace) -> int:
@@ -949,10 +973,30 @@ class _Parser(argparse.ArgumentParser):
     def error(self, message: str) -> Any:
         raise _UsageError(f"{self.prog}: {message}\nTry '{self.prog} --help'.")
 
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        # An option a command does not know is that command's mistake, answered with its own
+        # `--help` (argparse would leave it to the top-level parser).
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed, extras
+
     def format_help(self) -> str:
         if self.epilog_factory is not None:
             self.epilog = self.epilog_factory()
         return super().format_help()
+
+
+def _global_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
+    """`--version` and `--debug`, taken before or after the command (`x402-eur fetch --debug
+    URL`); a command's parser leaves `--debug` unset unless given, so that it does not
+    undo one given before the command."""
+    version = f"x402-eur {__version__}"
+    parser.add_argument("--version", action="version", version=version)
+    default = False if top else argparse.SUPPRESS
+    parser.add_argument("--debug", action="store_true", default=default, help="show tracebacks")
 
 
 def _header(value: str) -> tuple[str, str]:
@@ -968,7 +1012,7 @@ def _amount(value: str) -> str:
     try:
         parse_amount(value, allow_zero=True)
     except AmountError as exc:
-        raise argparse.ArgumentTypeError(f"{value!r} is not an amount: {exc}") from None
+        raise argparse.ArgumentTypeError(str(exc)) from None
     return value
 
 
@@ -985,6 +1029,14 @@ def _budget(value: str) -> str:
 
 def _url(value: str) -> str:
     if not value.startswith(("http://", "https://")):
+        import re
+
+        scheme = re.match(r"\A([A-Za-z][A-Za-z0-9+.-]*)://", value)
+        if scheme is not None:
+            raise argparse.ArgumentTypeError(
+                f"{value[:80]!r}: the {scheme[1]}:// scheme is not supported "
+                "(http:// and https:// only)"
+            )
         raise argparse.ArgumentTypeError(
             f"{value!r} is not an http(s) URL (did you mean https://{value}?)"
         )
@@ -1024,6 +1076,9 @@ _ENV_ABOUT = {
     "evm_private_key": "the key that signs EVM permits (hex)",
     "evm_rpc_url_1": "RPC URL(s) of chain 1, comma-separated",
     "evm_rpc_url_137": "RPC URL(s) of chain 137, comma-separated",
+    "assets": "tokens to pay standard x402 exact entries in, comma-separated, each\n"
+    "      CHAIN:ADDRESS:SYMBOL:CURRENCY[:DECIMALS] (CURRENCY EUR or USD, DECIMALS\n"
+    "      default 6), e.g. 8453:0x...:EURC:EUR:6",
 }
 
 
@@ -1055,8 +1110,7 @@ def _parser() -> argparse.ArgumentParser:
         epilog="Exit codes: 0 ok, 1 error, 2 usage, 3 payment refused or failed, "
         "22 HTTP error status. Reference: docs/cli.md.",
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    parser.add_argument("--debug", action="store_true", help="show tracebacks")
+    _global_options(parser, top=True)
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     state = _Parser(add_help=False)
@@ -1161,7 +1215,9 @@ def _parser() -> argparse.ArgumentParser:
         "one status line to stderr. Exit 0 when it was delivered (now or earlier), 1\n"
         "otherwise (also when a running process is still paying it: it is left alone).",
     )
-    resume.add_argument("id", help="the payment's id (x402-eur payments), or its first characters")
+    resume.add_argument(
+        "id", help="the payment's id (x402-eur payments), or its first 6 or more characters"
+    )
     resume.add_argument("-o", "--output", metavar="FILE", help="write the body to FILE")
     resume.add_argument(
         "-H",
@@ -1217,6 +1273,8 @@ def _parser() -> argparse.ArgumentParser:
     mcp_server.configure_parser(
         commands.add_parser("mcp", help="serve MCP tools that pay for HTTP within a budget")
     )
+    for command in commands.choices.values():
+        _global_options(command, top=False)
     return parser
 
 
@@ -1224,6 +1282,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     debug = "--debug" in (sys.argv[1:] if argv is None else argv)
     try:
         args = _parser().parse_args(argv)
+        debug = args.debug
         command = {
             "demo": _demo,
             "fetch": _fetch,

@@ -435,8 +435,18 @@ def test_a_port_in_use_is_one_line_and_a_plain_sandbox_lists_only_its_euro_resou
 MISTAKES = [
     (("fetch", "merchant.example/paid"), 2, "not an http(s) URL"),
     (("fetch", "-H", "NoColon", "http://127.0.0.1:9/"), 2, "not a header"),
-    (("fetch", "--max-amount", "abc", "http://127.0.0.1:9/"), 2, "not an amount"),
-    (("fetch", "--max-amount", "-1", "http://127.0.0.1:9/"), 2, "not an amount"),
+    (("fetch", "--max-amount", "abc", "http://127.0.0.1:9/"), 2, "is not a plain decimal"),
+    (
+        ("fetch", "--max-amount", "-1", "http://127.0.0.1:9/"),
+        2,
+        "argument --max-amount: amount '-1' is negative: it must be positive (or zero)\n",
+    ),
+    (
+        ("fetch", "ftp://127.0.0.1/x"),
+        2,
+        "argument url: 'ftp://127.0.0.1/x': the ftp:// scheme is not supported "
+        "(http:// and https:// only)\n",
+    ),
     (("fetch",), 2, "required"),
     (("bogus",), 2, "invalid choice"),
     (("fetch", "http://127.0.0.1:9/"), 1, "X402_EUR_API_KEY"),
@@ -521,3 +531,130 @@ async def test_a_euro_budget_refuses_a_dollar_offer_and_says_how_to_allow_it(ser
     paid = await anyio.to_thread.run_sync(fetch, "0.15/24h", "2.00USD/24h")
     assert paid.returncode == 0, paid.stderr
     assert len(merchant.paid) == 1
+
+
+# --- naming a payment by the start of its id ---------------------------------------------------
+
+
+def journal_of(path: Path, ids: list[str], resource: str = "http://127.0.0.1:9/paid") -> list:
+    """A state file holding failed payments with these ids (oldest first); their records."""
+    import asyncio
+    from decimal import Decimal
+
+    from x402_client._sqlite import SqliteStore
+    from x402_client._types import PaymentIntent
+
+    async def write() -> list:
+        with SqliteStore(path) as store:
+            for number, id in enumerate(ids):
+                intent = PaymentIntent(
+                    rail="euro",
+                    scheme="euro",
+                    network="n",
+                    asset="EURO",
+                    asset_symbol="EURO",
+                    amount=Decimal("0.10") * (number + 1),
+                    currency="EUR",
+                    pay_to="ACC_X",
+                    resource=f"{resource}/{number}",
+                )
+                await store.open_payment(
+                    intent=intent,
+                    request_method="GET",
+                    request_url=intent.resource,
+                    request_body=None,
+                    request_headers=(),
+                    reservations=(),
+                    id=id,
+                )
+                await store.finish_payment(id, "failed", delivered=False, error="declined")
+            return [await store.get(id) for id in ids]
+
+    return asyncio.run(write())
+
+
+def created(record) -> str:
+    return record.created_at.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+
+
+def test_resume_lists_the_payments_an_ambiguous_start_of_an_id_names(own_state_file) -> None:
+    first, second, _other = journal_of(
+        own_state_file, ["754804" + "a" * 26, "754804" + "b" * 26, "c0ffee" + "0" * 26]
+    )
+    result = run("resume", "754804", timeout=60)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert result.stderr.splitlines() == [
+        "x402-eur resume: '754804' matches 2 payments:",
+        f"  {'ID':32}    AMOUNT  {'RESOURCE':25}  CREATED",
+        f"  {second.id}  0.20 EUR  http://127.0.0.1:9/paid/1  {created(second)}",
+        f"  {first.id}  0.10 EUR  http://127.0.0.1:9/paid/0  {created(first)}",
+        "Give more characters of the id.",
+    ]
+
+
+def test_resume_wants_at_least_six_characters_of_an_id(own_state_file) -> None:
+    journal_of(own_state_file, ["c0ffee" + "0" * 26])
+    short = run("resume", "c0ffe", timeout=60)
+    assert short.returncode == 2
+    assert short.stderr.splitlines() == [
+        "x402-eur resume: 'c0ffe' is too short: give at least 6 characters of the id",
+        "List them with: x402-eur payments --unfinished",
+    ]
+    unknown = run("resume", "c0ffef", timeout=60)
+    assert unknown.returncode == 2
+    assert unknown.stderr.splitlines() == [
+        f"x402-eur resume: no payment 'c0ffef' in {own_state_file}",
+        "List them with: x402-eur payments --unfinished",
+    ]
+
+
+def test_resume_finds_a_payment_by_the_start_of_its_id_however_old(own_state_file) -> None:
+    oldest, *_ = journal_of(own_state_file, [f"{n:032x}"[::-1] for n in range(1, 503)])
+    env = {
+        "X402_EUR_API_KEY": "key",
+        "X402_EUR_ACCOUNT": "ACC_PAYER",
+        "X402_EUR_API_URL": "http://127.0.0.1:9",
+    }
+    result = run("resume", oldest.id[:6], env=env, timeout=60)
+    assert result.stdout == ""
+    assert result.stderr.splitlines() == [
+        "x402-eur: failed: it failed earlier; no money moved "
+        "(0.10 EUR, euro, http://127.0.0.1:9/paid/0)"
+    ]
+    assert result.returncode == 1
+
+
+# --- global options before or after the command ------------------------------------------------
+
+
+def test_debug_is_taken_after_the_command_too(own_state_file) -> None:
+    listed = run("payments", "--debug", timeout=60)
+    assert listed.returncode == 0
+    assert listed.stderr.splitlines() == [
+        f"x402-eur: no payments yet ({own_state_file} does not exist)"
+    ]
+    env = {k: "" for k in ("X402_EUR_API_KEY", "X402_EUR_ACCOUNT", "X402_EUR_API_URL")}
+    failed = run("fetch", "--debug", "http://127.0.0.1:9/", env=env, timeout=60)
+    assert failed.returncode == 1
+    assert failed.stderr.startswith("Traceback (most recent call last):\n")
+    assert failed.stderr.splitlines()[-1].startswith(
+        "x402_client._exceptions.ConfigurationError: no usable payment configuration"
+    )
+
+
+def test_version_is_taken_after_the_command_too() -> None:
+    result = run("payments", "--version", timeout=60)
+    assert (result.returncode, result.stdout, result.stderr) == (0, f"x402-eur {__version__}\n", "")
+
+
+@pytest.mark.parametrize("command", ["fetch", "payments", "resume", "mcp"])
+def test_an_unknown_option_of_a_command_points_at_the_command_s_help(command) -> None:
+    args = {"fetch": ["http://127.0.0.1:9/"], "resume": ["c0ffee"]}.get(command, [])
+    result = run(command, "--frobnicate", *args, timeout=60)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert result.stderr.splitlines() == [
+        f"x402-eur {command}: unrecognized arguments: --frobnicate",
+        f"Try 'x402-eur {command} --help'.",
+    ]

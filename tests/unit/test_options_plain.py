@@ -217,7 +217,8 @@ def test_strings_paths_and_tuples() -> None:
         ({"budgets": 5}, "budgets: Input should be a valid tuple"),
         (
             {"budgets": [Budget("1"), 5]},
-            "budgets.1: Input should be a dictionary or an instance of Budget",
+            "budgets.1: Input should be a dictionary or an instance of Budget, or a string "
+            "such as '5.00/24h'",
         ),
         ({"budgets": [{"limit": "1", "foo": 2}]}, "budgets.0.foo: Unexpected keyword argument"),
         ({"on_payment": 5}, "on_payment: Input should be callable"),
@@ -232,13 +233,13 @@ def test_strings_paths_and_tuples() -> None:
         ),
         (
             {"max_amount_per_payment": 0.5},
-            "max_amount_per_payment: Value error, must be an amount (for every currency) or a "
-            "mapping of currency to amount",
+            "max_amount_per_payment: Value error, limit: amount must be a decimal string (or "
+            'Decimal), e.g. "0.50", not a float: a float cannot hold money exactly',
         ),
         (
             {"max_amount_per_payment": {"usd": "-1"}},
-            "max_amount_per_payment: Value error, limit for usd: amount '-1' is not a plain "
-            "decimal with at most 6 decimals",
+            "max_amount_per_payment: Value error, limit for usd: amount '-1' is negative: it "
+            "must be positive (or zero)",
         ),
     ],
 )

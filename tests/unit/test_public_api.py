@@ -32,6 +32,19 @@ def test_all_is_sorted_and_complete() -> None:
     assert set(x402_client._EXPORTS) | {"__version__"} == set(names)
 
 
+def test_every_async_helper_has_a_sync_form() -> None:
+    for name in (
+        "budget_status",
+        "quote_payment",
+        "recover_payment",
+        "recover_payments",
+        "resume_bridge_payment",
+        "unfinished_payments",
+    ):
+        assert f"{name}_sync" in x402_client.__all__, name
+        assert callable(getattr(x402_client, f"{name}_sync")), name
+
+
 def test_every_error_is_an_httpx_error() -> None:
     for name in x402_client.__all__:
         value = getattr(x402_client, name)

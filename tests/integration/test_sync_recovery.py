@@ -1,0 +1,161 @@
+"""Recovery for `httpx.Client`: the journal's unfinished payments listed and finished from
+sync code, through the sync client itself (its default headers apply), never paying twice.
+Over real sockets against the sandbox on 127.0.0.1."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.conftest import payments
+from tests.integration.test_sync_client import served
+from tests.merchants import Reply, ScriptedMerchant, Seen
+from x402_client import (
+    ConfigurationError,
+    PaymentOptions,
+    PaymentOutcomeUnknown,
+    recover_payment_sync,
+    recover_payments_sync,
+    resume_bridge_payment_sync,
+    unfinished_payments_sync,
+    with_eur_payment,
+)
+from x402_client._state import state_of
+from x402_client.sandbox import Account, Price, Sandbox
+
+#: What the merchant wants on every request; the journal does not keep it (a secret).
+MERCHANT_KEY = "merchant-key-1"
+
+
+@pytest.fixture(autouse=True)
+def _no_loop_threads_left() -> Iterator[None]:
+    yield
+    deadline = time.monotonic() + 2
+    while time.monotonic() < deadline and any(
+        t.name.startswith("x402-sync") for t in threading.enumerate()
+    ):
+        time.sleep(0.01)
+    assert not [t.name for t in threading.enumerate() if t.name.startswith("x402-sync")]
+
+
+def _merchant(sandbox: Sandbox) -> ScriptedMerchant:
+    """Wants `X-Api-Key`; fails paid retries with 503 while `state["down"]`."""
+
+    def script(m: ScriptedMerchant, seen: Seen) -> Reply:
+        if seen.headers.get("x-api-key") != MERCHANT_KEY:
+            return Reply(401, {"error": "who are you"})
+        if seen.proof is None:
+            return m.challenge(m.entry())
+        if m.state.get("down", True):
+            return Reply(503, {"error": "try later"})
+        valid, reason = m.verify(seen.proof)
+        return Reply(200, {"served": True}) if valid else m.challenge(error=reason)
+
+    return ScriptedMerchant(sandbox.bank, sandbox.merchant.code, script)
+
+
+def _client(options: PaymentOptions, **kwargs: Any) -> httpx.Client:
+    return with_eur_payment(httpx.Client(**kwargs), options)
+
+
+def test_a_sync_client_recovers_an_undelivered_payment_without_paying_again(
+    sandbox: Sandbox, payer: Account, tmp_path: Path
+) -> None:
+    merchant = _merchant(sandbox)
+    path = tmp_path / "state.sqlite3"
+    keyed = {"X-Api-Key": MERCHANT_KEY}
+    with served(merchant) as url:
+        options = sandbox.payment_options(
+            api_key=payer.api_key,
+            from_account=payer.code,
+            state_path=path,
+            merchant_error_retries=0,
+        )
+        with _client(options, headers=keyed) as client, pytest.raises(PaymentOutcomeUnknown):
+            client.get(url + "/paid", headers={"X-Trace": "t-1"})
+        state_of(options).close()
+
+        merchant.state["down"] = False
+        restarted = sandbox.payment_options(
+            api_key=payer.api_key, from_account=payer.code, state_path=path
+        )
+        (record,) = unfinished_payments_sync(restarted)
+        assert record.payment_request_code and record.proof
+        assert record.outcome == "paid" and not record.delivered
+
+        # Without the merchant's key the payment stays unfinished: the journal has no key.
+        with _client(restarted) as bare:
+            assert [r.id for r in unfinished_payments_sync(bare)] == [record.id]
+            pending = recover_payment_sync(bare, record.id)
+        assert pending.status == "pending" and "401" in pending.reason
+
+        with _client(restarted, headers=keyed) as client:
+            (recovery,) = recover_payments_sync(client)
+            assert unfinished_payments_sync(client) == []
+        assert recovery.status == "delivered"
+        assert recovery.response is not None and recovery.response.json() == {"served": True}
+        last = merchant.requests[-1].headers
+        assert last["x-trace"] == "t-1" and last["x-api-key"] == MERCHANT_KEY
+        assert unfinished_payments_sync(restarted) == []
+        assert len(payments(sandbox, payer)) == 1
+        assert sandbox.balance(payer) == Decimal("9.90")
+        state_of(restarted).close()
+
+
+def test_sync_recovery_names_the_async_form_for_an_async_client(
+    sandbox: Sandbox, payer: Account, tmp_path: Path
+) -> None:
+    options = sandbox.payment_options(
+        api_key=payer.api_key, from_account=payer.code, state_path=tmp_path / "s.sqlite3"
+    )
+    client = with_eur_payment(httpx.AsyncClient(), options)
+    with pytest.raises(ConfigurationError, match=r"await recover_payments\("):
+        recover_payments_sync(client)  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match=r"await unfinished_payments\("):
+        unfinished_payments_sync(client)  # type: ignore[arg-type]
+    with httpx.Client() as plain, pytest.raises(ConfigurationError, match="with_eur_payment"):
+        recover_payment_sync(plain, "p_1")
+    state_of(options).close()
+
+
+@pytest.fixture(scope="module")
+def bridged() -> Iterator[Sandbox]:
+    prices = {"/echo": Price(Decimal("0.10"), "bridged EURQ only", rails=("ledgera",))}
+    with Sandbox.run_in_thread(chain_a=True, prices=prices) as running:
+        yield running
+
+
+def test_a_sync_client_resumes_a_bridge_payment_without_paying_again(bridged: Sandbox) -> None:
+    account = bridged.bank.open_account("10.00")
+    bridged.chain_a.bridge_delay = 0.6
+
+    def options(**overrides: Any) -> PaymentOptions:
+        return bridged.payment_options(
+            api_key=account.api_key,
+            from_account=account.code,
+            bridge_poll_interval=0.05,
+            bridge_poll_max_interval=0.1,
+            **overrides,
+        )
+
+    with (
+        _client(options(bridge_deadline=0.1)) as client,
+        pytest.raises(PaymentOutcomeUnknown) as caught,
+    ):
+        client.post(bridged.url("/echo"), content=b"bridged")
+    (made,) = payments(bridged, account)
+    assert caught.value.transaction_code == made.code
+
+    with _client(options()) as client:
+        response = resume_bridge_payment_sync(client, caught.value)
+    assert response.status_code == 200 and response.content == b"bridged"
+    assert response.extensions["x402_payment"].transaction_code == made.code
+    assert payments(bridged, account) == [made]  # no second payment
+    assert bridged.balance(account) == Decimal("9.90")
