@@ -408,6 +408,21 @@ class _SyncGuardedBackend(httpcore.NetworkBackend):
         self._inner.sleep(seconds)
 
 
+def _pool_arguments(
+    context: ssl.SSLContext, limits: httpx.Limits, http1: bool, http2: bool, retries: int
+) -> dict[str, Any]:
+    """The arguments of httpcore's pool (async or sync) that httpx would give it."""
+    return {
+        "ssl_context": context,
+        "max_connections": limits.max_connections,
+        "max_keepalive_connections": limits.max_keepalive_connections,
+        "keepalive_expiry": limits.keepalive_expiry,
+        "http1": http1,
+        "http2": http2,
+        "retries": retries,
+    }
+
+
 class GuardedTransport(httpx.AsyncHTTPTransport):
     """`httpx.AsyncHTTPTransport` whose every connection goes to a checked address.
 
@@ -436,13 +451,7 @@ class GuardedTransport(httpx.AsyncHTTPTransport):
         self.guard = guard
         # httpx's own transport over a pool that connects through the guard.
         self._pool = httpcore.AsyncConnectionPool(
-            ssl_context=context,
-            max_connections=limits.max_connections,
-            max_keepalive_connections=limits.max_keepalive_connections,
-            keepalive_expiry=limits.keepalive_expiry,
-            http1=http1,
-            http2=http2,
-            retries=retries,
+            **_pool_arguments(context, limits, http1, http2, retries),
             network_backend=_GuardedBackend(guard, network_backend or httpcore.AnyIOBackend()),
         )
 
@@ -477,13 +486,7 @@ class SyncGuardedTransport(httpx.HTTPTransport):
         super().__init__(verify=context, http1=http1, http2=http2, limits=limits)
         self.guard = guard
         self._pool = httpcore.ConnectionPool(
-            ssl_context=context,
-            max_connections=limits.max_connections,
-            max_keepalive_connections=limits.max_keepalive_connections,
-            keepalive_expiry=limits.keepalive_expiry,
-            http1=http1,
-            http2=http2,
-            retries=retries,
+            **_pool_arguments(context, limits, http1, http2, retries),
             network_backend=_SyncGuardedBackend(guard, network_backend or httpcore.SyncBackend()),
         )
 

@@ -100,7 +100,6 @@ class PaymentRecord:
     __slots__ = (
         "_budgets",
         "_journal",
-        "delivered",
         "ended_by",
         "entry",
         "held",
@@ -137,7 +136,6 @@ class PaymentRecord:
         self.held: Sequence[Reservation] = ()
         self.rail_called = False
         self.proved = False
-        self.delivered = False
         #: The exception that ended the attempt, and the request it was for.
         self.ended_by: BaseException | None = None
         self.request: httpx.Request | None = None
@@ -147,6 +145,11 @@ class PaymentRecord:
     @property
     def id(self) -> str:
         return self.entry.id
+
+    @property
+    def delivered(self) -> bool:
+        """The merchant served the paid request (the ledger entry's `delivered`)."""
+        return self.entry.delivered
 
     async def _write(self, what: str, call: Any, *args: Any, **kwargs: Any) -> bool:
         """A journal write once the rail may have been called: shielded, and never breaking
@@ -255,7 +258,6 @@ class PaymentRecord:
         self.entry.step(step, detail)
 
     def served(self, tx_hash: str | None) -> None:
-        self.delivered = True
         self.entry.delivered = True
         self.entry.tx_hash = tx_hash
 
@@ -295,29 +297,31 @@ class PaymentRecord:
         (a paid redirect that led to an error): the proof may be re-sent."""
         if not self.delivered:
             return
-        self.delivered = False
-        entry = self.entry
-        entry.delivered = False
-        entry.step("not delivered", reason)
-        await self._write(
-            "a failed delivery",
-            self._journal.finish_payment,
-            entry.outcome if entry.outcome in ("paid", "unknown") else "unknown",
-            delivered=False,
-            error=reason,
+        outcome = self.entry.outcome
+        await self._undeliver(
+            "not delivered", reason, outcome if outcome in ("paid", "unknown") else "unknown"
         )
 
     async def broken(self) -> None:
         """The paid body broke off in transit: the resource was not delivered."""
-        self.delivered = False
-        self.entry.delivered = False
-        self.entry.step("broken", "the paid response broke off in transit")
-        await self._write(
-            "a broken body",
-            self._journal.finish_payment,
+        await self._undeliver(
+            "broken",
+            "the paid response broke off in transit; re-send the proof",
             "paid" if self.moves_first else "unknown",
+        )
+
+    async def _undeliver(self, step: str, reason: str, outcome: Outcome) -> None:
+        """The resource was not delivered after all: the record, and its journal row,
+        say so (the proof may be re-sent)."""
+        entry = self.entry
+        entry.delivered = False
+        entry.step(step, reason)
+        await self._write(
+            f"a {step} payment",
+            self._journal.finish_payment,
+            outcome,
             delivered=False,
-            error="the paid response broke off in transit; re-send the proof",
+            error=reason,
         )
 
 

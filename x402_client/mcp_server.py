@@ -666,8 +666,8 @@ class PaymentTools:
 
         settings: dict[str, Any] = {}
         if max_amount is not None:
-            cap = _amount_argument(max_amount)
-            settings["max_amount_per_payment"] = {currency: cap for currency in CURRENCIES}
+            # One amount lowers every currency's cap (never raises one).
+            settings["max_amount_per_payment"] = _amount_argument(max_amount)
         if proof:
             settings["proof"] = proof
         if resume_transaction_code:
