@@ -349,7 +349,7 @@ async def profile(args: dict[str, Any]) -> dict[str, Any]:
         own.sort(key=lambda r: -r["tottime_us_per_request"])
         result: dict[str, Any] = {"own_top": own[:25], "pyinstrument": None}
         try:
-            from pyinstrument import Profiler
+            from pyinstrument import Profiler  # type: ignore[import-not-found, unused-ignore]
         except ImportError:
             return result
         # Sampling the thread, not the coroutines: time spent waiting for the servers shows

@@ -94,7 +94,8 @@ def flows(*, suspend: bool) -> tuple[Any, HandWritten, _lean.Stats, _lean.Stats]
         options, httpx.AsyncClient(transport=merchant), httpx.AsyncClient(transport=api)
     )
     sdk = with_eur_payment(httpx.AsyncClient(transport=merchant), options)
-    payer = sdk._transport.payer
+    transport: Any = sdk._transport  # the payment transport `with_eur_payment` mounted
+    payer = transport.payer
     # Set before the first payment, so the payer never builds its own (socket) client.
     payer._api = PaymentAPI(API_URL, payer.options.api_key, transport=api)
     return sdk, floor, served, paid

@@ -1,0 +1,48 @@
+"""The benchmark figures, in the order of the table, and their targets
+(benchmarks/README.md, "Targets")."""
+
+from __future__ import annotations
+
+#: Every figure, in the order of the table.
+FIGURES = (
+    "latency",
+    "latency_overhead",
+    "passthrough",
+    "latency_cpu",
+    "throughput",
+    "import_api",
+    "import",
+    "lazy_evm",
+    "cli",
+    "evm_rpc",
+    "eip3009",
+    "gc",
+    "memory",
+    "latency_sandbox",
+    "servers",
+    "bridge_delay",
+    "bridge_polls",
+)
+
+#: 1a: a paid euro GET against the lean floor, ratio of medians.
+LATENCY_RATIO = 1.03
+#: 1b: the client's overhead on a paid euro GET, median minus the floor's median (µs).
+OVERHEAD_US = 100.0
+#: 1c: a non-402 GET against a bare httpx client, ratio of medians.
+PASSTHROUGH_RATIO = 1.01
+#: 2: paid requests per second at concurrency 50 against the floor's (at least).
+THROUGHPUT_RATIO = 1.0
+#: 3a: the usable import against `import httpx`.
+IMPORT_RATIO = 1.3
+#: 4a: JSON-RPC round trips per warm EVM permit payment.
+EVM_ROUND_TRIPS = 1.0
+#: 5: client CPU per EIP-3009 paid GET against the x402 foundation's client.
+EIP3009_RATIO = 0.95
+#: 6: a garbage-collection pause longer than this (ms) is one too many.
+GC_PAUSE_MS = 5.0
+#: 7: peak RSS growth over a 200 MB paid streamed download (MB, less than).
+MEMORY_MB = 2.0
+#: 8a: the bridge's proof sent after `blockchainTxId` appears, median (s, less than).
+BRIDGE_DELAY_S = 0.5
+#: 8b: the bridge's polls per minute of waiting.
+BRIDGE_POLLS_PER_MIN = 60.0
