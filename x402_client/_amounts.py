@@ -2,8 +2,8 @@
 
 Amounts are `Decimal` in currency units (euros, dollars) at the edges of the API and
 integer atomic units on chains. EURQ and USDQ have 6 decimals on every network, so
-`1 atomic unit = 0.000001`. The spec's examples hold: 0.10 EUR = 100000, 0.50 EUR =
-500000, 1.00 EUR = 1000000.
+`1 atomic unit = 0.000001`: 0.10 EUR = 100000, 0.50 EUR = 500000, 1.00 EUR =
+1000000.
 
 A token declared with more decimals (`Asset(..., decimals=18)`) has prices finer than
 that unit: caps compare them exactly, and budgets count them rounded up to the next

@@ -120,7 +120,8 @@ def exact_amount(entry: ExactAcceptEntry) -> Decimal:
 
 
 class VerifierReason(enum.Enum):
-    """What a verifier's `reason` asks the client to do (spec, "Verifier reasons")."""
+    """What a verifier's `reason` asks the client to do (docs/protocol.md, "The merchant's
+    answer to the paid retry")."""
 
     NOT_CONFIRMED = "not_confirmed"  # wait briefly, re-send the same proof
     USED = "used"  # request a fresh 402
@@ -129,7 +130,7 @@ class VerifierReason(enum.Enum):
 
 
 def classify_reason(reason: str | None) -> VerifierReason:
-    """Map a reason text to an action; matching is case-insensitive on the spec's wording."""
+    """Map a reason text to an action; matching is case-insensitive on the verifier's wording."""
     text = (reason or "").lower()
     if "not confirmed" in text or "status: open" in text:
         return VerifierReason.NOT_CONFIRMED

@@ -2,8 +2,8 @@
 
 Three dialects exist, told apart here and nowhere else, by where and how the challenge came:
 
-- `EURO` (our spec): the 402 is a JSON body with `x402Version: 2`; the paid retry carries
-  `X-PAYMENT` = base64url of `{x402Version: 2, scheme, network, payload}`.
+- `EURO` (the euro gates, docs/protocol.md): the 402 is a JSON body with `x402Version: 2`;
+  the paid retry carries `X-PAYMENT` = base64url of `{x402Version: 2, scheme, network, payload}`.
 - `STANDARD_V2` (the x402 foundation's v2): the 402 has a `PAYMENT-REQUIRED` header =
   base64 JSON with `x402Version: 2` (the body may be `{}`); the retry carries
   `PAYMENT-SIGNATURE` = base64 of `{x402Version: 2, resource, accepted, payload}`.

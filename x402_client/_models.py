@@ -1,12 +1,12 @@
-"""Pydantic models for every resource on the wire (spec "Resources and their fields").
+"""Pydantic models for every resource on the wire (docs/protocol.md).
 
 Field names are the protocol's own in snake_case, with the wire's camelCase as alias.
 Unknown extra fields are tolerated (`extra="allow"`); wrong types and missing required
 fields are not: string fields are strict (a number where a string belongs is refused),
 and amounts go through the strict parsers in `_amounts`.
 
-What the spec leaves open and the field notes fill in (envelopes, error capitalisation,
-the transaction record) lives in `_provider`, not here.
+What the protocol leaves open and the payment API varies in (envelopes, error
+capitalisation, the transaction record) lives in `_provider`, not here.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ WireInt = Annotated[int, Strict()]
 
 
 def _wire_amount(value: object) -> Decimal:
-    # The spec types this field as a string; a JSON number is refused rather than guessed.
+    # The protocol types this field as a string; a JSON number is refused rather than guessed.
     if not isinstance(value, str):
         raise ValueError(f"amount must be a decimal string, not {type(value).__name__}")
     return parse_amount(value)
@@ -308,6 +308,7 @@ class SupportedKind(_Wire):
 
 
 class SupportedKinds(_Wire):
-    """Answer of `GET /supported` (shape not in the spec; this is the sandbox's and ours)."""
+    """Answer of `GET /supported`: a shape the protocol leaves open (the sandbox's and the
+    client's)."""
 
     kinds: list[SupportedKind]

@@ -108,7 +108,7 @@ class _KeyedTransport(httpx.AsyncBaseTransport):
 
 
 class PaymentAPI:
-    """The payment API calls the client makes, with the field notes' lenient parsing."""
+    """The payment API calls the client makes, read leniently (`_provider`)."""
 
     def __init__(
         self,

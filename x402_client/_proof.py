@@ -1,6 +1,6 @@
 """The X-PAYMENT codec: base64url JSON out, any of the three base64 forms in.
 
-Emitted: base64url of compact JSON, without padding (field notes, "Proof encoding").
+Emitted: base64url of compact JSON, without padding (docs/protocol.md, "The proof").
 Accepted when decoding: base64url unpadded or padded, and standard base64.
 The same lenient decoder reads a merchant's `X-PAYMENT-RESPONSE` settlement header.
 """

@@ -1,8 +1,7 @@
-"""What the field notes say about the managed-account payment API, in one place.
+"""What the client assumes about the managed-account payment API's bodies, in one place.
 
-The spec leaves the payment API's bodies "not shown"; the field notes fill them in and
-warn that shapes vary. Every such assumption lives here, so it can change without
-touching the rest:
+The protocol does not fix the payment API's bodies, and their shapes vary. Every such
+assumption lives here, so it can change without touching the rest:
 
 - successful bodies may be wrapped as `{"value": {...}}` or not;
 - errors are `{"errors": [{"code", "message"}]}`, capitalised either way;

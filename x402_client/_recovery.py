@@ -428,7 +428,7 @@ async def _recover(
             and classify_reason(reason) is VerifierReason.EXPIRED
             and not record.delivered
         ):
-            # The spec's verifier says "expired" of a request that timed out: it was never
+            # The euro verifier says "expired" of a request that timed out: it was never
             # settled (the provider keeps no money for an expired request; the merchant's
             # rule is "request a fresh 402 and pay again").
             return await nothing_moved(f"the payment request expired unsettled ({reason})")
