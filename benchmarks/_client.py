@@ -24,7 +24,8 @@ Workloads:
 - `profile`: `n` paid requests interleaved SDK / floor, the SDK's profiled (cProfile and,
   if installed, pyinstrument);
 - `eip3009`: paid GETs of the x402 foundation's merchant, our client vs the foundation's
-  `x402HttpxClient`, interleaved, wall and client-process CPU time per request.
+  `x402HttpxClient` vs the pre-signed floor (`PreSigned`), interleaved, wall and
+  client-process CPU time per request.
 """
 
 from __future__ import annotations
@@ -372,11 +373,58 @@ async def profile(args: dict[str, Any]) -> dict[str, Any]:
 # --- EIP-3009: our client vs the x402 foundation's -------------------------------------------
 
 
-async def eip3009(args: dict[str, Any]) -> dict[str, Any]:
+def _foundation(args: dict[str, Any]) -> Any:
+    """The x402 foundation's own client, paying with the benchmark's throwaway key."""
     from eth_account import Account
     from x402 import x402Client
-    from x402.http.clients.httpx import x402HttpxClient
     from x402.mechanisms.evm.exact import register_exact_evm_client
+
+    foundation = x402Client()
+    register_exact_evm_client(foundation, Account.from_key(args["payer_key"]))
+    foundation.set_spend_controls(
+        {"allowed_assets": [{"network": args["network"], "asset": args["token"]}]}
+    )
+    return foundation
+
+
+async def _presigned(foundation: Any, url: str, n: int) -> list[dict[str, str]]:
+    """`n` payment headers for `url`, built by the foundation's own code (its challenge
+    parsing, its EIP-3009 signing, its header encoding) before any timing starts."""
+    from x402.http import x402HTTPClient
+
+    codec = x402HTTPClient(foundation)
+    async with httpx.AsyncClient(timeout=60) as http:
+        challenge = await http.get(url)
+    body = challenge.json() if challenge.content else None
+    required = codec.get_payment_required_response(challenge.headers.get, body)
+    headers = []
+    for _ in range(n):
+        payload = await foundation.create_payment_payload(required)
+        headers.append(dict(codec.encode_payment_signature_header(payload)))
+    return headers
+
+
+class PreSigned:
+    """The EIP-3009 floor: the same two round trips as a paying client (the GET that
+    gets the 402, the GET with the payment header), by hand, with headers signed
+    beforehand. What a client spends over it is its own work."""
+
+    def __init__(self, headers: list[dict[str, str]]) -> None:
+        self._headers = iter(headers)
+        self._http = httpx.AsyncClient(timeout=60)
+
+    async def get(self, url: str) -> httpx.Response:
+        challenge = await self._http.get(url)
+        if challenge.status_code != 402:
+            return challenge
+        return await self._http.get(url, headers=next(self._headers))
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+
+async def eip3009(args: dict[str, Any]) -> dict[str, Any]:
+    from x402.http.clients.httpx import x402HttpxClient
 
     from x402_client import Asset, EvmOptions, PaymentOptions, with_eur_payment
 
@@ -388,15 +436,16 @@ async def eip3009(args: dict[str, Any]) -> dict[str, Any]:
             assets=[Asset(args["chain_id"], args["token"], "EURC", "EUR")],
         ),
     )
-    foundation = x402Client()
-    register_exact_evm_client(foundation, Account.from_key(args["payer_key"]))
-    foundation.set_spend_controls(
-        {"allowed_assets": [{"network": args["network"], "asset": args["token"]}]}
-    )
-    theirs = x402HttpxClient(foundation, timeout=60)
-    clients = {"ours": ours, "foundation": theirs}
-    wall: dict[str, list[float]] = {"ours": [], "foundation": []}
-    cpu: dict[str, list[float]] = {"ours": [], "foundation": []}
+    foundation = _foundation(args)
+    floor = PreSigned(await _presigned(foundation, url, args["warmup"] + args["pairs"]))
+    clients: dict[str, Any] = {
+        "ours": ours,
+        "foundation": x402HttpxClient(foundation, timeout=60),
+        "floor": floor,
+    }
+    kinds = list(clients)
+    wall: dict[str, list[float]] = {kind: [] for kind in kinds}
+    cpu: dict[str, list[float]] = {kind: [] for kind in kinds}
     clock = GcClock()
     try:
         for _ in range(args["warmup"]):
@@ -404,7 +453,8 @@ async def eip3009(args: dict[str, Any]) -> dict[str, Any]:
                 await _ok(await client.get(url))
         clock.install()
         for i in range(args["pairs"]):
-            for kind in ("ours", "foundation") if i % 2 == 0 else ("foundation", "ours"):
+            # Rotate the order so that no flow always goes first (or last).
+            for kind in kinds[i % 3 :] + kinds[: i % 3]:
                 await _timed(clock, kind, clients[kind].get, url, wall[kind], cpu[kind])
         clock.remove()
     finally:

@@ -11,6 +11,9 @@ from _figure import Figure
 from _procs import Lean, client
 from _targets import GC_PAUSE_MS
 
+#: Figure 6b counts full collections per this many paid requests.
+FULL_PER = 10_000
+
 #: A pause: (generation, CPU ms).
 Pause = tuple[int, float]
 
@@ -64,13 +67,44 @@ def _generations_text(per_gen: dict[str, dict[str, dict[str, float]]]) -> str:
     )
 
 
-def fig_gc(lean: Lean, counts: dict[str, int]) -> Figure:
+def fig_gc(lean: Lean, counts: dict[str, int]) -> list[Figure]:
     n = counts["gc_n"]
     runs = {
         flow: client("gc", {**lean.target, "flow": flow, "n": n, "warmup": counts["warmup"]})
         for flow in ("sdk", "floor")
     }
     per_gen = {flow: _per_generation(r) for flow, r in runs.items()}
+    return [_fig_pauses(runs, per_gen, n), _fig_full(per_gen, n)]
+
+
+def _fig_full(per_gen: dict[str, dict[str, dict[str, float]]], n: int) -> Figure:
+    """Full (generation 2) collections the client caused: the SDK process's beyond the
+    floor process's under the same load, per 10,000 paid requests."""
+    sdk, floor = (int(per_gen[flow]["2"]["count"]) for flow in ("sdk", "floor"))
+    caused = max(0, sdk - floor)
+    value = caused * FULL_PER / n
+    half = math.sqrt(caused) * FULL_PER / n
+    return Figure(
+        "gc_full",
+        f"6b. Full (gen-2) collections the client causes, per {FULL_PER} paid requests",
+        value,
+        "collections",
+        "0 (and 6: no pause > 5 ms)",
+        caused == 0,
+        f"{n} paid requests per flow, each in its own process: gen-2 collections SDK {sdk}, "
+        f"floor {floor}; longest gen-2 CPU ms SDK {per_gen['sdk']['2']['max_ms']:.1f}, "
+        f"floor {per_gen['floor']['2']['max_ms']:.1f}",
+        [],
+        0.0,
+        {"gen2": {"sdk": sdk, "floor": floor}},
+        spread=(max(0.0, value - half), value + half),
+        spread_kind="+-sqrt(n): a count of rare events (Poisson)",
+    )
+
+
+def _fig_pauses(
+    runs: dict[str, dict[str, Any]], per_gen: dict[str, dict[str, dict[str, float]]], n: int
+) -> Figure:
     cpu = {flow: [(g, c) for g, _, c in r["pauses_ms"]] for flow, r in runs.items()}
     over = {flow: [p for _, p in pauses if p > GC_PAUSE_MS] for flow, pauses in cpu.items()}
     over_wall = {

@@ -1,4 +1,5 @@
-"""Figures 3a-3c: start-up. The import a user writes against `import httpx`, the heavy
+"""Figures 3a-3d: start-up. The import a user writes against `import httpx` (in the
+benchmarks' environment, and in one with only the client's own dependencies), the heavy
 EVM modules it loads (none), and the command line's `--help`."""
 
 from __future__ import annotations
@@ -8,10 +9,12 @@ import os
 import shutil
 import statistics
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
+from _client_env import client_only_env
 from _figure import Figure, skipped, unless
 from _procs import PY
 from _stats import bootstrap, ratio_of_medians, summary
@@ -39,17 +42,20 @@ print(elapsed, ",".join(heavy))
 #: with PYTHONDONTWRITEBYTECODE set) must not be measured as import time. The warm-up
 #: import of each statement writes them.
 IMPORT_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+#: The same for the environment with only the client's dependencies: nothing else on the path.
+LEAN_ENV = {k: v for k, v in IMPORT_ENV.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
 
 _CLI_TITLE = "3c. Start-up: `x402-eur --help` / `python -c 'import httpx'` (wall, informational)"
 
 
-def _import_time(key: str) -> tuple[float, list[str]]:
+def _import_time(key: str, python: str = PY, cwd: str | None = None) -> tuple[float, list[str]]:
     out = subprocess.run(
-        [PY, "-c", _IMPORT_SNIPPET.format(statement=IMPORTS[key])],
+        [python, "-c", _IMPORT_SNIPPET.format(statement=IMPORTS[key])],
         capture_output=True,
         text=True,
         check=True,
-        env=IMPORT_ENV,
+        env=IMPORT_ENV if python == PY else LEAN_ENV,
+        cwd=cwd,
     ).stdout.split()
     return float(out[0]), [m for m in (out[1] if len(out) > 1 else "").split(",") if m]
 
@@ -87,18 +93,20 @@ def import_profile(statement: str, top: int = 15) -> list[dict[str, Any]]:
     return sorted(tops, key=lambda r: -r["cumulative_us"])[:top]
 
 
-def _import_times(runs: int) -> tuple[dict[str, list[float]], set[str]]:
-    """Each statement's import time in `runs` fresh processes, interleaved; and the heavy
-    modules the client's statements loaded."""
+def _import_times(
+    runs: int, python: str = PY, cwd: str | None = None
+) -> tuple[dict[str, list[float]], set[str]]:
+    """Each statement's import time in `runs` fresh processes of `python`, interleaved;
+    and the heavy modules the client's statements loaded."""
     keys = list(IMPORTS)
     for key in keys:  # warm the bytecode caches
-        _import_time(key)
+        _import_time(key, python, cwd)
     times: dict[str, list[float]] = {key: [] for key in keys}
     heavy: set[str] = set()
     for i in range(runs):
         # Rotate the order so that no statement always runs first (or last).
         for key in keys[i % 3 :] + keys[: i % 3]:
-            elapsed, loaded = _import_time(key)
+            elapsed, loaded = _import_time(key, python, cwd)
             times[key].append(elapsed)
             if key != "httpx":
                 heavy.update(loaded)
@@ -108,6 +116,7 @@ def _import_times(runs: int) -> tuple[dict[str, list[float]], set[str]]:
 def _fig_import(
     key: str, fig_key: str, title: str, targeted: bool, times: dict[str, list[float]]
 ) -> Figure:
+    """A statement's import time against `import httpx`'s, in the same processes' kind."""
     ours_t, httpx_t = times[key], times["httpx"]
     value = ratio_of_medians(ours_t, httpx_t)
     ok = value <= IMPORT_RATIO
@@ -127,6 +136,7 @@ def _fig_import(
             "statement": IMPORTS[key],
             "ms": summary([t * 1000 for t in ours_t]),
             "httpx_ms": summary([t * 1000 for t in httpx_t]),
+            # The heaviest imports, in the benchmarks' environment (3a's).
             "importtime_top": import_profile(IMPORTS[key]),
             "importtime_httpx_top": import_profile(IMPORTS["httpx"]),
         },
@@ -195,4 +205,22 @@ def fig_startup(counts: dict[str, int]) -> list[Figure]:
         _fig_import("x402_client", "import", stub_title, False, times),
         _fig_lazy(heavy),
         _fig_cli(runs),
+        _fig_client_only(runs),
     ]
+
+
+def _fig_client_only(runs: int) -> Figure:
+    """3a in an environment with only the client's own dependencies, where `import httpx`
+    loads no CLI extras (rich, click, pygments) that the benchmarks' environment has."""
+    title = (
+        "3d. Start-up, only the client's own dependencies installed: `from x402_client import "
+        "with_eur_payment, PaymentOptions` / `import httpx`"
+    )
+    with tempfile.TemporaryDirectory(prefix="x402-client-only-") as root:
+        try:
+            python = str(client_only_env(Path(root)))
+            times, _ = _import_times(runs, python, cwd=root)
+        except (OSError, RuntimeError, subprocess.CalledProcessError) as exc:
+            reason = f"the client-only environment failed: {type(exc).__name__}: {exc}"
+            return skipped("import_client_only", title, f"<= {IMPORT_RATIO}", reason[:300])
+    return _fig_import("api", "import_client_only", title, True, times)

@@ -33,16 +33,27 @@ def bootstrap(
     a: list[float], b: list[float], stat: Stat, resamples: int = 1000, seed: int = 6
 ) -> tuple[float, float]:
     """95% percentile-bootstrap interval of `stat(a', b')` over resampled *pairs*."""
-    n = len(a)
+    return bootstrap_rows([a, b], lambda cols: stat(cols[0], cols[1]), resamples, seed)
+
+
+def bootstrap_rows(
+    columns: list[list[float]],
+    stat: Callable[[list[list[float]]], float],
+    resamples: int = 1000,
+    seed: int = 6,
+) -> tuple[float, float]:
+    """95% percentile-bootstrap interval of `stat(columns')` over resampled *rows*: the
+    i-th values of every column were measured together (one interleaved round)."""
+    n = len(columns[0])
     if n < 3:
-        value = stat(a, b)
+        value = stat(columns)
         return value, value
     rng = random.Random(seed)
     indices = range(n)
     values = []
     for _ in range(resamples):
         pick = rng.choices(indices, k=n)
-        values.append(stat([a[i] for i in pick], [b[i] for i in pick]))
+        values.append(stat([[column[i] for i in pick] for column in columns]))
     values.sort()
     return values[int(0.025 * resamples)], values[int(0.975 * resamples) - 1]
 

@@ -240,7 +240,7 @@ def _sections(
             if wanted("gc"):
                 blocks.run()
                 with section("6. GC pauses (lean)"):
-                    figures.append(fig_gc(lean, counts))
+                    figures += fig_gc(lean, counts)
             if wanted("memory"):
                 blocks.run()
                 with section("7. memory (lean)"):
