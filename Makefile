@@ -40,9 +40,11 @@ test-fast: $(STAMP)
 test-unit test-flow test-integration: $(STAMP)
 	$(PY) -m pytest -n auto --dist loadfile tests/$(@:test-%=%)
 
-## Static checks: mypy --strict, the import layers (import-linter) and ruff.
+## Static checks: mypy --strict (the client and the benchmarks), the import layers
+## (import-linter) and ruff.
 lint: $(STAMP)
 	$(PY) -m mypy x402_client
+	$(PY) -m mypy benchmarks
 	$(VENV)/bin/lint-imports
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
