@@ -36,6 +36,10 @@ from ._models import ExactAcceptEntry
 from ._proof import ProofError, b64_json_decode, encode_proof
 
 __all__ = [
+    "PAYMENT_REQUIRED",
+    "PAYMENT_SIGNATURE",
+    "SETTLEMENT_HEADERS",
+    "X_PAYMENT",
     "Challenge",
     "Dialect",
     "challenge_of",
@@ -46,6 +50,12 @@ __all__ = [
 
 #: Header carrying a standard v2 challenge.
 PAYMENT_REQUIRED = "payment-required"
+#: Header carrying the proof of a paid retry: the euro gates and the standard v1.
+X_PAYMENT = "X-PAYMENT"
+#: Header carrying the proof of a standard v2 paid retry.
+PAYMENT_SIGNATURE = "PAYMENT-SIGNATURE"
+#: Response headers carrying the merchant's settlement of a paid retry (euro and v1, v2).
+SETTLEMENT_HEADERS = ("X-PAYMENT-RESPONSE", "PAYMENT-RESPONSE")
 
 
 class Dialect(str, enum.Enum):
@@ -217,9 +227,9 @@ def encode_payment(
             framed["resource"] = dict(challenge.resource)
         if challenge.extensions is not None:
             framed["extensions"] = dict(challenge.extensions)
-        return "PAYMENT-SIGNATURE", _b64(framed)
+        return PAYMENT_SIGNATURE, _b64(framed)
     if challenge.dialect is Dialect.STANDARD_V1:
         framed = {"x402Version": 1, "scheme": scheme, "network": network, "payload": payload}
-        return "X-PAYMENT", _b64(framed)
+        return X_PAYMENT, _b64(framed)
     framed = {"x402Version": 2, "scheme": scheme, "network": network, "payload": dict(payload)}
-    return "X-PAYMENT", encode_proof(framed)
+    return X_PAYMENT, encode_proof(framed)

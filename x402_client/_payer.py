@@ -1,10 +1,11 @@
 """The payer: what happens between a 402 and the response it unlocks.
 
-One payment, in order: read the challenge (`_dialects`) -> select the candidates
-(`_policy.select`, pure) -> approve (the hook) -> reserve, journal, pay (`_record`, the
-rail) -> deliver the proof (`_delivery.Delivery`, pure) -> settle (`_record.finish`).
-This module wires those pieces to I/O; the caller's logical request, which all hops share,
-is `_request.LogicalRequest`, and the bodies around a payment are `_streams`'.
+One payment, in order (`Payer._attempt`, one screen): read the challenge (`_dialects`) ->
+select the candidates (`_policy.select`, pure) -> approve (the hook, then the budget's
+reservation; the caps were the selection's) -> journal (`_record`) -> pay (the rail) ->
+deliver the proof (`_deliver`, around the pure rules of `_delivery`) -> settle
+(`_record.finish`). The caller's logical request, which all hops share, is
+`_request.LogicalRequest`; the bodies around a payment are `_streams`'.
 
 One logical request makes at most one payment, plus the one fresh payment that the spec's
 "already used" / "expired" rule allows; once money moved, every exception that leaves it is
@@ -22,7 +23,7 @@ import dataclasses
 import inspect
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timezone
 from typing import Any
 
@@ -30,22 +31,15 @@ import anyio
 import httpx
 
 from ._amounts import format_amount
-from ._challenge import (
-    InvalidEntry,
-    VerifierReason,
-    classify_reason,
-    parse_failure_body,
-)
-from ._delivery import Delivery, Step
-from ._dialects import Challenge, challenge_of, encode_payment
+from ._challenge import AcceptEntry, VerifierReason, classify_reason
+from ._deliver import PayFresh, Send, deliver, receipt_of, resend_proof
+from ._dialects import PAYMENT_REQUIRED, Challenge, challenge_of, encode_payment
 from ._exceptions import (
     BudgetExceeded,
     ChallengeError,
     ConfigurationError,
     InvalidChallenge,
-    NoSatisfiableOption,
     PaymentFailed,
-    PaymentNotConfirmed,
     PaymentOutcomeUnknown,
     PaymentRefused,
     PaymentRejectedByHook,
@@ -54,21 +48,15 @@ from ._exceptions import (
     X402Error,
 )
 from ._http import known_small, read_upto
-from ._ledger import LedgerEntry, Outcome
+from ._ledger import Outcome
 from ._options import PaymentOptions
 from ._payment_api import PaymentAPI
 from ._policy import Candidate, SkippedEntry, SkipReason, no_candidate_error, select
 from ._progress import PaymentProgress
-from ._proof import ProofError, b64_json_decode
 from ._rails import Paid, Rail, build_rails
-from ._record import PaymentRecord, outcome_of, refused_money_moved
+from ._record import PaymentRecord, outcome_of
 from ._redact import guard_library_logs, safe_url
-from ._request import (
-    RECEIPT_EXTENSION,
-    REDIRECTS,
-    LogicalRequest,
-    redirect_target,
-)
+from ._request import RECEIPT_EXTENSION, REDIRECTS, LogicalRequest, redirect_target
 from ._state import KeyedLocks, PaymentState, state_of
 from ._streams import GuardedStream, hand_back, rebuild, replayable_body
 from ._types import PaymentIntent, PaymentReceipt
@@ -77,76 +65,14 @@ __all__ = ["Payer"]
 
 logger = logging.getLogger("x402_client")
 
-Send = Callable[[httpx.Request], Awaitable[httpx.Response]]
-
-_NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)
-_SETTLEMENT_HEADERS = ("X-PAYMENT-RESPONSE", "PAYMENT-RESPONSE")
-
-
-# --- small helpers -----------------------------------------------------------------------------
-
-
-class _PayFresh:
-    """The merchant said the proof is used or expired: pay a fresh 402."""
-
-    def __init__(self, reason: str, proof: str) -> None:
-        self.reason = reason
-        self.proof = proof
+#: How an attempt ended, for its record: (outcome, error, the proof's dead reason).
+_Ending = tuple[Outcome, "str | None", "str | None"]
 
 
 async def _call(callback: Callable[[Any], Any], argument: Any) -> Any:
     """Call a user callback that may be sync or async."""
     result = callback(argument)
     return await result if inspect.isawaitable(result) else result
-
-
-def _settlement(response: httpx.Response) -> Mapping[str, Any] | None:
-    return _settlement_of(response.headers)
-
-
-def _settlement_of(headers: httpx.Headers) -> Mapping[str, Any] | None:
-    for name in _SETTLEMENT_HEADERS:
-        value = headers.get(name)
-        if value:
-            try:
-                decoded = b64_json_decode(value)
-            except ProofError:
-                return {"raw": value}
-            return decoded if isinstance(decoded, dict) else {"value": decoded}
-    return None
-
-
-def _settlement_tx_hash(settlement: Mapping[str, Any] | None) -> str | None:
-    """The transaction a merchant's settlement header names, if any."""
-    if not settlement:
-        return None
-    found = settlement.get("transaction") or settlement.get("txHash")
-    return found if isinstance(found, str) else None
-
-
-def _failure_reason(body: bytes, headers: httpx.Headers) -> str | None:
-    """Why the merchant refused a paid retry: the body's `error` (euro gates, v1), the
-    `errorReason` of a `PAYMENT-RESPONSE`, or the `error` of a fresh `PAYMENT-REQUIRED`."""
-    reason, _ = parse_failure_body(body)
-    if reason:
-        return reason
-    settlement = _settlement_of(headers)
-    if settlement is not None:
-        for key in ("errorReason", "errorMessage"):
-            if isinstance(settlement.get(key), str) and settlement[key]:
-                return str(settlement[key])
-    header = headers.get("payment-required")
-    if header:
-        try:
-            data = b64_json_decode(header, limit=65_536)
-        except ProofError:
-            return None
-        if isinstance(data, dict) and isinstance(data.get("error"), str):
-            return str(data["error"])
-    return None
-
-
-# --- the payer ---------------------------------------------------------------------------------
 
 
 class Payer:
@@ -316,23 +242,8 @@ class Payer:
             guard.end()
             return response
         challenge, as_read = await self._read_challenge(response, request)
-        if challenge is None:
+        if challenge is None or not self._may_pay_here(guard, request):
             return guard.finish_hop(as_read)
-        recovery = settings.proof is not None or settings.resume_transaction_code is not None
-        if recovery and not guard.is_first_origin(request):
-            # Recovery settings belong to the origin they were given for: never carried to
-            # another one, and a recovery request pays nothing new anywhere.
-            logger.info("x402: a redirect led a recovery request to another origin; not paying")
-            return guard.finish_hop(as_read)
-        if guard.payments:
-            raise PaymentVerificationFailed(
-                f"the merchant asked for payment again (at {request.url.host}) after this "
-                "request was paid; not paying twice for one request",
-                reason="payment required again after payment",
-                proof=guard.receipts[-1].proof,
-                receipts=guard.receipts,
-                money_moved=None if any(guard.uncertain) else True,
-            )
         body = replayable_body(request)
         if body is None:
             raise UnreplayableRequest(
@@ -342,9 +253,46 @@ class Payer:
                 response=as_read,
             )
         if settings.proof is not None:
-            return guard.finish_hop(
-                await self._resend(guard, request, body, send, challenge, settings.proof)
+            resent = await resend_proof(
+                guard, request, body, send, challenge, settings.proof,
+                rails=self._rails, state=self.state, options=self.options,
+            )  # fmt: skip
+            return guard.finish_hop(resent)
+        return await self._pay_until_served(guard, challenge, as_read, request, body, send)
+
+    @staticmethod
+    def _may_pay_here(guard: LogicalRequest, request: httpx.Request) -> bool:
+        """False for a recovery request led to another origin; raises for a request that
+        already paid and is asked to pay again."""
+        settings = guard.settings
+        recovery = settings.proof is not None or settings.resume_transaction_code is not None
+        if recovery and not guard.is_first_origin(request):
+            # Recovery settings belong to the origin they were given for: never carried to
+            # another one, and a recovery request pays nothing new anywhere.
+            logger.info("x402: a redirect led a recovery request to another origin; not paying")
+            return False
+        if guard.payments:
+            raise PaymentVerificationFailed(
+                f"the merchant asked for payment again (at {request.url.host}) after this "
+                "request was paid; not paying twice for one request",
+                reason="payment required again after payment",
+                proof=guard.receipts[-1].proof,
+                receipts=guard.receipts,
+                money_moved=None if any(guard.uncertain) else True,
             )
+        return True
+
+    async def _pay_until_served(
+        self,
+        guard: LogicalRequest,
+        challenge: Challenge,
+        as_read: httpx.Response,
+        request: httpx.Request,
+        body: bytes,
+        send: Send,
+    ) -> httpx.Response:
+        """Pay the 402, and once more (a fresh 402) when the merchant says the proof is
+        already used or expired; never a third time."""
         while True:
             try:
                 outcome = await self._pay_one(guard, challenge, request, body, send)
@@ -387,7 +335,7 @@ class Payer:
             head, rest = await read_upto(response, limit)
             if rest is not None:
                 # Larger than any challenge we read. Ours only if it says so up front.
-                if b"x402Version" in head[:4096] or "payment-required" in response.headers:
+                if b"x402Version" in head[:4096] or PAYMENT_REQUIRED in response.headers:
                     await response.aclose()
                     raise InvalidChallenge(
                         f"402 body exceeds the {limit}-byte limit", request=request
@@ -409,53 +357,36 @@ class Payer:
         request: httpx.Request,
         body: bytes,
         send: Send,
-    ) -> httpx.Response | _PayFresh:
+    ) -> httpx.Response | PayFresh:
         """Pay the first candidate that preparation, the hook and the budget allow."""
-        settings = guard.settings
         budgets = self.state.budgets
-        headroom = await budgets.headroom() if budgets.budgets else {}
         selection = select(
             challenge.accepts,
             rails=self._rails,
             options=self.options,
-            settings=settings,
-            headroom=headroom,
+            settings=guard.settings,
+            headroom=await budgets.headroom() if budgets.budgets else {},
             now=time.time(),
             resource=str(request.url),
             parse=challenge.parse_entry,
         )
         skipped: list[SkippedEntry] = list(selection.skipped)
-        tried = 0
-        for candidate in selection.candidates:
-            if tried >= self.options.max_candidates:
-                skipped.append(
-                    SkippedEntry(
-                        candidate.index,
-                        SkipReason.NOT_TRIED,
-                        f"not tried: {self.options.max_candidates} candidates were prepared "
-                        "already (max_candidates)",
-                        candidate.intent,
-                    )
-                )
+        limit = self.options.max_candidates
+        for tried, candidate in enumerate(selection.candidates):
+            index, intent = candidate.index, candidate.intent
+            if tried >= limit:
+                message = f"not tried: {limit} candidates were prepared already (max_candidates)"
+                skipped.append(SkippedEntry(index, SkipReason.NOT_TRIED, message, intent))
                 continue
-            tried += 1
-            problem = await candidate.rail.prepare(candidate.entry, candidate.intent)
+            problem = await candidate.rail.prepare(candidate.entry, intent)
             if problem is not None:
-                skipped.append(
-                    SkippedEntry(
-                        candidate.index, SkipReason.PREPARE_FAILED, problem, candidate.intent
-                    )
-                )
+                skipped.append(SkippedEntry(index, SkipReason.PREPARE_FAILED, problem, intent))
                 continue
             try:
                 return await self._attempt(guard, challenge, candidate, request, body, send)
             except BudgetExceeded as exc:
                 # Another request took the headroom meanwhile: a cheaper entry may still fit.
-                skipped.append(
-                    SkippedEntry(
-                        candidate.index, SkipReason.OVER_BUDGET, str(exc), candidate.intent
-                    )
-                )
+                skipped.append(SkippedEntry(index, SkipReason.OVER_BUDGET, str(exc), intent))
         skipped.sort(key=lambda s: s.index)
         raise no_candidate_error(skipped, selection.readable, request)
 
@@ -467,103 +398,125 @@ class Payer:
         request: httpx.Request,
         body: bytes,
         send: Send,
-    ) -> httpx.Response | _PayFresh:
-        """One payment of one intent: ask, reserve, journal, pay, deliver. Its record
+    ) -> httpx.Response | PayFresh:
+        """One payment of one intent, in order: approve (the hook, then the budget's
+        reservation), journal, pay (the rail), deliver the proof, settle. Its record
         (`_record.PaymentRecord`) keeps both stores and decides the outcome."""
         rail, entry, intent = candidate.rail, candidate.entry, candidate.intent
+        record = guard.record = self._record(guard, rail, intent)
+        ending: _Ending = ("unknown", None, None)
+        try:
+            await self._approve(record, intent, request)
+            await self._journal(record, request, body, entry)
+            record.calling_rail(intent.rail)
+            async with rail.pay(entry, intent, guard.settings, record.note) as paid:
+                paid = self._framed(rail, paid, challenge, candidate.index)
+                made = await self._proved(guard, record, intent, paid)
+                result = await self._deliver(
+                    guard, request, body, send, intent, paid, record, made=made
+                )
+            ending = await self._settle(record, intent, result)
+            return result
+        except BaseException as exc:
+            ending = self._ended_by(record, exc, request)
+            raise
+        finally:
+            await record.finish(ending[0], error=ending[1], dead_proof=ending[2])
+
+    # --- the steps of one payment ------------------------------------------------------------
+
+    def _record(self, guard: LogicalRequest, rail: Rail, intent: PaymentIntent) -> PaymentRecord:
         settings = guard.settings
-        record = PaymentRecord(
+        return PaymentRecord(
             self.state,
             intent,
             moves_first=rail.money_moves_before_proof,
             resume_transaction_code=settings.resume_transaction_code,
             journal_id=settings.journal_id,
         )
-        guard.record = record
-        outcome: Outcome | None = None
-        error: str | None = None
-        dead_proof: str | None = None
-        try:
-            await self._ask_hook(intent, request)
-            await record.reserve(intent)
-            await record.open(
-                request_method=request.method,
-                request_url=str(request.url),
-                request_body=body,
-                request_headers=request.headers.multi_items(),
-                payment_request_code=getattr(entry, "payment_request_code", None),
-            )
-            record.calling_rail(intent.rail)
-            async with rail.pay(entry, intent, settings, record.note) as paid:
-                if paid.payload is not None:
-                    # A standard-world rail: frame its payload the way this 402 speaks.
-                    header, framed = encode_payment(
-                        challenge, challenge.accepts[candidate.index], paid.payload
-                    )
-                    paid = dataclasses.replace(paid, proof=framed, header=header)
-                await record.prove(
-                    paid.proof,
-                    payment_request_code=paid.payment_request_code,
-                    transaction_code=paid.transaction_code,
-                    blockchain_tx_id=paid.blockchain_tx_id,
-                )
-                made = self._receipt(intent, paid, datetime.now(timezone.utc), guard.payments + 1)
-                guard.paid(made, certain=record.moves_first)
-                if logger.isEnabledFor(logging.DEBUG):
-                    logger.debug(
-                        "x402: proving %s %s on %s (%s) to %s for %s",
-                        format_amount(intent.amount),
-                        intent.currency,
-                        intent.network,
-                        intent.rail,
-                        intent.pay_to,
-                        safe_url(intent.resource),
-                    )
-                result = await self._deliver(
-                    guard, request, body, send, intent, paid, record, made=made
-                )
-            if isinstance(result, httpx.Response):
-                outcome = "paid"
-                receipt = result.extensions.get(RECEIPT_EXTENSION)
-                record.served(getattr(receipt, "tx_hash", None))
-                if isinstance(result.stream, GuardedStream):
-                    result.stream.on_broken = self._broken_body(record)
-                await self._notify("on_payment", receipt)
-                if logger.isEnabledFor(logging.INFO):
-                    logger.info(
-                        "x402: paid %s %s on %s (%s) to %s for %s",
-                        format_amount(intent.amount),
-                        intent.currency,
-                        intent.network,
-                        intent.rail,
-                        intent.pay_to,
-                        safe_url(intent.resource),
-                    )
-            else:
-                used = classify_reason(result.reason) is VerifierReason.USED
-                outcome = "paid" if record.moves_first and used else "unknown"
-                error = dead_proof = result.reason
-            return result
-        except BaseException as exc:
-            outcome = outcome_of(
-                exc,
-                rail_called=record.rail_called,
-                proved=record.proved,
-                moves_first=record.moves_first,
-            )
-            error = f"{type(exc).__name__}: {getattr(exc, 'reason', None) or exc}"
-            if isinstance(exc, PaymentOutcomeUnknown):
-                found = record.entry
-                found.proof = found.proof or exc.proof
-                found.transaction_code = found.transaction_code or exc.transaction_code
-                found.payment_request_code = found.payment_request_code or exc.payment_request_code
-            if not record.proved and record.moves_first and outcome == "unknown":
-                logger.warning("x402: payment interrupted; its outcome is unknown (%s)", error)
-            record.ended_by = exc
-            record.request = request
-            raise
-        finally:
-            await record.finish(outcome or "unknown", error=error, dead_proof=dead_proof)
+
+    async def _approve(
+        self, record: PaymentRecord, intent: PaymentIntent, request: httpx.Request
+    ) -> None:
+        """The user's hook approves, then the budget reserves the amount (the caps were
+        checked by the selection)."""
+        await self._ask_hook(intent, request)
+        await record.reserve(intent)
+
+    @staticmethod
+    async def _journal(
+        record: PaymentRecord, request: httpx.Request, body: bytes, entry: AcceptEntry
+    ) -> None:
+        """The journal learns the payment (and the request to re-send) before the rail runs."""
+        await record.open(
+            request_method=request.method,
+            request_url=str(request.url),
+            request_body=body,
+            request_headers=request.headers.multi_items(),
+            payment_request_code=getattr(entry, "payment_request_code", None),
+        )
+
+    @staticmethod
+    def _framed(rail: Rail, paid: Paid, challenge: Challenge, index: int) -> Paid:
+        """The rail's proof, framed the way this 402 speaks when the rail leaves that to
+        the dialect (`Rail.frames_own_proof`)."""
+        if rail.frames_own_proof or paid.payload is None:
+            return paid
+        header, framed = encode_payment(challenge, challenge.accepts[index], paid.payload)
+        return dataclasses.replace(paid, proof=framed, header=header)
+
+    async def _proved(
+        self, guard: LogicalRequest, record: PaymentRecord, intent: PaymentIntent, paid: Paid
+    ) -> PaymentReceipt:
+        """The proof exists: recorded before it leaves the process; its receipt counts."""
+        await record.prove(
+            paid.proof,
+            payment_request_code=paid.payment_request_code,
+            transaction_code=paid.transaction_code,
+            blockchain_tx_id=paid.blockchain_tx_id,
+        )
+        made = receipt_of(intent, paid, datetime.now(timezone.utc), guard.payments + 1)
+        guard.paid(made, certain=record.moves_first)
+        _log_payment(logging.DEBUG, "proving", intent)
+        return made
+
+    async def _settle(
+        self, record: PaymentRecord, intent: PaymentIntent, result: httpx.Response | PayFresh
+    ) -> _Ending:
+        """The delivery ended without an error: served (the record and `on_payment` hear
+        of it), or the merchant wants a fresh payment (this proof is dead)."""
+        if isinstance(result, PayFresh):
+            used = classify_reason(result.reason) is VerifierReason.USED
+            outcome: Outcome = "paid" if record.moves_first and used else "unknown"
+            return outcome, result.reason, result.reason
+        receipt = result.extensions.get(RECEIPT_EXTENSION)
+        record.served(getattr(receipt, "tx_hash", None))
+        if isinstance(result.stream, GuardedStream):
+            result.stream.on_broken = self._broken_body(record)
+        await self._notify("on_payment", receipt)
+        _log_payment(logging.INFO, "paid", intent)
+        return "paid", None, None
+
+    @staticmethod
+    def _ended_by(record: PaymentRecord, exc: BaseException, request: httpx.Request) -> _Ending:
+        """The outcome of an attempt that `exc` ended (`_record.outcome_of` decides)."""
+        outcome = outcome_of(
+            exc,
+            rail_called=record.rail_called,
+            proved=record.proved,
+            moves_first=record.moves_first,
+        )
+        error = f"{type(exc).__name__}: {getattr(exc, 'reason', None) or exc}"
+        if isinstance(exc, PaymentOutcomeUnknown):
+            found = record.entry
+            found.proof = found.proof or exc.proof
+            found.transaction_code = found.transaction_code or exc.transaction_code
+            found.payment_request_code = found.payment_request_code or exc.payment_request_code
+        if not record.proved and record.moves_first and outcome == "unknown":
+            logger.warning("x402: payment interrupted; its outcome is unknown (%s)", error)
+        record.ended_by = exc
+        record.request = request
+        return outcome, error, None
 
     @staticmethod
     def _typed(exc: Exception, record: PaymentRecord) -> X402Error:
@@ -619,125 +572,6 @@ class Payer:
                 intent=intent,
             )
 
-    async def _resend(
-        self,
-        guard: LogicalRequest,
-        request: httpx.Request,
-        body: bytes,
-        send: Send,
-        challenge: Challenge,
-        proof: str,
-    ) -> httpx.Response:
-        """Re-send a proof the client already paid for (recovery): no new payment."""
-        try:
-            decoded = b64_json_decode(proof)
-        except ProofError as exc:
-            raise ConfigurationError(f"the proof to re-send cannot be decoded: {exc}") from None
-        if not isinstance(decoded, dict):
-            raise ConfigurationError("the proof to re-send is not a JSON object")
-        # A v2 standard proof names its entry in `accepted`; the others carry scheme/network.
-        accepted = decoded.get("accepted")
-        named = accepted if isinstance(accepted, dict) else decoded
-        scheme, network = named.get("scheme"), named.get("network")
-        header = "PAYMENT-SIGNATURE" if isinstance(accepted, dict) else "X-PAYMENT"
-        for raw in challenge.accepts:
-            try:
-                entry = challenge.parse_entry(raw)
-            except InvalidEntry:
-                continue
-            if entry is None or (entry.scheme, entry.network) != (scheme, network):
-                continue
-            for rail in self._rails:
-                intent = rail.describe(entry, str(request.url))
-                if isinstance(intent, str):
-                    continue
-                record = self.state.ledger.find(proof)
-                result = await self._deliver(
-                    guard,
-                    request,
-                    body,
-                    send,
-                    intent,
-                    Paid(proof=proof, header=header),
-                    record,
-                    moves_first=rail.money_moves_before_proof,
-                    resend=True,
-                )
-                if not isinstance(result, httpx.Response):
-                    raise PaymentVerificationFailed(
-                        f"the merchant refused the re-sent proof: {result.reason}",
-                        reason=result.reason,
-                        proof=proof,
-                        request=request,
-                        intent=intent,
-                        money_moved=refused_money_moved(rail.money_moves_before_proof),
-                    )
-                await self._close_resent(proof, decoded, record)
-                return result
-        raise NoSatisfiableOption(
-            f"the 402 lists no {scheme} entry on {network} for the re-sent proof",
-            request=request,
-        )
-
-    async def _close_resent(
-        self, proof: str, decoded: Mapping[str, Any], entry: LedgerEntry | None
-    ) -> None:
-        """A re-sent proof was served: the payment it belongs to is delivered, in the
-        ledger and in the journal (found by the proof, or a euro proof's request code)."""
-        if entry is not None and not entry.delivered:
-            entry.delivered = True
-            entry.finish("paid")
-        journal = self.state.journal
-        if journal is None:
-            return
-        payload = decoded.get("payload")
-        code = payload.get("paymentRequestCode") if isinstance(payload, dict) else None
-        try:
-            with anyio.CancelScope(shield=True):
-                found = await journal.find_by_proof(proof, code if isinstance(code, str) else None)
-                if found is not None and not (found.delivered and found.outcome == "paid"):
-                    await journal.finish_payment(found.id, "paid", delivered=True)
-        except Exception as exc:
-            logger.error(
-                "x402: the payment journal could not record a re-sent proof's delivery (%s)",
-                type(exc).__name__,
-            )
-
-    # --- delivering the proof ----------------------------------------------------------------
-
-    @staticmethod
-    def _receipt(
-        intent: PaymentIntent,
-        paid: Paid,
-        paid_at: datetime,
-        payments: int,
-        settlement: Mapping[str, Any] | None = None,
-        *,
-        reused: bool = False,
-    ) -> PaymentReceipt:
-        """The receipt of a payment whose proof exists; `_deliver` makes it again with the
-        merchant's settlement (and the transaction it names) when the answer carries one."""
-        return PaymentReceipt(
-            rail=intent.rail,
-            scheme=intent.scheme,
-            network=intent.network,
-            asset=intent.asset,
-            amount=intent.amount,
-            currency=intent.currency,
-            pay_to=intent.pay_to,
-            resource=intent.resource,
-            paid_at=paid_at,
-            proof=paid.proof,
-            payment_request_code=paid.payment_request_code,
-            transaction_code=paid.transaction_code,
-            blockchain_tx_id=paid.blockchain_tx_id,
-            payer=paid.payer,
-            tx_hash=_settlement_tx_hash(settlement),
-            settlement=settlement,
-            payments=payments,
-            reused=reused,
-        )
-
     async def _deliver(
         self,
         guard: LogicalRequest,
@@ -746,145 +580,30 @@ class Payer:
         send: Send,
         intent: PaymentIntent,
         paid: Paid,
-        record: PaymentRecord | LedgerEntry | None = None,
+        record: PaymentRecord,
         *,
-        moves_first: bool | None = None,
-        resend: bool = False,
-        made: PaymentReceipt | None = None,
-    ) -> httpx.Response | _PayFresh:
-        """Send the proof and act on the answers (`_delivery.Delivery` decides). `made`: the
-        receipt of the payment behind `paid`, when this request made it; a re-sent proof
-        (`resend`) gets a receipt that says so and counts no payment."""
-        options = self.options
-        if moves_first is None:
-            moves_first = isinstance(record, PaymentRecord) and record.moves_first
-        machine = Delivery(
-            confirmation_attempts=options.confirmation_attempts,
-            confirmation_wait=options.confirmation_wait,
-            confirmation_max_wait=options.confirmation_max_wait,
-            merchant_error_retries=options.merchant_error_retries,
-            resend=resend,
+        made: PaymentReceipt,
+    ) -> httpx.Response | PayFresh:
+        """Deliver the proof of the payment `record` (`_deliver.deliver`)."""
+        return await deliver(
+            guard, request, body, send, intent, paid,
+            options=self.options, record=record, moves_first=record.moves_first, made=made,
+        )  # fmt: skip
+
+    #: The receipt of a payment whose proof exists (`_deliver.receipt_of`).
+    _receipt = staticmethod(receipt_of)
+
+
+def _log_payment(level: int, what: str, intent: PaymentIntent) -> None:
+    if logger.isEnabledFor(level):
+        logger.log(
+            level,
+            "x402: %s %s %s on %s (%s) to %s for %s",
+            what,
+            format_amount(intent.amount),
+            intent.currency,
+            intent.network,
+            intent.rail,
+            intent.pay_to,
+            safe_url(intent.resource),
         )
-        paid_request = rebuild(request, body, paid.proof, paid.header)
-        if made is None:
-            made = self._receipt(
-                intent,
-                paid,
-                datetime.now(timezone.utc),
-                0 if resend else max(guard.payments, 1),
-                reused=resend,
-            )
-        base = made
-
-        def receipt(response: httpx.Response | None = None) -> PaymentReceipt:
-            settlement = None if response is None else _settlement(response)
-            if settlement is None:
-                return base
-            return self._receipt(
-                intent, paid, base.paid_at, base.payments, settlement, reused=base.reused
-            )
-
-        def unknown(message: str, answer: httpx.Response | None = None) -> PaymentOutcomeUnknown:
-            return PaymentOutcomeUnknown(
-                message,
-                proof=paid.proof,
-                payment_request_code=paid.payment_request_code,
-                transaction_code=paid.transaction_code,
-                receipt=receipt(),
-                request=paid_request,
-                intent=intent,
-                response=answer,
-                status_code=None if answer is None else answer.status_code,
-            )
-
-        while True:
-            machine.sending()
-            if record is not None:
-                record.step("sent", str(paid_request.url))
-            try:
-                response = await send(paid_request)
-            except httpx.TransportError as exc:
-                decision = machine.failed_in_transit(
-                    never_sent=isinstance(exc, _NOT_SENT), error=type(exc).__name__
-                )
-                if decision.step is Step.RETRY:
-                    await anyio.sleep(decision.wait)
-                    continue
-                raise unknown(decision.reason or "lost in transit") from exc
-            status = response.status_code
-            if record is not None:
-                record.step("answer", str(status))
-            reason: str | None = None
-            if status == 402:
-                head, rest = await read_upto(response, options.max_body_bytes)
-                await response.aclose()
-                reason = _failure_reason(head if rest is None else b"", response.headers)
-            elif status >= 500:
-                await response.aclose()
-            decision = machine.answered(status, reason)
-            step = decision.step
-            if step is Step.RETRY:
-                if reason is not None:
-                    logger.debug("x402: %s; re-sending the same proof", reason)
-                await anyio.sleep(decision.wait)
-                continue
-            if step is Step.SERVED:
-                served = receipt(response)
-                if not resend:
-                    guard.settled(served)
-                response.extensions = {**response.extensions, RECEIPT_EXTENSION: served}
-                if isinstance(response.stream, httpx.AsyncByteStream):
-                    response.stream = GuardedStream(response.stream, unknown)
-                return response
-            shown = decision.reason or "402 without a reason"
-            if step is Step.NOT_DELIVERED:
-                # Paid, and the merchant answered something other than the resource: the
-                # proof stays good to re-send; the answer rides on the error, readable.
-                head, rest = await read_upto(response, options.max_body_bytes)
-                await response.aclose()
-                answer = hand_back(response, head if rest is None else b"", None)
-                advice = (
-                    "; the payment was made"
-                    if moves_first
-                    else ("; the signed payment was handed over and may still be settled")
-                )
-                message = f"{shown}{advice}; re-sending the proof is safe"
-                if moves_first:
-                    raise PaymentVerificationFailed(
-                        message,
-                        reason=shown,
-                        receipt=receipt(),
-                        proof=paid.proof,
-                        request=paid_request,
-                        intent=intent,
-                        response=answer,
-                    )
-                raise unknown(message, answer)
-            if step is Step.PAY_FRESH:
-                return _PayFresh(shown, paid.proof)
-            if step is Step.UNKNOWN:
-                raise unknown(shown if resend else f"{shown}; the payment was made")
-            if step is Step.NOT_CONFIRMED:
-                advice = (
-                    "the payment behind this proof has not been confirmed (or never made)"
-                    if resend
-                    else "the payment was made; re-send the proof later"
-                )
-                raise PaymentNotConfirmed(
-                    f"the merchant still says {shown!r} after "
-                    f"{options.confirmation_attempts} attempts; {advice}",
-                    reason=shown,
-                    receipt=receipt(),
-                    proof=paid.proof,
-                    request=request,
-                    intent=intent,
-                )
-            raise PaymentVerificationFailed(
-                f"the merchant refused the payment proof: {shown}",
-                reason=shown,
-                receipt=receipt(),
-                proof=paid.proof,
-                request=paid_request,
-                intent=intent,
-                money_moved=refused_money_moved(moves_first),
-            )

@@ -115,6 +115,8 @@ class Describer(Protocol):
     """The pure half of a rail (`Rail.describe`)."""
 
     name: str
+    #: Only such rails are considered while resuming an earlier payment.
+    resumes_transactions: bool
 
     def describe(self, entry: AcceptEntry, resource: str) -> PaymentIntent | str: ...
 
@@ -178,11 +180,11 @@ def _shown(intent: PaymentIntent) -> str:
 
 
 def _describe(
-    entry: AcceptEntry, rails: Sequence[Describer], resource: str, only: str | None
+    entry: AcceptEntry, rails: Sequence[Describer], resource: str, resuming: bool
 ) -> tuple[Describer, PaymentIntent] | tuple[None, str]:
     why_not: list[str] = []
     for rail in rails:
-        if only is not None and rail.name != only:
+        if resuming and not rail.resumes_transactions:
             continue
         described = rail.describe(entry, resource)
         if isinstance(described, str):
@@ -210,11 +212,10 @@ def select(
     `parse` reads one raw entry in the 402's dialect (`_dialects.Challenge.parse_entry`).
     """
     resuming = settings.resume_transaction_code is not None
-    only = "bridge" if resuming else None
+    limits = _Limits(options, settings, headroom, now, resuming)
     payable: list[Candidate] = []
     skipped: list[SkippedEntry] = []
     readable = 0
-    budgeted = {budget.currency for budget in options.budgets}
     for index, raw in enumerate(accepts):
         try:
             entry = parse(raw)
@@ -228,52 +229,76 @@ def select(
                 SkippedEntry(index, SkipReason.UNKNOWN_SCHEME, f"unknown scheme {scheme!r}")
             )
             continue
-        rail, described = _describe(entry, rails, resource, only)
+        rail, described = _describe(entry, rails, resource, resuming)
         if rail is None:
             assert isinstance(described, str)
-            if resuming:
-                message = f"not a bridge entry (resuming a bridge payment): {described}"
-                skipped.append(SkippedEntry(index, SkipReason.NOT_RESUMABLE, message))
-            else:
-                skipped.append(SkippedEntry(index, SkipReason.UNPAYABLE, described))
+            skipped.append(_unpayable(index, described, resuming))
             continue
         assert isinstance(described, PaymentIntent)
-        intent = described
+        refused = limits.refuse(index, entry, described)
+        if refused is not None:
+            skipped.append(refused)
+            continue
+        payable.append(Candidate(index, rail, entry, described))
+    payable = _ordered(payable, options, skipped)
+    skipped.sort(key=lambda s: s.index)
+    return Selection(payable, skipped, readable)
+
+
+def _unpayable(index: int, why: str, resuming: bool) -> SkippedEntry:
+    if resuming:
+        message = f"not a bridge entry (resuming a bridge payment): {why}"
+        return SkippedEntry(index, SkipReason.NOT_RESUMABLE, message)
+    return SkippedEntry(index, SkipReason.UNPAYABLE, why)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Limits:
+    """Rules 3-5 for one 402: what the clock, the caps and the budgets let through."""
+
+    options: PaymentOptions
+    settings: RequestSettings
+    headroom: Mapping[str, Decimal]
+    now: float
+    resuming: bool
+
+    def refuse(self, index: int, entry: AcceptEntry, intent: PaymentIntent) -> SkippedEntry | None:
+        """Why `intent` must not be paid, or None when it may be."""
+        options, now = self.options, self.now
         if (
             isinstance(entry, EuroAcceptEntry)
             and entry.expires_at is not None
             and entry.expires_at + EXPIRY_SKEW < now
         ):
-            skipped.append(
-                SkippedEntry(
-                    index,
-                    SkipReason.EXPIRED,
-                    f"expired {int(now - entry.expires_at)} s ago (expiresAt {entry.expires_at})",
-                    intent,
-                )
-            )
-            continue
-        cap = effective_cap(intent.currency, options.max_amount_per_payment, settings.limits)
+            message = f"expired {int(now - entry.expires_at)} s ago (expiresAt {entry.expires_at})"
+            return SkippedEntry(index, SkipReason.EXPIRED, message, intent)
+        cap = effective_cap(intent.currency, options.max_amount_per_payment, self.settings.limits)
         if cap is None:
             message = _no_cap_message(intent, options.max_amount_per_payment)
-            skipped.append(SkippedEntry(index, SkipReason.NO_CAP, message, intent))
-            continue
+            return SkippedEntry(index, SkipReason.NO_CAP, message, intent)
         if intent.amount > cap:
             limit = f"{format_amount(cap)} {intent.currency}"
             message = f"{_shown(intent)} is above max_amount_per_payment {limit}"
-            skipped.append(SkippedEntry(index, SkipReason.OVER_CAP, message, intent))
-            continue
-        if not resuming and options.budgets and intent.currency not in budgeted:
+            return SkippedEntry(index, SkipReason.OVER_CAP, message, intent)
+        if self.resuming:
+            # That payment's budget was reserved when it was made.
+            return None
+        budgeted = {budget.currency for budget in options.budgets}
+        if options.budgets and intent.currency not in budgeted:
             message = f"{_shown(intent)}: {uncovered_currency(intent.currency)}"
-            skipped.append(SkippedEntry(index, SkipReason.NO_BUDGET, message, intent))
-            continue
-        left = headroom.get(intent.currency)
-        if not resuming and left is not None and intent.amount > left:
+            return SkippedEntry(index, SkipReason.NO_BUDGET, message, intent)
+        left = self.headroom.get(intent.currency)
+        if left is not None and intent.amount > left:
             message = f"{_shown(intent)} is above what the budget has left ({format_amount(left)})"
-            skipped.append(SkippedEntry(index, SkipReason.OVER_BUDGET, message, intent))
-            continue
-        payable.append(Candidate(index, rail, entry, intent))
+            return SkippedEntry(index, SkipReason.OVER_BUDGET, message, intent)
+        return None
 
+
+def _ordered(
+    payable: list[Candidate], options: PaymentOptions, skipped: list[SkippedEntry]
+) -> list[Candidate]:
+    """Rule 6: the `selector` picks one (the others are `not_chosen`, added to `skipped`),
+    or `prefer` orders them (ties keep the merchant's order)."""
     if payable and options.selector is not None:
         chosen = options.selector([c.intent for c in payable])
         message = (
@@ -286,12 +311,11 @@ def select(
                 skipped.append(
                     SkippedEntry(candidate.index, SkipReason.NOT_CHOSEN, message, candidate.intent)
                 )
-        payable = [c for c in payable if c.intent is chosen][:1]
-    elif options.prefer and len(payable) > 1:
+        return [c for c in payable if c.intent is chosen][:1]
+    if options.prefer and len(payable) > 1:
         order = prefer_order([c.intent for c in payable], options.prefer)
-        payable = [payable[i] for i in order]
-    skipped.sort(key=lambda s: s.index)
-    return Selection(payable, skipped, readable)
+        return [payable[i] for i in order]
+    return payable
 
 
 def no_candidate_error(

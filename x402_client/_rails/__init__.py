@@ -23,6 +23,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .._challenge import AcceptEntry
+from .._dialects import X_PAYMENT
 from .._types import PaymentIntent
 
 if TYPE_CHECKING:
@@ -122,7 +123,7 @@ class Paid:
     payer: str | None = None
     payload: Mapping[str, Any] | None = dataclasses.field(default=None, repr=False)
     #: The request header that carries `proof`.
-    header: str = "X-PAYMENT"
+    header: str = X_PAYMENT
 
 
 class RailContext(Protocol):
@@ -146,6 +147,13 @@ class Rail(Protocol):
     #: True when the proof exists only after money moved (euro, bridge); False when the
     #: merchant moves the money with the proof (EVM permit).
     money_moves_before_proof: bool
+    #: True when `pay` yields the finished proof (`Paid.proof`, `Paid.header`); False when
+    #: it yields the scheme's payload (`Paid.payload`) for the payer to frame in the dialect
+    #: the 402 spoke (the standard x402 world).
+    frames_own_proof: bool
+    #: True when the rail can prove an earlier payment of its own from a transaction code
+    #: (`RequestSettings.resume_transaction_code`) instead of paying again.
+    resumes_transactions: bool
 
     def describe(self, entry: AcceptEntry, resource: str) -> PaymentIntent | str:
         """The intent for paying `entry`, or a short reason why this rail cannot. No I/O."""

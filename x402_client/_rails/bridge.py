@@ -256,6 +256,8 @@ class BridgeRail:
     name = "bridge"
     #: The EURO leaves the account before the proof exists.
     money_moves_before_proof = True
+    frames_own_proof = True
+    resumes_transactions = True
 
     def __init__(
         self, context: RailContext, *, clock: Clock = time.monotonic, sleep: Sleep = anyio.sleep

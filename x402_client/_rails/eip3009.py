@@ -437,6 +437,8 @@ class Eip3009Rail:
     name = "eip3009"
     #: The proof is a signed authorization: the merchant's facilitator moves the money.
     money_moves_before_proof = False
+    frames_own_proof = False
+    resumes_transactions = False
 
     def __init__(self, context: RailContext) -> None:
         self._context = context

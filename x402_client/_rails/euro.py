@@ -33,6 +33,8 @@ def euro_proof(scheme: str, network: str, payment_request_code: str) -> str:
 class EuroRail:
     name = "euro"
     money_moves_before_proof = True
+    frames_own_proof = True
+    resumes_transactions = False
 
     def __init__(self, context: RailContext) -> None:
         self._context = context

@@ -341,6 +341,8 @@ class EvmPermitRail:
     name = "evm-permit"
     #: The proof is a signed permit: no money moves until the merchant settles it.
     money_moves_before_proof = False
+    frames_own_proof = True
+    resumes_transactions = False
 
     def __init__(self, context: RailContext, options: EvmOptions) -> None:
         #: Without the evm extra, permit entries are skipped (`describe` says how to install it).
