@@ -266,6 +266,16 @@ async def _answer_of(
     return machine.answered(status, reason), reason
 
 
+def _machine(options: PaymentOptions, resend: bool) -> Delivery:
+    return Delivery(
+        confirmation_attempts=options.confirmation_attempts,
+        confirmation_wait=options.confirmation_wait,
+        confirmation_max_wait=options.confirmation_max_wait,
+        merchant_error_retries=options.merchant_error_retries,
+        resend=resend,
+    )
+
+
 async def deliver(
     guard: LogicalRequest,
     request: httpx.Request,
@@ -284,13 +294,7 @@ async def deliver(
     response (its receipt in `RECEIPT_EXTENSION`), a `PayFresh`, or the error. `made`: the
     receipt of the payment behind `paid`, when this request made it; a re-sent proof
     (`resend`) gets a receipt that says so and counts no payment."""
-    machine = Delivery(
-        confirmation_attempts=options.confirmation_attempts,
-        confirmation_wait=options.confirmation_wait,
-        confirmation_max_wait=options.confirmation_max_wait,
-        merchant_error_retries=options.merchant_error_retries,
-        resend=resend,
-    )
+    machine = _machine(options, resend)
     if made is None:
         payments = 0 if resend else max(guard.payments, 1)
         made = receipt_of(intent, paid, datetime.now(timezone.utc), payments, reused=resend)

@@ -1,12 +1,17 @@
-"""Small I/O helpers shared by the transport and the service clients."""
+"""Small I/O helpers shared by the transports and the service clients."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from typing import Any, TypeVar
 
 import httpx
 
-__all__ = ["BodyTooLarge", "known_small", "read_bounded", "read_upto"]
+from ._exceptions import ConfigurationError
+
+__all__ = ["BodyTooLarge", "known_small", "read_bounded", "read_upto", "wrap_transports"]
+
+_ClientT = TypeVar("_ClientT", httpx.AsyncClient, httpx.Client)
 
 
 class BodyTooLarge(ValueError):
@@ -69,3 +74,24 @@ async def read_upto(
         if size > limit:
             return b"".join(chunks), iterator
     return b"".join(chunks), None
+
+
+def wrap_transports(client: _ClientT, wrap: Callable[[Any], Any], transport_name: str) -> _ClientT:
+    """Replace `client`'s transport and each of its mounts by `wrap(it)` (sync or async).
+
+    httpx keeps them in `_transport` / `_mounts` (private, stable since 0.23); should that
+    move, the error says to build the client with the payment transport instead.
+    """
+    try:
+        transport = client._transport
+        mounts: dict[Any, Any] = client._mounts
+    except AttributeError as exc:  # pragma: no cover - guards against httpx internals moving
+        raise ConfigurationError(
+            "this httpx version keeps its transport elsewhere; build the client with "
+            f"transport={transport_name}(...) instead"
+        ) from exc
+    client._transport = wrap(transport)
+    for pattern, mounted in list(mounts.items()):
+        if mounted is not None:
+            mounts[pattern] = wrap(mounted)
+    return client

@@ -25,6 +25,7 @@ are classified:
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
@@ -252,28 +253,7 @@ class PaymentAPI:
         answer = _decode(raw)
         if 200 <= status < 300:
             return answer
-        errors = provider_errors(answer)
-        code, provider_message = _first_error(errors)
-        described = f"{code or 'error'}: {provider_message or 'no message'}"
-        if status >= 500:
-            raise unknown(
-                f"payment API answered {status} ({described}); the payment may have been made",
-                status_code=status,
-                code=code,
-                provider_message=provider_message,
-            )
-        error_type = (
-            InsufficientFunds if any(is_insufficient_funds(e) for e in errors) else PaymentAPIError
-        )
-        if 300 <= status < 400:
-            described = "unexpected redirect"
-        raise error_type(
-            f"payment API refused the payment ({status} {described})",
-            status_code=status,
-            code=code,
-            provider_message=provider_message,
-            intent=intent,
-        )
+        raise _refusal(status, answer, unknown, intent)
 
     # --- safe reads -------------------------------------------------------------------------
 
@@ -311,3 +291,35 @@ class PaymentAPI:
                 if isinstance(value, (int, Decimal, str)) and not isinstance(value, bool):
                     return Decimal(value)
         raise PaymentAPIError("balance answer has no balance field")
+
+
+def _refusal(
+    status: int,
+    answer: Any,
+    unknown: Callable[..., PaymentOutcomeUnknown],
+    intent: PaymentIntent | None,
+) -> Exception:
+    """The error for a payment call the API answered with `status` (3xx-5xx): after a 5xx
+    the payment may have been made; otherwise it was refused."""
+    errors = provider_errors(answer)
+    code, provider_message = _first_error(errors)
+    described = f"{code or 'error'}: {provider_message or 'no message'}"
+    if status >= 500:
+        return unknown(
+            f"payment API answered {status} ({described}); the payment may have been made",
+            status_code=status,
+            code=code,
+            provider_message=provider_message,
+        )
+    error_type = (
+        InsufficientFunds if any(is_insufficient_funds(e) for e in errors) else PaymentAPIError
+    )
+    if 300 <= status < 400:
+        described = "unexpected redirect"
+    return error_type(
+        f"payment API refused the payment ({status} {described})",
+        status_code=status,
+        code=code,
+        provider_message=provider_message,
+        intent=intent,
+    )

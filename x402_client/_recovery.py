@@ -319,50 +319,70 @@ async def _recover(
     headers: Headers | None,
     send: Send,
 ) -> Recovery:
-    """Recover `record`, which this process owns now (no live process did)."""
+    """Recover `record`, which this process owns now (no live process did): a bridge
+    payment without a proof is resumed from its transaction code; every other payment's
+    proof is re-sent."""
+    recovering = _Recovering(state, journal, record, headers, send)
+    if record.rail == "bridge" and not record.proof:
+        return await recovering.resume_bridge()
+    return await recovering.resend_proof()
 
-    async def give_up(reason: str) -> Recovery:
+
+@dataclasses.dataclass
+class _Recovering:
+    """The recovery of one journaled payment this process owns, and the ways it ends."""
+
+    state: PaymentState
+    journal: SqliteStore
+    record: JournalRecord
+    headers: Headers | None
+    send: Send
+
+    async def give_up(self, reason: str) -> Recovery:
         # Say what is known of the money: on a pay-first rail a proof or a transaction code
         # means it left the account; anything else may have moved.
+        record = self.record
         moved_first = record.rail in ("euro", "bridge")
         evidence = bool(record.proof or record.transaction_code or record.blockchain_tx_id)
         outcome: Literal["paid", "unknown"] = "paid" if moved_first and evidence else "unknown"
         if record.outcome in ("paid", "unknown"):
             outcome = "paid" if record.outcome == "paid" else outcome
         text = f"{reason}. {_codes(record)}"
-        await journal.finish_payment(record.id, outcome, delivered=False, error=text)
-        await journal.mark_unrecoverable(record.id, text)
+        await self.journal.finish_payment(record.id, outcome, delivered=False, error=text)
+        await self.journal.mark_unrecoverable(record.id, text)
         return Recovery(record, "unrecoverable", text)
 
-    async def nothing_moved(reason: str) -> Recovery:
+    async def nothing_moved(self, reason: str) -> Recovery:
         # Only ever reached with proof that no money can have moved, and with no live
         # process owning the payment (it was claimed): its reservation comes back.
-        await journal.finish_payment(record.id, "failed", delivered=False, error=reason)
+        record = self.record
+        await self.journal.finish_payment(record.id, "failed", delivered=False, error=reason)
         for key, reservation in record.reservations:
-            await state.budgets.store.release(key, reservation)
+            await self.state.budgets.store.release(key, reservation)
         return Recovery(record, "failed", reason)
 
-    async def delivered_meanwhile() -> Recovery | None:
+    async def delivered_meanwhile(self) -> Recovery | None:
         # A proof re-sent by hand (in this process or another) may have been served while
         # recovery was at it: the journal says so, and "already used" means that delivery.
-        latest = await journal.get(record.id)
+        latest = await self.journal.get(self.record.id)
         if latest is not None and latest.outcome == "paid" and latest.delivered:
             return Recovery(latest, "delivered", "it was delivered meanwhile (a re-sent proof)")
         return None
 
-    async def answered(response: httpx.Response, what: str) -> Recovery:
+    async def answered(self, response: httpx.Response, what: str) -> Recovery:
+        record = self.record
         status = response.status_code
         if status >= 400:
             later = _not_now(status)
             if later is not None:
                 return Recovery(record, "pending", later)
-            return await give_up(f"the merchant answered {status} to the proof")
-        latest = await journal.get(record.id)
+            return await self.give_up(f"the merchant answered {status} to the proof")
+        latest = await self.journal.get(record.id)
         if latest is None or not (latest.outcome == "paid" and latest.delivered):
-            await journal.finish_payment(record.id, "paid", delivered=True)
+            await self.journal.finish_payment(record.id, "paid", delivered=True)
         return Recovery(record, "delivered", what, response)
 
-    def refused_for_now(exc: X402Error) -> Recovery | None:
+    def refused_for_now(self, exc: X402Error) -> Recovery | None:
         """A pending recovery when the merchant's answer is no refusal: it wants
         credentials, says "later", or said nothing clear (no answer, a 5xx to every
         re-send) without calling the proof used or expired."""
@@ -371,75 +391,79 @@ async def _recover(
         unclear = isinstance(exc, PaymentOutcomeUnknown) and status is None
         if later is None and unclear and classify_reason(str(exc)) is VerifierReason.OTHER:
             later = f"the merchant gave no clear answer ({exc}); try again later"
-        return None if later is None else Recovery(record, "pending", later, error=exc)
+        return None if later is None else Recovery(self.record, "pending", later, error=exc)
 
-    now = time.time()
-    if record.rail == "bridge" and not record.proof:
+    async def resume_bridge(self) -> Recovery:
+        """A bridge payment that has no proof yet: resume it from its transaction code."""
+        record = self.record
         if record.transaction_code is None:
-            return await give_up(
+            return await self.give_up(
                 "the process died during the bridge payment call: the EURO may or may not "
                 "have left the account; ask the provider for a BlockchainAddress payment "
                 f"made at {record.created_at.isoformat(timespec='seconds')}"
             )
+        settings = {"resume_transaction_code": record.transaction_code, "journal_id": record.id}
         try:
-            response = await _send(
-                send,
-                record,
-                {"resume_transaction_code": record.transaction_code, "journal_id": record.id},
-                headers,
-            )
+            response = await _send(self.send, record, settings, self.headers)
         except X402Error as exc:
-            later = refused_for_now(exc)
+            later = self.refused_for_now(exc)
             if later is not None:
                 return later
             return Recovery(record, "pending", f"resuming failed: {exc}", error=exc)
         except httpx.HTTPError as exc:
             return Recovery(record, "pending", f"the merchant did not answer: {exc}")
-        return await answered(response, "the bridge payment was resumed")
+        return await self.answered(response, "the bridge payment was resumed")
 
-    proof = _euro_proof(record) if record.rail == "euro" else record.proof
-    if proof is None:
-        if record.rail in _SETTLE_ON_PROOF:
-            # Settle-on-proof rails: nothing was signed and handed over.
-            return await nothing_moved("no proof was ever handed over: no money moved")
-        return await give_up("the journal holds no proof and no code to finish it with")
-    valid_until = _valid_until(record)
-    expired = valid_until is not None and valid_until + EXPIRY_SKEW < now
-    if expired and record.rail != "euro":
-        return await give_up(
-            "the signed authorization expired before it was delivered; the merchant may "
-            "still have settled it (check the chain)"
-        )
-    try:
-        response = await _send(send, record, {"proof": proof}, headers)
-    except PaymentNotConfirmed as exc:
-        if record.rail == "euro" and expired:
-            return await nothing_moved(
-                "the payment request expired unpaid (the verifier never confirmed it)"
+    async def resend_proof(self) -> Recovery:
+        """Re-send the payment's proof (a euro payment's, rebuilt from its request code)."""
+        record = self.record
+        proof = _euro_proof(record) if record.rail == "euro" else record.proof
+        if proof is None:
+            if record.rail in _SETTLE_ON_PROOF:
+                # Settle-on-proof rails: nothing was signed and handed over.
+                return await self.nothing_moved("no proof was ever handed over: no money moved")
+            return await self.give_up("the journal holds no proof and no code to finish it with")
+        valid_until = _valid_until(record)
+        expired = valid_until is not None and valid_until + EXPIRY_SKEW < time.time()
+        if expired and record.rail != "euro":
+            return await self.give_up(
+                "the signed authorization expired before it was delivered; the merchant may "
+                "still have settled it (check the chain)"
             )
-        return Recovery(record, "pending", f"not confirmed yet: {exc.reason}", error=exc)
-    except (PaymentVerificationFailed, PaymentOutcomeUnknown) as exc:
-        later = refused_for_now(exc)
+        try:
+            response = await _send(self.send, record, {"proof": proof}, self.headers)
+        except PaymentNotConfirmed as exc:
+            if record.rail == "euro" and expired:
+                return await self.nothing_moved(
+                    "the payment request expired unpaid (the verifier never confirmed it)"
+                )
+            return Recovery(record, "pending", f"not confirmed yet: {exc.reason}", error=exc)
+        except (PaymentVerificationFailed, PaymentOutcomeUnknown) as exc:
+            return await self.refused(exc)
+        except X402Error as exc:
+            return await self.give_up(f"re-sending the proof failed ({type(exc).__name__}: {exc})")
+        except httpx.HTTPError as exc:
+            return Recovery(record, "pending", f"the merchant did not answer: {exc}")
+        return await self.answered(response, "the resource was delivered")
+
+    async def refused(self, exc: PaymentVerificationFailed | PaymentOutcomeUnknown) -> Recovery:
+        """The merchant did not serve the re-sent proof."""
+        later = self.refused_for_now(exc)
         if later is not None:
             return later
         reason = getattr(exc, "reason", None) or str(exc)
         if (
-            record.rail == "euro"
+            self.record.rail == "euro"
             and classify_reason(reason) is VerifierReason.EXPIRED
-            and not record.delivered
+            and not self.record.delivered
         ):
             # The euro verifier says "expired" of a request that timed out: it was never
             # settled (the provider keeps no money for an expired request; the merchant's
             # rule is "request a fresh 402 and pay again").
-            return await nothing_moved(f"the payment request expired unsettled ({reason})")
-        return await delivered_meanwhile() or await give_up(
+            return await self.nothing_moved(f"the payment request expired unsettled ({reason})")
+        return await self.delivered_meanwhile() or await self.give_up(
             f"the merchant refused the re-sent proof ({reason})"
         )
-    except X402Error as exc:
-        return await give_up(f"re-sending the proof failed ({type(exc).__name__}: {exc})")
-    except httpx.HTTPError as exc:
-        return Recovery(record, "pending", f"the merchant did not answer: {exc}")
-    return await answered(response, "the resource was delivered")
 
 
 async def recover_payments(

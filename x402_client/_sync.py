@@ -41,6 +41,7 @@ import httpx
 
 from ._budget import BudgetReport
 from ._exceptions import ConfigurationError, PaymentOutcomeUnknown
+from ._http import wrap_transports
 from ._options import PaymentOptions, coerce_options
 from ._payer import Payer
 from ._quote import Quote, quote_response
@@ -468,8 +469,6 @@ class SyncPaymentTransport(httpx.BaseTransport):
 
 def install(client: httpx.Client, payer: Payer) -> httpx.Client:
     """`with_eur_payment` for a sync client: wrap its transport and mounts, one loop for all."""
-    from ._transport import wrap_transports
-
     driver = _Driver(payer)
 
     def wrap(inner: httpx.BaseTransport) -> httpx.BaseTransport:

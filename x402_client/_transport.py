@@ -12,16 +12,15 @@ hops share (`_request.LogicalRequest`). See `docs/design.md`.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar, overload
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, NoReturn, overload
 
 import httpx
 
 from ._exceptions import ConfigurationError
+from ._http import wrap_transports
 from ._ledger import PaymentLedger
 from ._options import PaymentOptions, coerce_options
-
-_ClientT = TypeVar("_ClientT", httpx.AsyncClient, httpx.Client)
 
 if TYPE_CHECKING:
     # At run time these load on first use (a transport built, a ledger asked for): the
@@ -230,27 +229,6 @@ def with_eur_payment(
 
     wrap_transports(client, install, "PaymentTransport")
     install_boundary(client)
-    return client
-
-
-def wrap_transports(client: _ClientT, wrap: Callable[[Any], Any], transport_name: str) -> _ClientT:
-    """Replace `client`'s transport and each of its mounts by `wrap(it)` (sync or async).
-
-    httpx keeps them in `_transport` / `_mounts` (private, stable since 0.23); should that
-    move, the error says to build the client with the payment transport instead.
-    """
-    try:
-        transport = client._transport
-        mounts: dict[Any, Any] = client._mounts
-    except AttributeError as exc:  # pragma: no cover - guards against httpx internals moving
-        raise ConfigurationError(
-            "this httpx version keeps its transport elsewhere; build the client with "
-            f"transport={transport_name}(...) instead"
-        ) from exc
-    client._transport = wrap(transport)
-    for pattern, mounted in list(mounts.items()):
-        if mounted is not None:
-            mounts[pattern] = wrap(mounted)
     return client
 
 

@@ -121,6 +121,81 @@ def _transient(exc: Exception) -> bool:
     return False
 
 
+@dataclasses.dataclass
+class _Poll:
+    """The state of one wait for a `blockchainTxId`: each lookup (`attempt`), what it
+    logs and reports, and the error that says where the payment stands."""
+
+    lookup: Callable[[], Awaitable[TransactionRecord | None]]
+    transaction_code: str
+    policy: PollPolicy
+    on_poll: Callable[[PollUpdate], Awaitable[None]] | None
+    clock: Clock
+    intent: PaymentIntent | None
+    started: float
+    polls: int = 0
+    last_log: float = 0.0
+    last_status: str | None = None
+
+    def outcome_unknown(self, why: str) -> PaymentOutcomeUnknown:
+        code = self.transaction_code
+        return PaymentOutcomeUnknown(
+            f"bridge transaction {code}: {why}; the EURO payment was made. Resume "
+            f"with extensions={{'x402': {{'resume_transaction_code': '{code}'}}}} "
+            "(or `resume_bridge_payment`); do not pay again",
+            transaction_code=code,
+            intent=self.intent,
+        )
+
+    async def attempt(self) -> TransactionRecord | None:
+        """One lookup: the record once it carries `blockchainTxId`, else None (poll on)."""
+        self.polls += 1
+        error: str | None = None
+        record: TransactionRecord | None = None
+        try:
+            record = await self.lookup()
+        except Exception as exc:
+            if not _transient(exc):
+                raise self.outcome_unknown(f"the lookup failed ({exc})") from exc
+            error = f"{type(exc).__name__}: {exc}"
+            logger.debug("x402: bridge lookup of %s failed: %s", self.transaction_code, error)
+        if record is not None:
+            self.last_status = record.status
+            if record.blockchain_tx_id:
+                return record
+            if record.status is not None and record.status.lower() in FAILED_STATUSES:
+                raise BridgeTransferFailed(
+                    f"bridge transaction {self.transaction_code} ended as {record.status}; "
+                    "no blockchainTxId will appear (the provider refunds the EURO)",
+                    transaction_code=self.transaction_code,
+                    status=record.status,
+                    intent=self.intent,
+                )
+        now = self.clock()
+        self._log(now)
+        if self.on_poll is not None:
+            await self.on_poll(PollUpdate(self.polls, now - self.started, record, error))
+        return None
+
+    def _log(self, now: float) -> None:
+        status = self.last_status or "not listed"
+        logger.debug(
+            "x402: bridge transaction %s: %s after %d polls",
+            self.transaction_code,
+            status,
+            self.polls,
+        )
+        if now - self.last_log >= self.policy.log_every:
+            self.last_log = now
+            logger.info(
+                "x402: still waiting for bridge transaction %s (status %s, %.0f s of %.0f s)",
+                self.transaction_code,
+                status,
+                now - self.started,
+                self.policy.deadline,
+            )
+
+
 async def wait_for_blockchain_tx_id(
     lookup: Callable[[], Awaitable[TransactionRecord | None]],
     *,
@@ -145,66 +220,13 @@ async def wait_for_blockchain_tx_id(
     from tenacity import AsyncRetrying, RetryError, retry_if_result, wait_exponential
 
     started = clock()
+    poll = _Poll(
+        lookup, transaction_code, policy, on_poll, clock, intent, started, last_log=started
+    )
     deadline_at = started + policy.deadline
     backoff = wait_exponential(
         multiplier=policy.first_interval, min=policy.first_interval, max=policy.max_interval
     )
-    polls = 0
-    last_log = started
-    last_status: str | None = None
-
-    def outcome_unknown(why: str) -> PaymentOutcomeUnknown:
-        return PaymentOutcomeUnknown(
-            f"bridge transaction {transaction_code}: {why}; the EURO payment was made. Resume "
-            f"with extensions={{'x402': {{'resume_transaction_code': '{transaction_code}'}}}} "
-            "(or `resume_bridge_payment`); do not pay again",
-            transaction_code=transaction_code,
-            intent=intent,
-        )
-
-    async def attempt() -> TransactionRecord | None:
-        nonlocal polls, last_log, last_status
-        polls += 1
-        error: str | None = None
-        record: TransactionRecord | None = None
-        try:
-            record = await lookup()
-        except Exception as exc:
-            if not _transient(exc):
-                raise outcome_unknown(f"the lookup failed ({exc})") from exc
-            error = f"{type(exc).__name__}: {exc}"
-            logger.debug("x402: bridge lookup of %s failed: %s", transaction_code, error)
-        if record is not None:
-            last_status = record.status
-            if record.blockchain_tx_id:
-                return record
-            if record.status is not None and record.status.lower() in FAILED_STATUSES:
-                raise BridgeTransferFailed(
-                    f"bridge transaction {transaction_code} ended as {record.status}; "
-                    "no blockchainTxId will appear (the provider refunds the EURO)",
-                    transaction_code=transaction_code,
-                    status=record.status,
-                    intent=intent,
-                )
-        now = clock()
-        logger.debug(
-            "x402: bridge transaction %s: %s after %d polls",
-            transaction_code,
-            last_status or "not listed",
-            polls,
-        )
-        if now - last_log >= policy.log_every:
-            last_log = now
-            logger.info(
-                "x402: still waiting for bridge transaction %s (status %s, %.0f s of %.0f s)",
-                transaction_code,
-                last_status or "not listed",
-                now - started,
-                policy.deadline,
-            )
-        if on_poll is not None:
-            await on_poll(PollUpdate(polls, now - started, record, error))
-        return None
 
     def stop(state: RetryCallState) -> bool:
         return clock() >= deadline_at
@@ -213,10 +235,7 @@ async def wait_for_blockchain_tx_id(
         return max(0.0, min(backoff(state), deadline_at - clock()))
 
     retrying = AsyncRetrying(
-        retry=retry_if_result(lambda found: found is None),
-        stop=stop,
-        wait=wait,
-        sleep=sleep,
+        retry=retry_if_result(lambda found: found is None), stop=stop, wait=wait, sleep=sleep
     )
     logger.info(
         "x402: waiting up to %.0f s for bridge transaction %s to reach the chain",
@@ -225,15 +244,17 @@ async def wait_for_blockchain_tx_id(
     )
     with anyio.move_on_after(policy.deadline + policy.max_interval):
         try:
-            found: TransactionRecord | None = await retrying(attempt)
+            found: TransactionRecord | None = await retrying(poll.attempt)
         except RetryError:
-            raise outcome_unknown(
-                f"no blockchainTxId after {policy.deadline:g} s ({polls} polls, "
-                f"last status {last_status or 'not listed'})"
+            raise poll.outcome_unknown(
+                f"no blockchainTxId after {policy.deadline:g} s ({poll.polls} polls, "
+                f"last status {poll.last_status or 'not listed'})"
             ) from None
         assert found is not None
         return found
-    raise outcome_unknown(f"the lookup did not answer within the {policy.deadline:g} s deadline")
+    raise poll.outcome_unknown(
+        f"the lookup did not answer within the {policy.deadline:g} s deadline"
+    )
 
 
 def bridge_proof(entry: ExactAcceptEntry, transaction_code: str, blockchain_tx_id: str) -> str:
@@ -250,6 +271,42 @@ def bridge_proof(entry: ExactAcceptEntry, transaction_code: str, blockchain_tx_i
 
 
 # --- the rail ------------------------------------------------------------------------------
+
+
+class _Reporter:
+    """Reports the progress of one bridge payment (`on_progress`), timed from its start."""
+
+    def __init__(
+        self, context: RailContext, rail: str, resource: str, clock: Clock, policy: PollPolicy
+    ) -> None:
+        self._context = context
+        self._rail = rail
+        self._resource = resource
+        self._clock = clock
+        self._deadline = policy.deadline
+        self._started = clock()
+
+    async def __call__(
+        self,
+        stage: Stage,
+        *,
+        transaction_code: str | None = None,
+        status: str | None = None,
+        blockchain_tx_id: str | None = None,
+        polls: int = 0,
+    ) -> None:
+        event = PaymentProgress(
+            stage=stage,
+            rail=self._rail,
+            resource=self._resource,
+            transaction_code=transaction_code,
+            status=status,
+            blockchain_tx_id=blockchain_tx_id,
+            elapsed=self._clock() - self._started,
+            polls=polls,
+            deadline=self._deadline,
+        )
+        await self._context.report(event)
 
 
 class BridgeRail:
@@ -293,61 +350,73 @@ class BridgeRail:
         settings: RequestSettings,
         note: Note = no_note,
     ) -> AsyncIterator[Paid]:
+        """Send the EURO to the bridge (or resume a transfer sent earlier), wait until it
+        reaches chain A, and yield the proof of that transaction."""
         assert isinstance(entry, ExactAcceptEntry)
         options = self._context.options
         assert options.from_account is not None
-        api = self._context.payment_api()
         policy = PollPolicy.from_options(options)
-        started = self._clock()
-
-        async def report(
-            stage: Stage,
-            *,
-            transaction_code: str | None = None,
-            status: str | None = None,
-            blockchain_tx_id: str | None = None,
-            polls: int = 0,
-        ) -> None:
-            event = PaymentProgress(
-                stage=stage,
-                rail=self.name,
-                resource=intent.resource,
-                transaction_code=transaction_code,
-                status=status,
-                blockchain_tx_id=blockchain_tx_id,
-                elapsed=self._clock() - started,
-                polls=polls,
-                deadline=policy.deadline,
-            )
-            await self._context.report(event)
-
-        resume = settings.resume_transaction_code
-        if resume is not None:
-            code = resume
+        report = _Reporter(self._context, self.name, intent.resource, self._clock, policy)
+        code = settings.resume_transaction_code
+        if code is not None:
             await self._check_resumable(entry, intent, code, options.from_account)
             logger.info("x402: resuming bridge transaction %s; not paying again", code)
         else:
-            await report("paying")
-            # Shielded: once the POST is on its way, its answer (the code) must not be lost
-            # to a cancellation; it is bounded by `payment_api_timeout`.
-            with anyio.CancelScope(shield=True):
-                code = await api.pay_blockchain_address(
-                    from_account=options.from_account,
-                    address=entry.pay_to,
-                    # "0.10", not "0.100000": the amount as a person would write it.
-                    amount=Decimal(format_amount(intent.amount)),
-                    message=entry.description or intent.resource,
-                    intent=intent,
-                )
-                # The EURO left the account: the code goes to the journal before the wait.
-                await note(transaction_code=code)
-            logger.info(
-                "x402: bridge payment %s of %s EUR to %s made",
-                code,
-                format_amount(intent.amount),
-                entry.pay_to,
+            code = await self._transfer(entry, intent, options.from_account, note, report)
+        record, polls = await self._wait(code, policy, intent, report)
+        tx_id = record.blockchain_tx_id
+        assert tx_id is not None
+        for stage in ("settled", "proving"):
+            await report(
+                stage,
+                transaction_code=code,
+                status=record.status,
+                blockchain_tx_id=tx_id,
+                polls=polls + 1,
             )
+        yield Paid(
+            proof=bridge_proof(entry, code, tx_id),
+            transaction_code=code,
+            blockchain_tx_id=tx_id,
+            payer=options.from_account,
+        )
 
+    async def _transfer(
+        self,
+        entry: ExactAcceptEntry,
+        intent: PaymentIntent,
+        from_account: str,
+        note: Note,
+        report: _Reporter,
+    ) -> str:
+        """Pay the EURO to the entry's chain-A address: the bridge's transaction code."""
+        await report("paying")
+        # Shielded: once the POST is on its way, its answer (the code) must not be lost
+        # to a cancellation; it is bounded by `payment_api_timeout`.
+        with anyio.CancelScope(shield=True):
+            code = await self._context.payment_api().pay_blockchain_address(
+                from_account=from_account,
+                address=entry.pay_to,
+                # "0.10", not "0.100000": the amount as a person would write it.
+                amount=Decimal(format_amount(intent.amount)),
+                message=entry.description or intent.resource,
+                intent=intent,
+            )
+            # The EURO left the account: the code goes to the journal before the wait.
+            await note(transaction_code=code)
+        logger.info(
+            "x402: bridge payment %s of %s EUR to %s made",
+            code,
+            format_amount(intent.amount),
+            entry.pay_to,
+        )
+        return code
+
+    async def _wait(
+        self, code: str, policy: PollPolicy, intent: PaymentIntent, report: _Reporter
+    ) -> tuple[TransactionRecord, int]:
+        """Wait for the transfer `code` to reach chain A: its record, and the polls made."""
+        api = self._context.payment_api()
         polls = 0
 
         async def on_poll(update: PollUpdate) -> None:
@@ -384,23 +453,7 @@ class BridgeRail:
             with anyio.CancelScope(shield=True):
                 await report("failed", transaction_code=code, status=status)
             raise
-        tx_id = record.blockchain_tx_id
-        assert tx_id is not None
-        for stage in ("settled", "proving"):
-            await report(
-                stage,
-                transaction_code=code,
-                status=record.status,
-                blockchain_tx_id=tx_id,
-                polls=polls + 1,
-            )
-        proof = bridge_proof(entry, code, tx_id)
-        yield Paid(
-            proof=proof,
-            transaction_code=code,
-            blockchain_tx_id=tx_id,
-            payer=options.from_account,
-        )
+        return record, polls
 
     async def _check_resumable(
         self, entry: ExactAcceptEntry, intent: PaymentIntent, code: str, from_account: str

@@ -1,0 +1,68 @@
+"""Every function of the client reads in one screen: none is longer than 60 lines unless a
+comment right above it (or on its `def` line) says why (`# long: ...`)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import x402_client
+
+PACKAGE = Path(x402_client.__file__).parent
+LIMIT = 60
+#: Not yet held to the rule: the front ends, the options and the sandbox are being
+#: reorganised in their own right; they join this test once they are.
+NOT_YET = ("cli", "mcp_server", "mcp", "_options", "sandbox")
+MARK = "# long:"
+
+
+def _modules() -> list[Path]:
+    found = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        first = path.relative_to(PACKAGE).parts[0]
+        if not first.removesuffix(".py").startswith(NOT_YET):
+            found.append(path)
+    return found
+
+
+def _long_functions(source: str, limit: int = LIMIT) -> list[tuple[str, int, int]]:
+    """(name, first line, length) of each function longer than `limit` lines whose
+    definition is not explained by a `# long:` comment just above it or on its line."""
+    lines = source.splitlines()
+    long = []
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        assert node.end_lineno is not None
+        length = node.end_lineno - node.lineno + 1
+        if length <= limit:
+            continue
+        first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+        above = lines[first - 2].strip() if first >= 2 else ""
+        if MARK in lines[node.lineno - 1] or above.startswith(MARK):
+            continue
+        long.append((node.name, node.lineno, length))
+    return long
+
+
+def test_the_scan_sees_a_long_function_and_its_reason():
+    body = "\n".join(f"    x = {i}" for i in range(LIMIT))
+    unexplained = f"def f():\n{body}\n"
+    assert _long_functions(unexplained) == [("f", 1, LIMIT + 1)]
+    explained = f"# long: one table, row by row\ndef f():\n{body}\n"
+    assert _long_functions(explained) == []
+    short = "def g():\n    return 1\n"
+    assert _long_functions(short) == []
+
+
+def test_the_scan_covers_the_core_and_the_rails():
+    names = {path.relative_to(PACKAGE).as_posix() for path in _modules()}
+    assert {"_payer.py", "_deliver.py", "_policy.py", "_rails/bridge.py"} <= names
+    assert not any(name.startswith(("cli", "sandbox/", "_options")) for name in names)
+
+
+@pytest.mark.parametrize("path", _modules(), ids=lambda p: p.relative_to(PACKAGE).as_posix())
+def test_no_function_is_longer_than_a_screen(path: Path):
+    assert _long_functions(path.read_text(encoding="utf-8")) == []
