@@ -53,7 +53,7 @@ from ._options import PaymentOptions
 from ._payment_api import PaymentAPI
 from ._policy import Candidate, SkippedEntry, SkipReason, no_candidate_error, select
 from ._progress import PaymentProgress
-from ._rails import Paid, Rail, build_rails
+from ._rails import Describer, Paid, Rail, build_rails
 from ._record import PaymentRecord, outcome_of
 from ._redact import guard_library_logs, safe_url
 from ._request import RECEIPT_EXTENSION, REDIRECTS, LogicalRequest, redirect_target
@@ -89,7 +89,10 @@ class Payer:
         self.options = options
         self.state: PaymentState = state_of(options)
         self._api: PaymentAPI | None = None
-        self._rails: list[Rail] = build_rails(self)
+        built = build_rails(self)
+        self._rails: list[Rail] = built.enabled
+        #: What the selection asks: the enabled rails, and what the others would need.
+        self._describers: list[Describer] = built.describers
 
     def __repr__(self) -> str:
         return f"Payer(rails={[r.name for r in self._rails]})"
@@ -97,6 +100,12 @@ class Payer:
     @property
     def rails(self) -> list[Rail]:
         return list(self._rails)
+
+    @property
+    def describers(self) -> list[Describer]:
+        """What the selection asks about each entry: the rails, and what the rails the
+        options leave off would need (`_rails.Rails.describers`)."""
+        return list(self._describers)
 
     @property
     def ledger(self) -> Any:
@@ -362,7 +371,7 @@ class Payer:
         budgets = self.state.budgets
         selection = select(
             challenge.accepts,
-            rails=self._rails,
+            rails=self._describers,
             options=self.options,
             settings=guard.settings,
             headroom=await budgets.headroom() if budgets.budgets else {},

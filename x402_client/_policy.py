@@ -12,8 +12,10 @@ the I/O of preparing an entry the budget could not take anyway.
 Rules, in the order they are applied to each entry:
 
 1. unreadable (wrong types, bad amounts) -> `malformed`; unknown scheme -> `unknown_scheme`;
-2. no rail can pay it (rail not configured, unknown asset, other network) -> `unpayable`;
-   while resuming a bridge payment only the bridge rail may -> `not_resumable`;
+2. no rail can pay it (rail not configured, unknown asset, other network) -> `unpayable`,
+   in the words of the rail the entry is for, with every blocker it names (the other
+   rails' "not a ... entry" is left out); while resuming a bridge payment only the rail
+   that resumes may -> `not_resumable`;
 3. a `euro` entry whose `expiresAt` passed more than `EXPIRY_SKEW` seconds ago -> `expired`;
 4. no cap for its currency -> `no_cap`; above the cap (the options' or a lower per-request
    one) -> `over_cap`. A cap given without a currency applies to every currency; a
@@ -31,7 +33,7 @@ import dataclasses
 import enum
 from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 from ._amounts import format_amount
 from ._budget import uncovered_currency
@@ -44,7 +46,7 @@ from ._exceptions import (
     X402Error,
 )
 from ._models import EuroAcceptEntry
-from ._rails import ANY_CURRENCY
+from ._rails import ANY_CURRENCY, Describer, NotForThisRail
 from ._types import PaymentIntent
 
 if TYPE_CHECKING:
@@ -111,16 +113,6 @@ class SkippedEntry:
         return f"accepts[{self.index}]: {self.message}"
 
 
-class Describer(Protocol):
-    """The pure half of a rail (`Rail.describe`)."""
-
-    name: str
-    #: Only such rails are considered while resuming an earlier payment.
-    resumes_transactions: bool
-
-    def describe(self, entry: AcceptEntry, resource: str) -> PaymentIntent | str: ...
-
-
 @dataclasses.dataclass(frozen=True)
 class Candidate:
     """A payable entry: the rail that pays it, the parsed entry and the intent."""
@@ -181,19 +173,19 @@ def _shown(intent: PaymentIntent) -> str:
 
 def _describe(
     entry: AcceptEntry, rails: Sequence[Describer], resource: str, resuming: bool
-) -> tuple[Describer, PaymentIntent] | tuple[None, str]:
+) -> tuple[Describer, PaymentIntent] | tuple[None, str | None]:
+    """The first rail that can pay `entry` and its intent; else why not, in the words of
+    the rails the entry is for (every blocker each names), or None when it is for none."""
     why_not: list[str] = []
     for rail in rails:
         if resuming and not rail.resumes_transactions:
             continue
         described = rail.describe(entry, resource)
-        if isinstance(described, str):
+        if isinstance(described, PaymentIntent):
+            return rail, described
+        if not isinstance(described, NotForThisRail) and described not in why_not:
             why_not.append(described)
-            continue
-        return rail, described
-    # "not a euro entry" from every other rail is noise next to the one that says why.
-    specific = [w for w in why_not if not w.startswith("not a")]
-    return None, "; ".join(specific or why_not) or "no rail can pay it"
+    return None, "; ".join(why_not) or None
 
 
 def select(
@@ -231,8 +223,8 @@ def select(
             continue
         rail, described = _describe(entry, rails, resource, resuming)
         if rail is None:
-            assert isinstance(described, str)
-            skipped.append(_unpayable(index, described, resuming))
+            assert not isinstance(described, PaymentIntent)
+            skipped.append(_unpayable(index, entry, described, resuming))
             continue
         assert isinstance(described, PaymentIntent)
         refused = limits.refuse(index, entry, described)
@@ -245,10 +237,14 @@ def select(
     return Selection(payable, skipped, readable)
 
 
-def _unpayable(index: int, why: str, resuming: bool) -> SkippedEntry:
+def _unpayable(index: int, entry: AcceptEntry, why: str | None, resuming: bool) -> SkippedEntry:
     if resuming:
-        message = f"not a bridge entry (resuming a bridge payment): {why}"
-        return SkippedEntry(index, SkipReason.NOT_RESUMABLE, message)
+        message = "not a bridge entry (resuming a bridge payment)"
+        return SkippedEntry(
+            index, SkipReason.NOT_RESUMABLE, f"{message}: {why}" if why else message
+        )
+    if why is None:
+        why = f"{entry.scheme} entry on {entry.network}: no rail of this client pays it"
     return SkippedEntry(index, SkipReason.UNPAYABLE, why)
 
 

@@ -153,7 +153,7 @@ def quote_response(
         return Quote(url, 402, [], error=str(exc))
     selection = select(
         challenge.accepts,
-        rails=payer.rails,
+        rails=payer.describers,
         options=payer.options,
         settings=RequestSettings(),
         headroom=headroom or {},

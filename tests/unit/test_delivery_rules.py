@@ -162,7 +162,11 @@ def _b64(data: Any) -> str:
 # (body, headers) -> the reason a refusal gives
 REASONS = [
     (b'{"error": "Invalid signature"}', {}, "Invalid signature"),
-    (b"", {"X-PAYMENT-RESPONSE": _b64({"errorReason": "insufficient_funds"})}, "insufficient_funds"),
+    (
+        b"",
+        {"X-PAYMENT-RESPONSE": _b64({"errorReason": "insufficient_funds"})},
+        "insufficient_funds",
+    ),
     (b"", {"PAYMENT-RESPONSE": _b64({"errorMessage": "nonce used"})}, "nonce used"),
     (b"{}", {"PAYMENT-REQUIRED": _b64({"x402Version": 2, "error": "expired"})}, "expired"),
     (b"{}", {"PAYMENT-REQUIRED": "%%%"}, None),

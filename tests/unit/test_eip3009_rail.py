@@ -227,7 +227,9 @@ def test_describe_an_explicit_eip3009_method_is_fine() -> None:
 
 
 def test_describe_without_an_evm_key() -> None:
-    assert _rail(key=None).describe(_entry(), "r") == "no EVM key configured (PaymentOptions.evm)"
+    assert _rail(key=None).describe(_entry(), "r") == (
+        "EIP-3009 transfer for EURC on eip155:8453: set X402_EUR_EVM_PRIVATE_KEY"
+    )
 
 
 def test_describe_refuses_a_euro_entry() -> None:

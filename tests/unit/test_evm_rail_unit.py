@@ -296,7 +296,10 @@ def test_without_the_extra_permit_entries_are_skipped_with_the_install_command(
         return None if name == "web3" else real(name, *args)
 
     monkeypatch.setattr(importlib.util, "find_spec", find_spec)
-    assert _describe(_entry()) == "EVM permits need the evm extra: pip install 'x402-eur[evm]'"
+    assert _describe(_entry()) == (
+        "EVM permit for EURQ on eip155:137: EVM permits need the evm extra: "
+        "pip install 'x402-eur[evm]'"
+    )
     # The options still make a payer: its other rails pay as usual.
     assert "evm-permit" in repr(Payer(PaymentOptions(evm=EvmOptions(private_key=KEY))))
 

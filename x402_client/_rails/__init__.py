@@ -10,20 +10,22 @@ Which entry is paid is decided before any rail does I/O, by the pure policy (`_p
 from each rail's `describe`; `prepare` then runs for the chosen candidate only.
 
 To add a rail, write a module here that implements `Rail` and has a `build(context)`
-returning the rail (or None when the options do not enable it), and name the module in
+returning the rail (or None when the options do not enable it, and then, optionally, an
+`off(context)` describer that says what enabling it takes), and name the module in
 `RAILS`: no existing rail and no flow code changes.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Protocol
 
 from .._challenge import AcceptEntry
 from .._dialects import X_PAYMENT
+from .._options import ENV_VARS
 from .._types import PaymentIntent
 
 if TYPE_CHECKING:
@@ -36,13 +38,19 @@ __all__ = [
     "ANY_CURRENCY",
     "EIP712_DOMAIN",
     "RAILS",
+    "Describer",
+    "NotForThisRail",
     "Note",
     "Paid",
     "Rail",
     "RailContext",
+    "Rails",
     "RequestSettings",
     "build_rails",
+    "managed_account_settings",
     "no_note",
+    "setting",
+    "unpayable",
 ]
 
 #: The key of `RequestSettings.limits` for a cap given without a currency: it applies to
@@ -63,17 +71,70 @@ EIP712_DOMAIN: list[dict[str, str]] = [
 RAILS = ("euro", "evm", "eip3009", "bridge")
 
 
-def build_rails(context: RailContext) -> list[Rail]:
-    """The rails `context`'s options enable, in `RAILS` order (each module imported now)."""
+@dataclasses.dataclass(frozen=True)
+class Rails:
+    """The rails of one payer."""
+
+    #: The rails the options enable, in `RAILS` order.
+    enabled: list[Rail]
+    #: What the selection asks about each entry, in `RAILS` order: the enabled rails and,
+    #: for a rail the options leave off, its `off(context)` describer, which says what
+    #: enabling it takes (and never pays).
+    describers: list[Describer]
+
+
+def build_rails(context: RailContext) -> Rails:
+    """The rails `context`'s options enable (each module imported now): a module's
+    `build(context)` returns its rail, or None when the options leave it off; then its
+    `off(context)`, if it has one, describes the entries it would have paid."""
     import importlib
 
-    rails = []
+    enabled: list[Rail] = []
+    describers: list[Describer] = []
     for name in RAILS:
         module = importlib.import_module(f"{__name__}.{name}")
         rail: Rail | None = module.build(context)
         if rail is not None:
-            rails.append(rail)
-    return rails
+            enabled.append(rail)
+            describers.append(rail)
+        elif hasattr(module, "off"):
+            describers.append(module.off(context))
+    return Rails(enabled, describers)
+
+
+class NotForThisRail(str):
+    """A rail's reason for an entry that is not of its kind (`"not a euro entry"`). The
+    selection leaves such reasons out when it says why an entry was skipped: the reasons
+    that matter are those of the rail the entry is for."""
+
+    __slots__ = ()
+
+
+def _listed(items: Sequence[str]) -> str:
+    return items[0] if len(items) == 1 else f"{', '.join(items[:-1])} and {items[-1]}"
+
+
+def unpayable(what: str, blockers: Sequence[str], settings: Sequence[str] = ()) -> str:
+    """Every reason a rail cannot pay an entry of its kind, together:
+    `"EVM permit for EURQ on eip155:137: set X402_EUR_EVM_PRIVATE_KEY and
+    X402_EUR_RPC_URL_137"`. `settings` are the environment variables that would enable it
+    (one "set ..." for all of them)."""
+    parts = list(blockers)
+    if settings:
+        parts.append(f"set {_listed(settings)}")
+    return f"{what}: {'; '.join(parts)}"
+
+
+def setting(option: str) -> str:
+    """The environment variable of an option (`PaymentOptions.from_env`)."""
+    return ENV_VARS[option][0]
+
+
+def managed_account_settings(options: PaymentOptions) -> list[str]:
+    """The environment variables of the managed account's missing settings."""
+    values = {"api_key": options.api_key, "from_account": options.from_account}
+    values["api_url"] = options.api_url
+    return [setting(name) for name, value in values.items() if not value]
 
 
 #: What `rail.pay` is given to record a fact of the payment in progress
@@ -142,6 +203,16 @@ class RailContext(Protocol):
     async def report(self, event: PaymentProgress) -> None: ...
 
 
+class Describer(Protocol):
+    """The pure half of a rail (`Rail.describe`): what the selection asks about an entry."""
+
+    name: str
+    #: Only such rails are considered while resuming an earlier payment.
+    resumes_transactions: bool
+
+    def describe(self, entry: AcceptEntry, resource: str) -> PaymentIntent | str: ...
+
+
 class Rail(Protocol):
     name: str
     #: True when the proof exists only after money moved (euro, bridge); False when the
@@ -156,7 +227,8 @@ class Rail(Protocol):
     resumes_transactions: bool
 
     def describe(self, entry: AcceptEntry, resource: str) -> PaymentIntent | str:
-        """The intent for paying `entry`, or a short reason why this rail cannot. No I/O."""
+        """The intent for paying `entry`, or why this rail cannot: a `NotForThisRail` for
+        an entry of another kind, else `unpayable(...)` with every blocker. No I/O."""
         ...
 
     async def prepare(self, entry: AcceptEntry, intent: PaymentIntent) -> str | None:

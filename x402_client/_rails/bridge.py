@@ -52,7 +52,16 @@ from .._progress import PaymentProgress, Stage
 from .._proof import encode_proof
 from .._provider import FAILED_STATUSES, TransactionRecord
 from .._types import PaymentIntent
-from . import Note, Paid, RailContext, RequestSettings, no_note
+from . import (
+    Note,
+    NotForThisRail,
+    Paid,
+    RailContext,
+    RequestSettings,
+    managed_account_settings,
+    no_note,
+    unpayable,
+)
 
 if TYPE_CHECKING:
     from tenacity import RetryCallState
@@ -328,15 +337,18 @@ class BridgeRail:
 
     def describe(self, entry: AcceptEntry, resource: str) -> PaymentIntent | str:
         if not isinstance(entry, ExactAcceptEntry) or entry.network != CHAIN_A_NETWORK:
-            return "not a chain-A entry"
+            return NotForThisRail("not a chain-A entry")
+        blockers = []
         if entry.asset != BRIDGE_ASSET:
+            blockers.append("the bridge delivers EURQ only (a direct chain-A payment is manual)")
+        settings = managed_account_settings(self._context.options)
+        if settings:
+            blockers.append("it pays from the account of api_key, from_account and api_url")
+        if blockers:
             symbol = CHAIN_A_ASSETS.get(entry.asset, f"asset {entry.asset[:24]!r}")
-            return (
-                f"chain-A {symbol} entry: the bridge delivers EURQ only "
-                "(a direct chain-A payment is manual)"
+            return unpayable(
+                f"bridge payment for {symbol} on {CHAIN_A_NETWORK}", blockers, settings
             )
-        if not self._context.options.has_managed_account:
-            return "chain-A entry needs api_key, from_account and api_url for the bridge"
         return exact_intent(entry, rail="bridge", symbol="EURQ", resource=resource)
 
     async def prepare(self, entry: AcceptEntry, intent: PaymentIntent) -> str | None:

@@ -49,7 +49,17 @@ from .._challenge import AcceptEntry
 from .._models import ExactAcceptEntry
 from .._secret import SecretStr
 from .._types import PaymentIntent
-from . import EIP712_DOMAIN, Note, Paid, RailContext, RequestSettings, no_note
+from . import (
+    EIP712_DOMAIN,
+    Note,
+    NotForThisRail,
+    Paid,
+    RailContext,
+    RequestSettings,
+    no_note,
+    setting,
+    unpayable,
+)
 
 __all__ = [
     "EIP712_DOMAIN_TYPE",
@@ -426,6 +436,24 @@ def _evm_extra_installed() -> bool:
     return importlib.util.find_spec("eth_keys") is not None
 
 
+def _blockers(entry: ExactAcceptEntry, extra: Mapping[str, Any]) -> list[str]:
+    """What in an EIP-3009 entry itself keeps it from being paid (not the options)."""
+    blockers = []
+    method = extra.get("assetTransferMethod", "eip3009")
+    if method == "permit2":
+        blockers.append("Permit2 entries are not supported yet")
+    elif method != "eip3009":
+        blockers.append(f"asset transfer method {str(method)[:40]!r} is not supported")
+    name, version = extra.get("name"), extra.get("version")
+    if not isinstance(name, str) or not name or not isinstance(version, str) or not version:
+        blockers.append("it comes without the token's EIP-712 extra.name and extra.version")
+    if not _ADDRESS_RE.match(entry.asset):
+        blockers.append("its asset is not a token address")
+    if not _ADDRESS_RE.match(entry.pay_to):
+        blockers.append("its payTo is not an address")
+    return blockers
+
+
 class Eip3009Rail:
     """Signs EIP-3009 authorizations for standard x402 `exact` entries on any EVM chain.
 
@@ -451,36 +479,29 @@ class Eip3009Rail:
 
     def describe(self, entry: AcceptEntry, resource: str) -> PaymentIntent | str:
         if not isinstance(entry, ExactAcceptEntry):
-            return "not an exact entry"
+            return NotForThisRail("not an exact entry")
         chain_id = chain_id_of(entry.network)
         if chain_id is None:
-            return "not an EVM entry"
+            return NotForThisRail("not an EVM entry")
         extra = entry.extra or {}
         if "spender" in extra:
-            return "not an EIP-3009 entry"
-        method = extra.get("assetTransferMethod", "eip3009")
-        if method == "permit2":
-            return "Permit2 entries are not supported yet"
-        if method != "eip3009":
-            return f"asset transfer method {str(method)[:40]!r} is not supported"
-        name, version = extra.get("name"), extra.get("version")
-        if not isinstance(name, str) or not name or not isinstance(version, str) or not version:
-            return "EIP-3009 entry without the token's EIP-712 extra.name and extra.version"
-        if not _ADDRESS_RE.match(entry.asset):
-            return "EIP-3009 entry whose asset is not a token address"
-        if not _ADDRESS_RE.match(entry.pay_to):
-            return "EIP-3009 entry whose payTo is not an address"
+            return NotForThisRail("not an EIP-3009 entry")
         options = self._context.options
         asset = find_asset(chain_id, entry.asset, options.assets)
-        if asset is None:
-            return (
-                f"unknown asset {entry.asset} on {entry.network} "
-                "(declare it in PaymentOptions.assets to pay it)"
+        blockers = _blockers(entry, extra)
+        if asset is None and _ADDRESS_RE.match(entry.asset):
+            blockers.append(
+                f"unknown asset {entry.asset[:42]} on {entry.network} (declare it in "
+                f"PaymentOptions.assets or {setting('assets')} to pay it)"
             )
-        if options.evm is None:
-            return "no EVM key configured (PaymentOptions.evm)"
+        settings = [setting("evm_private_key")] if options.evm is None else []
         if not _evm_extra_installed():
-            return EVM_EXTRA_MISSING
+            blockers.append(EVM_EXTRA_MISSING)
+        if asset is None or blockers or settings:
+            name = extra.get("name")
+            label = asset.symbol if asset is not None else name if isinstance(name, str) else ""
+            what = f"EIP-3009 transfer for {label[:20] or 'a token'} on {entry.network[:40]}"
+            return unpayable(what, blockers, settings)
         return _intent(entry, asset, resource)
 
     async def prepare(self, entry: AcceptEntry, intent: PaymentIntent) -> str | None:

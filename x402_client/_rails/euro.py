@@ -12,7 +12,16 @@ from .._exceptions import PaymentOutcomeUnknown
 from .._models import X402_VERSION, EuroAcceptEntry
 from .._proof import b64url
 from .._types import PaymentIntent
-from . import Note, Paid, RailContext, RequestSettings, no_note
+from . import (
+    Note,
+    NotForThisRail,
+    Paid,
+    RailContext,
+    RequestSettings,
+    managed_account_settings,
+    no_note,
+    unpayable,
+)
 
 __all__ = ["EuroRail", "euro_proof"]
 
@@ -41,11 +50,14 @@ class EuroRail:
 
     def describe(self, entry: AcceptEntry, resource: str) -> PaymentIntent | str:
         if not isinstance(entry, EuroAcceptEntry):
-            return "not a euro entry"
+            return NotForThisRail("not a euro entry")
+        blockers = []
         if entry.network != PROVIDER_NETWORK or entry.asset != EURO_ASSET:
-            return f"euro entry on {entry.network}/{entry.asset} is not payable"
-        if not self._context.options.has_managed_account:
-            return "euro entry needs api_key, from_account and api_url"
+            blockers.append(f"only {EURO_ASSET} on {PROVIDER_NETWORK} is paid")
+        settings = managed_account_settings(self._context.options)
+        if blockers or settings:
+            what = f"euro payment for {entry.asset[:24]} on {entry.network[:40]}"
+            return unpayable(what, blockers, settings)
         return PaymentIntent(
             rail="euro",
             scheme=entry.scheme,

@@ -60,7 +60,17 @@ from .._options import EvmOptions
 from .._proof import encode_proof
 from .._redact import endpoint_url, guard_library_logs
 from .._types import PaymentIntent
-from . import EIP712_DOMAIN, Note, Paid, RailContext, RequestSettings, no_note
+from . import (
+    EIP712_DOMAIN,
+    Note,
+    NotForThisRail,
+    Paid,
+    RailContext,
+    RequestSettings,
+    no_note,
+    setting,
+    unpayable,
+)
 
 if TYPE_CHECKING:
     from web3 import AsyncHTTPProvider, AsyncWeb3
@@ -69,7 +79,9 @@ __all__ = [
     "EVM_EXTRA_MISSING",
     "PERMIT_SYMBOLS",
     "EvmPermitRail",
+    "PermitsOff",
     "classify_evm_extra",
+    "describe_permit",
     "permit_deadline",
     "permit_proof",
     "permit_typed_data",
@@ -129,17 +141,77 @@ def classify_evm_extra(extra: Mapping[str, Any] | None) -> EvmPermitExtra | str:
     `extra.name`/`extra.version` and no `spender`: a different scheme, never signed here.
     """
     if not extra:
-        return "EVM exact entry without extra: not a permit entry"
+        return NotForThisRail("EVM exact entry without extra: not a permit entry")
     if "spender" not in extra:
         if "name" in extra or "version" in extra:
-            return "EIP-3009 exact entry: not a permit entry"
-        return "EVM exact entry without extra.spender: not a permit entry"
+            return NotForThisRail("EIP-3009 exact entry: not a permit entry")
+        return NotForThisRail("EVM exact entry without extra.spender: not a permit entry")
     try:
         return EvmPermitExtra.model_validate(dict(extra))
     except ValidationError as exc:
         err = exc.errors()[0]
         where = ".".join(str(p) for p in err["loc"])
-        return f"EVM permit entry with invalid extra.{where}: {err['msg']}"
+        return f"invalid extra.{where}: {err['msg']}"
+
+
+def describe_permit(
+    entry: AcceptEntry,
+    resource: str,
+    *,
+    rpc_urls: Mapping[int, Any] | None,
+    installed: bool,
+) -> PaymentIntent | str:
+    """The intent of a permit entry, or every reason it cannot be paid. `rpc_urls` None:
+    the rail is off (no EVM key), and the reasons say what enabling it takes."""
+    if not isinstance(entry, ExactAcceptEntry):
+        return NotForThisRail("not an exact entry")
+    chain_id = EVM_NETWORKS.get(entry.network)
+    if chain_id is None:
+        return NotForThisRail("not an EVM entry")
+    extra = classify_evm_extra(entry.extra)
+    if isinstance(extra, NotForThisRail):
+        return extra
+    blockers: list[str] = []
+    if isinstance(extra, str):
+        blockers.append(extra)
+        raw = (entry.extra or {}).get("symbol")
+        symbol = raw[:20] if isinstance(raw, str) and raw else "a token"
+    else:
+        symbol = extra.symbol[:20]
+        if extra.symbol not in PERMIT_SYMBOLS:
+            blockers.append(f"EVM token {symbol!r} is not EURQ or USDQ")
+    if not _ADDRESS_RE.match(entry.asset):
+        blockers.append("its asset is not a token address")
+    if not _ADDRESS_RE.match(entry.pay_to):
+        blockers.append("its payTo is not an address")
+    if not entry.facilitator:
+        blockers.append("it comes without a facilitator to check the spender with")
+    settings = [setting("evm_private_key")] if rpc_urls is None else []
+    if rpc_urls is not None and chain_id not in rpc_urls:
+        blockers.append(f"no RPC URL configured for chain {chain_id}")
+    if rpc_urls is None or chain_id not in rpc_urls:
+        settings.append(setting(f"evm_rpc_url_{chain_id}"))
+    if not installed:
+        blockers.append(EVM_EXTRA_MISSING)
+    if blockers or settings or not isinstance(extra, EvmPermitExtra):
+        return unpayable(f"EVM permit for {symbol} on {entry.network}", blockers, settings)
+    return exact_intent(entry, rail="evm-permit", symbol=extra.symbol, resource=resource)
+
+
+class PermitsOff:
+    """The permit rail when the options have no `evm`: it says what paying a permit entry
+    would take, and pays nothing."""
+
+    name = "evm-permit"
+    resumes_transactions = False
+
+    def __init__(self) -> None:
+        self._installed = _extra_installed()
+
+    def describe(self, entry: AcceptEntry, resource: str) -> PaymentIntent | str:
+        described = describe_permit(entry, resource, rpc_urls=None, installed=self._installed)
+        assert isinstance(described, str)
+        return described
 
 
 def permit_deadline(now: float, max_timeout_seconds: int) -> int:
@@ -374,27 +446,8 @@ class EvmPermitRail:
     # --- Rail ------------------------------------------------------------------------------
 
     def describe(self, entry: AcceptEntry, resource: str) -> PaymentIntent | str:
-        if not isinstance(entry, ExactAcceptEntry):
-            return "not an exact entry"
-        chain_id = EVM_NETWORKS.get(entry.network)
-        if chain_id is None:
-            return "not an EVM entry"
-        extra = classify_evm_extra(entry.extra)
-        if isinstance(extra, str):
-            return extra
-        if extra.symbol not in PERMIT_SYMBOLS:
-            return f"EVM token {extra.symbol[:20]!r} is not EURQ or USDQ"
-        if not _ADDRESS_RE.match(entry.asset):
-            return "EVM entry whose asset is not a token address"
-        if not _ADDRESS_RE.match(entry.pay_to):
-            return "EVM entry whose payTo is not an address"
-        if not entry.facilitator:
-            return "EVM entry without a facilitator to check the spender with"
-        if chain_id not in self._options.rpc_urls:
-            return f"no RPC URL configured for chain {chain_id}"
-        if not self._installed:
-            return EVM_EXTRA_MISSING
-        return exact_intent(entry, rail="evm-permit", symbol=extra.symbol, resource=resource)
+        rpc_urls = self._options.rpc_urls
+        return describe_permit(entry, resource, rpc_urls=rpc_urls, installed=self._installed)
 
     async def prepare(self, entry: AcceptEntry, intent: PaymentIntent) -> str | None:
         assert isinstance(entry, ExactAcceptEntry)
@@ -724,3 +777,8 @@ def build(context: RailContext) -> EvmPermitRail | None:
     """The EIP-2612 permit rail, when the options have `evm`."""
     evm = context.options.evm
     return None if evm is None else EvmPermitRail(context, evm)
+
+
+def off(context: RailContext) -> PermitsOff:
+    """Without `evm` in the options: what paying a permit entry would take."""
+    return PermitsOff()
