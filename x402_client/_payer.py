@@ -66,7 +66,7 @@ __all__ = ["Payer"]
 logger = logging.getLogger("x402_client")
 
 #: How an attempt ended, for its record: (outcome, error, the proof's dead reason).
-_Ending = tuple[Outcome, "str | None", "str | None"]
+_Ending = tuple[Outcome, str | None, str | None]
 
 
 async def _call(callback: Callable[[Any], Any], argument: Any) -> Any:

@@ -121,8 +121,8 @@ TABLE = [
     (
         EVM_137,
         euro(),
-        "euro payment for EURO on provider:mainnet: set X402_EUR_API_KEY, X402_EUR_ACCOUNT "
-        "and X402_EUR_API_URL",
+        "euro payment for EURO on provider:mainnet: it pays from the account of api_key, "
+        "from_account and api_url; set X402_EUR_API_KEY, X402_EUR_ACCOUNT and X402_EUR_API_URL",
     ),
     (
         ACCOUNT_ONLY,

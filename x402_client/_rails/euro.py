@@ -55,6 +55,8 @@ class EuroRail:
         if entry.network != PROVIDER_NETWORK or entry.asset != EURO_ASSET:
             blockers.append(f"only {EURO_ASSET} on {PROVIDER_NETWORK} is paid")
         settings = managed_account_settings(self._context.options)
+        if settings:
+            blockers.append("it pays from the account of api_key, from_account and api_url")
         if blockers or settings:
             what = f"euro payment for {entry.asset[:24]} on {entry.network[:40]}"
             return unpayable(what, blockers, settings)
