@@ -63,6 +63,7 @@ if TYPE_CHECKING:
     from ._quote import Quote, QuoteEntry, budget_status, quote_payment, quote_response
     from ._recovery import Recovery, recover_payment, recover_payments, unfinished_payments
     from ._request import EXTENSION, RECEIPT_EXTENSION
+    from ._requests import PaymentAdapter
     from ._resume import resume_bridge_payment
     from ._sqlite import JournalRecord, SqliteStore, default_state_path
     from ._sync import (
@@ -112,6 +113,7 @@ _EXPORTS = {
     "LedgerEntry": "._ledger",
     "NoSatisfiableOption": "._exceptions",
     "payment_ledger": "._transport",
+    "PaymentAdapter": "._requests",
     "PaymentAPIError": "._exceptions",
     "PaymentFailed": "._exceptions",
     "PaymentIntent": "._types",
@@ -193,6 +195,7 @@ __all__ = [
     "LedgerEntry",
     "NoSatisfiableOption",
     "PaymentAPIError",
+    "PaymentAdapter",
     "PaymentFailed",
     "PaymentIntent",
     "PaymentLedger",

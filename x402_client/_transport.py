@@ -12,6 +12,7 @@ hops share (`_request.LogicalRequest`). See `docs/design.md`.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, NoReturn, overload
 
@@ -26,6 +27,8 @@ if TYPE_CHECKING:
     # At run time these load on first use (a transport built, a ledger asked for): the
     # payer brings pydantic, the wire models and anyio, which `import x402_client` and
     # `PaymentOptions(...)` do not need.
+    import requests
+
     from ._payer import Payer
     from ._sync import SyncPaymentTransport
 
@@ -176,16 +179,25 @@ def with_eur_payment(
 ) -> httpx.Client: ...
 
 
+@overload
 def with_eur_payment(
-    client: httpx.AsyncClient | httpx.Client,
+    client: requests.Session,
     options: PaymentOptions | Mapping[str, Any] | None = None,
-) -> httpx.AsyncClient | httpx.Client:
+) -> requests.Session: ...
+
+
+def with_eur_payment(
+    client: httpx.AsyncClient | httpx.Client | requests.Session,
+    options: PaymentOptions | Mapping[str, Any] | None = None,
+) -> httpx.AsyncClient | httpx.Client | requests.Session:
     """Install x402 payment handling on `client` and return that same client.
 
     `client` is an `httpx.AsyncClient` or an `httpx.Client`; both pay the same way. A sync
     client answers 402s on a private event loop (one thread, started on the first 402,
     stopped by `client.close()`); everything else stays in the caller's thread
-    (`docs/sync.md`).
+    (`docs/sync.md`). A `requests.Session` (the `requests` extra) pays like an
+    `httpx.Client`: a `PaymentAdapter` over each of its adapters, the receipt in
+    `response.x402_payment` (`docs/requests.md`).
 
     `options` is a `PaymentOptions` or a mapping with the same keys (snake_case or the
     spec's camelCase); None reads `PaymentOptions.from_env()`. The client's transport and
@@ -207,14 +219,21 @@ def with_eur_payment(
     receipt = response.extensions.get("x402_payment")
     ```
     """
-    if not isinstance(client, (httpx.AsyncClient, httpx.Client)):
+    loaded = sys.modules.get("requests")  # a Session exists only if requests was imported
+    is_session = loaded is not None and isinstance(client, loaded.Session)
+    if not is_session and not isinstance(client, (httpx.AsyncClient, httpx.Client)):
         raise ConfigurationError(
-            "with_eur_payment needs an httpx.AsyncClient or an httpx.Client, not "
-            f"{type(client).__name__}"
+            "with_eur_payment needs an httpx.AsyncClient or an httpx.Client (or a "
+            f"requests.Session), not {type(client).__name__}"
         )
+    resolved = PaymentOptions.from_env() if options is None else coerce_options(options)
+    if is_session:
+        from ._requests import install as install_requests  # loaded by requests users only
+
+        return install_requests(client, resolved)  # type: ignore[arg-type]
+    assert isinstance(client, (httpx.AsyncClient, httpx.Client))
     from ._payer import Payer
 
-    resolved = PaymentOptions.from_env() if options is None else coerce_options(options)
     payer = Payer(resolved)
     if isinstance(client, httpx.Client):
         from ._sync import install as install_sync  # loaded by sync users only
