@@ -63,7 +63,7 @@ if TYPE_CHECKING:
     from ._quote import Quote, QuoteEntry, budget_status, quote_payment, quote_response
     from ._recovery import Recovery, recover_payment, recover_payments, unfinished_payments
     from ._request import EXTENSION, RECEIPT_EXTENSION
-    from ._requests import PaymentAdapter
+    from ._requests import PaymentAdapter, payment_settings
     from ._resume import resume_bridge_payment
     from ._sqlite import JournalRecord, SqliteStore, default_state_path
     from ._sync import (
@@ -124,6 +124,7 @@ _EXPORTS = {
     "PaymentProgress": "._progress",
     "PaymentReceipt": "._types",
     "PaymentRefused": "._exceptions",
+    "payment_settings": "._requests",
     "PaymentRejectedByHook": "._exceptions",
     "PaymentTransport": "._transport",
     "PaymentVerificationFailed": "._exceptions",
@@ -228,6 +229,7 @@ __all__ = [
     "format_amount",
     "from_atomic",
     "payment_ledger",
+    "payment_settings",
     "quote_payment",
     "quote_payment_sync",
     "quote_response",

@@ -40,6 +40,7 @@ session-wide view of redirects above); mounted by hand without it, it refuses to
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import dataclasses
 from collections.abc import Iterator, Mapping
@@ -61,10 +62,16 @@ except ImportError as _missing:  # pragma: no cover - exercised in a subprocess
 from ._exceptions import ConfigurationError, X402Error
 from ._options import PaymentOptions, coerce_options
 from ._payer import Payer
-from ._request import GUARD, RECEIPT_EXTENSION, LogicalRequest
+from ._request import EXTENSION, GUARD, RECEIPT_EXTENSION, LogicalRequest, _parse_settings
 from ._sync import SyncPaymentTransport, _Driver
 
-__all__ = ["RECEIPT_ATTRIBUTE", "PaymentAdapter", "install", "requests_error"]
+__all__ = [
+    "RECEIPT_ATTRIBUTE",
+    "PaymentAdapter",
+    "install",
+    "payment_settings",
+    "requests_error",
+]
 
 #: `response.x402_payment`: the `PaymentReceipt` of a paid response (None otherwise).
 RECEIPT_ATTRIBUTE = "x402_payment"
@@ -396,6 +403,32 @@ class _Send:
 _CURRENT: contextvars.ContextVar[_Send | None] = contextvars.ContextVar(
     "x402_requests_send", default=None
 )
+_SETTINGS: contextvars.ContextVar[Mapping[str, Any] | None] = contextvars.ContextVar(
+    "x402_requests_settings", default=None
+)
+
+
+@contextlib.contextmanager
+def payment_settings(settings: Mapping[str, Any]) -> Iterator[None]:
+    """Per-request x402 settings for the requests a paying `requests.Session` sends in this
+    block, in this thread: what `extensions={"x402": settings}` is to an httpx request.
+
+    ```python
+    with payment_settings({"proof": error.proof}):      # re-send a proof, pay nothing new
+        response = session.get(url)
+    with payment_settings({"max_amount_per_payment": "0.05"}):
+        response = session.get(url)
+    ```
+
+    The keys are checked on entry (`ConfigurationError` for an unknown one). Each logical
+    request started in the block takes them at its first hop; its redirect hops keep them.
+    """
+    _parse_settings(settings)
+    token = _SETTINGS.set(dict(settings))
+    try:
+        yield
+    finally:
+        _SETTINGS.reset(token)
 
 
 class PaymentAdapter(requests.adapters.BaseAdapter):
@@ -480,6 +513,9 @@ class PaymentAdapter(requests.adapters.BaseAdapter):
         hop = _Hop(request, kwargs, outgoing)
         outgoing.extensions[_HOP] = hop
         if current.guard is None:
+            settings = _SETTINGS.get()
+            if settings is not None:
+                outgoing.extensions[EXTENSION] = settings
             current.guard = LogicalRequest.begin(outgoing)
             current.driver = self._transport._driver
         else:
