@@ -43,6 +43,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import dataclasses
+import threading
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -93,12 +94,19 @@ _NOT_INSTALLED = (
 # --- errors: X402Error that is also a requests.RequestException --------------------------------
 
 _FLAVOURS: dict[type[X402Error], type[X402Error]] = {}
+_FLAVOURS_LOCK = threading.Lock()
 
 
 def _flavour(cls: type[X402Error]) -> type[X402Error]:
-    """`cls` and `requests.RequestException` in one class (made once per error class)."""
+    """`cls` and `requests.RequestException` in one class (made once per error class, so
+    `type(a) is type(b)` holds for two errors of one kind)."""
     made = _FLAVOURS.get(cls)
-    if made is None:
+    if made is not None:
+        return made
+    with _FLAVOURS_LOCK:
+        made = _FLAVOURS.get(cls)
+        if made is not None:
+            return made
 
         def request(self: Any) -> requests.PreparedRequest | None:
             return self.__dict__.get("_requests_request")  # type: ignore[no-any-return]
@@ -115,7 +123,7 @@ def _flavour(cls: type[X402Error]) -> type[X402Error]:
             },
         )
         _FLAVOURS[cls] = made
-    return made
+        return made
 
 
 def requests_error(
@@ -320,8 +328,11 @@ class _BodyRaw:
             return next(self._chunks, None)
         except X402Error as exc:
             raise requests_error(exc, self._request) from exc.__cause__
-        except httpx.HTTPError as exc:
-            raise requests.ConnectionError(f"{type(exc).__name__}: {exc}") from exc
+        except (httpx.HTTPError, httpx.StreamError) as exc:
+            # E.g. a paid body read after its session closed (its payment loop is gone).
+            raise requests.ConnectionError(
+                f"the paid body cannot be read: {type(exc).__name__}"
+            ) from exc
 
     def stream(self, amt: int | None = None, decode_content: bool | None = None) -> Iterator[bytes]:
         if self._buffer:
@@ -398,6 +409,8 @@ class _Send:
     open: bool = True
     #: `resolve_redirects` is about to send this request's next hop.
     hop: bool = False
+    #: The answers the adapters handed to requests for it (closed if an error ends it).
+    answers: list[requests.Response] = dataclasses.field(default_factory=list)
 
 
 _CURRENT: contextvars.ContextVar[_Send | None] = contextvars.ContextVar(
@@ -532,6 +545,7 @@ class PaymentAdapter(requests.adapters.BaseAdapter):
             raise
         made = _requests_response(answer, request)
         made.connection = self  # type: ignore[assignment]
+        current.answers.append(made)
         return made
 
     def close(self) -> None:
@@ -574,6 +588,10 @@ def _install_boundary(session: requests.Session) -> None:
         try:
             return send(request, **kwargs)
         except Exception as exc:
+            # The caller gets the error instead of these answers: let go of their bodies.
+            for answer in current.answers:
+                with contextlib.suppress(Exception):
+                    answer.close()
             guard, driver = current.guard, current.driver
             if guard is None or driver is None or guard.payer is None:
                 error: BaseException = exc

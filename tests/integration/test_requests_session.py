@@ -446,6 +446,23 @@ def test_a_redirect_hop_that_fails_after_the_payment_says_money_moved(
     assert len(payments(sandbox, payer)) == 1
 
 
+def test_a_response_hook_that_raises_after_the_payment_says_money_moved(
+    sandbox: Sandbox, payer: Account, options_for: Callable[..., PaymentOptions]
+) -> None:
+    def hook(response: requests.Response, *args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("the caller's hook broke")
+
+    options = options_for(payer)
+    with _session(options) as session, pytest.raises(PaymentVerificationFailed) as caught:
+        session.get(sandbox.url("/weather"), hooks={"response": hook})
+    _both(caught.value, PaymentVerificationFailed)
+    assert caught.value.money_moved is True and len(caught.value.receipts) == 1
+    assert isinstance(caught.value.__cause__, RuntimeError)
+    (entry,) = payment_ledger(options).entries()
+    assert entry.outcome == "paid" and not entry.delivered
+    assert len(payments(sandbox, payer)) == 1
+
+
 # --- bodies and streams --------------------------------------------------------------------------
 
 
@@ -484,7 +501,11 @@ def test_a_paid_response_can_be_streamed(
         with session.get(sandbox.url(f"/download?size={size}"), stream=True) as response:
             assert len(next(response.iter_content(1024))) > 0
         assert len(session.get(sandbox.url(f"/download?size={size}")).content) == size
-    assert len(payments(sandbox, payer)) == 3
+        outliving = session.get(sandbox.url(f"/download?size={size}"), stream=True)
+    # A paid body outlives its session only while the session is open.
+    with pytest.raises(requests.ConnectionError, match="cannot be read"):
+        outliving.content  # noqa: B018
+    assert len(payments(sandbox, payer)) == 4
 
 
 @pytest.mark.parametrize("stream", [True, False], ids=["stream", "read-by-requests"])
