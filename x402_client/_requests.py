@@ -32,10 +32,20 @@ module adds is the translation at both edges (`docs/requests.md`):
   `PreparedRequest` and whose `response` (when there is one) a readable `requests.Response`.
   Errors that are not about payment (a refused connection before any 402) stay the
   requests errors they were.
+- **Streaming** (`stream=True`): a free body is the adapter's own, unread. A paid body is
+  read through the payment's guard (`_BodyRaw`, one trip to the payment loop per chunk),
+  so a body that breaks off after the payment raises `PaymentOutcomeUnknown` from
+  `iter_content()` / `.content`, in the caller's thread.
+- **Timeouts** are requests' own, per hop: each send (the first, the paid re-send) gets the
+  call's `timeout=`; the payment itself runs under the options' timeouts.
 - **Receipts** ride on the response: `response.x402_payment` (`PaymentReceipt` or None).
-
-A `PaymentAdapter` pays only inside a session prepared by `with_eur_payment` (it needs the
-session-wide view of redirects above); mounted by hand without it, it refuses to send.
+- **Per-request settings** (httpx's `extensions={"x402": ...}`): `payment_settings(...)`,
+  a context manager, since requests has no per-request extensions.
+- **Adapters.** Each adapter mounted when `with_eur_payment` runs is wrapped under its own
+  prefix and keeps sending; a `PaymentAdapter` already mounted is kept and given the new
+  options; adapters mounted later are not wrapped (install again). A `PaymentAdapter`
+  pays only inside a session prepared by `with_eur_payment` (it needs the session-wide
+  view of redirects above); mounted by hand without it, it refuses to send.
 """
 
 from __future__ import annotations
