@@ -285,6 +285,35 @@ def test_beyond_the_budget_is_refused_with_nothing_paid(
     assert (status.spent, status.remaining) == (Decimal("0.10"), Decimal("0.05"))
 
 
+@pytest.mark.parametrize(
+    ("limit", "refusal"),
+    [
+        ({"max_amount_per_payment": "0.05"}, AmountLimitExceeded),
+        ({"budgets": [Budget("0.05")]}, BudgetExceeded),
+    ],
+    ids=["cap", "budget"],
+)
+def test_a_refused_payment_sends_no_proof(
+    sandbox: Sandbox,
+    payer: Account,
+    options_for: Callable[..., PaymentOptions],
+    limit: dict[str, Any],
+    refusal: type[X402Error],
+) -> None:
+    merchant = ScriptedMerchant(
+        sandbox.bank, sandbox.merchant.code, lambda m, seen: m.challenge(m.entry("0.10"))
+    )
+    with (
+        served(merchant) as url,
+        _session(options_for(payer, **limit)) as session,
+        pytest.raises(refusal) as caught,
+    ):
+        session.get(url + "/paid")
+    _both(caught.value, refusal)
+    assert [seen.proof for seen in merchant.requests] == [None]  # one request, no proof
+    assert payments(sandbox, payer) == []
+
+
 def test_a_402_that_is_not_x402_comes_back_untouched(
     sandbox: Sandbox, payer: Account, options_for: Callable[..., PaymentOptions]
 ) -> None:
