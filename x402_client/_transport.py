@@ -239,6 +239,12 @@ def with_eur_payment(
         from ._sync import install as install_sync  # loaded by sync users only
 
         return install_sync(client, payer)
+    return _install_async(client, payer)
+
+
+def _install_async(client: httpx.AsyncClient, payer: Payer) -> httpx.AsyncClient:
+    """Wrap the client's transport and mounts with one `PaymentTransport` each, sharing
+    `payer`; a transport installed before gets the new payer instead of a second wrap."""
 
     def install(inner: httpx.AsyncBaseTransport) -> httpx.AsyncBaseTransport:
         if isinstance(inner, PaymentTransport):
