@@ -1,6 +1,6 @@
-"""`PaymentOptions` / `EvmOptions` as plain classes: they validate as the pydantic models
-they replace did (lax mode: a numeric string for a number, a list for a tuple), with the
-same messages, and keep the pydantic methods callers use."""
+"""`PaymentOptions` / `EvmOptions`: plain classes that pydantic validates (lax mode: a
+numeric string for a number, a list for a tuple) with a model built on first use; its
+messages, and the pydantic methods callers use."""
 
 import ast
 import copy
@@ -245,6 +245,23 @@ def test_strings_paths_and_tuples() -> None:
 )
 def test_wrong_kinds_of_value(values: dict[str, object], message: str) -> None:
     assert _error(**values) == f"invalid PaymentOptions: {message}"
+
+
+def test_a_budget_mapping_is_checked_by_budget_itself() -> None:
+    # A float limit is refused as `Budget` refuses it, never rounded into a Decimal.
+    with pytest.raises(ConfigurationError) as caught:
+        PaymentOptions(budgets=[{"limit": 0.5}])
+    assert str(caught.value).startswith("budget limit: amount must be a decimal string")
+
+
+def test_a_destination_guard_is_kept_and_nothing_else_passes_for_one() -> None:
+    from x402_client._netguard import DestinationGuard
+
+    guard = DestinationGuard()
+    assert PaymentOptions(destination_guard=guard).destination_guard is guard
+    assert _error(destination_guard="guard") == (
+        "invalid PaymentOptions: destination_guard: Input should be an instance of DestinationGuard"
+    )
 
 
 def test_instances_and_callables_are_kept_as_given() -> None:
