@@ -19,6 +19,7 @@ from .__version__ import __version__
 if TYPE_CHECKING:
     from ._amounts import (
         format_amount,
+        format_money,
         from_atomic,
         to_atomic,
     )
@@ -105,6 +106,7 @@ _EXPORTS = {
     "EvmOptions": "._options",
     "EXTENSION": "._request",
     "format_amount": "._amounts",
+    "format_money": "._amounts",
     "from_atomic": "._amounts",
     "InMemoryBudgetStore": "._budget",
     "InsufficientFunds": "._exceptions",
@@ -227,6 +229,7 @@ __all__ = [
     "default_state_path",
     "encode_proof",
     "format_amount",
+    "format_money",
     "from_atomic",
     "payment_ledger",
     "payment_settings",

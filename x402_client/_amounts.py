@@ -25,11 +25,14 @@ __all__ = [
     "MAX_ATOMIC",
     "AmountError",
     "format_amount",
+    "format_money",
     "from_atomic",
+    "money_of",
     "parse_amount",
     "parse_atomic",
     "to_atomic",
     "to_atomic_ceiling",
+    "trim_amount",
 ]
 
 ATOMIC_DECIMALS = 6
@@ -146,3 +149,26 @@ def format_amount(amount: Decimal) -> str:
     exponent = normalized.as_tuple().exponent
     places = max(2, -exponent if isinstance(exponent, int) else 2)
     return f"{amount:.{places}f}"
+
+
+def trim_amount(amount: Decimal) -> Decimal:
+    """The same amount written as `format_amount` writes it: `0.100000` -> `0.10`."""
+    return Decimal(format_amount(amount))
+
+
+def format_money(amount: Decimal, currency_or_symbol: str | None = None) -> str:
+    """Money as the library shows it everywhere: trailing zeros trimmed to at least 2
+    decimals, then the currency or the asset's symbol: `0.100000`, `"EUR"` -> `0.10 EUR`."""
+    text = format_amount(amount)
+    return f"{text} {currency_or_symbol}" if currency_or_symbol else text
+
+
+def money_of(amount: Decimal, currency: str, asset_symbol: str | None = None) -> str:
+    """A payment's money: in its currency, with the asset's symbol when it names a token
+    of another name (`0.10 EUR (EURQ)`); an address or a number is no symbol."""
+    text = format_money(amount, currency)
+    symbol = asset_symbol or ""
+    named = symbol.isalnum() and len(symbol) <= 12 and not symbol.isdigit()
+    if named and symbol != currency and not symbol.lower().startswith("0x"):
+        return f"{text} ({symbol})"
+    return text

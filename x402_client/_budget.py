@@ -42,10 +42,12 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from ._amounts import (
     AmountError,
     format_amount,
+    format_money,
     from_atomic,
     parse_amount,
     to_atomic,
     to_atomic_ceiling,
+    trim_amount,
 )
 from ._exceptions import BudgetExceeded, ConfigurationError
 
@@ -64,6 +66,7 @@ __all__ = [
     "RedisBudgetStore",
     "Reservation",
     "uncovered_currency",
+    "window_text",
 ]
 
 #: The largest budget limit, in atomic units: a signed 64-bit integer, as Redis and SQLite
@@ -72,6 +75,22 @@ MAX_BUDGET_ATOMIC = 2**63 - 1
 #: The currencies caps and budgets are kept in (EURO, EURQ and EURC count as EUR; USDQ and
 #: USDC as USD).
 CURRENCIES = ("EUR", "USD")
+
+
+#: Window units, largest first, in seconds.
+_WINDOW_UNITS = (("d", 86400), ("h", 3600), ("m", 60), ("s", 1))
+
+
+def window_text(seconds: float | None) -> str | None:
+    """A window as people write it, in its largest whole unit: `3600.0` -> `"1h"`,
+    `604800.0` -> `"7d"`, but one day is `"24h"`; None (a total) stays None."""
+    if seconds is None:
+        return None
+    for unit, size in _WINDOW_UNITS:
+        whole = seconds >= size and seconds % size == 0
+        if whole and not (unit == "d" and seconds < 2 * size):
+            return f"{seconds / size:g}{unit}"
+    return f"{seconds:g}s"
 
 
 def uncovered_currency(currency: str) -> str:
@@ -147,6 +166,20 @@ class Budget:
         assert not isinstance(self.window, (timedelta, str))
         return self.window
 
+    def __repr__(self) -> str:
+        # As it would be written: Budget('5.00', currency='EUR', window='24h', name='default')
+        window = window_text(self.window_seconds)
+        return (
+            f"Budget({format_amount(Decimal(self.limit))!r}, currency={self.currency!r}, "
+            f"window={window!r}, name={self.name!r})"
+        )
+
+    def describe(self) -> str:
+        """`5.00 EUR per 24h`, `20.00 USD in total`."""
+        window = window_text(self.window_seconds)
+        span = "in total" if window is None else f"per {window}"
+        return f"{format_money(Decimal(self.limit), self.currency)} {span}"
+
 
 @dataclasses.dataclass(frozen=True)
 class BudgetStatus:
@@ -156,6 +189,14 @@ class BudgetStatus:
     budget: Budget
     spent: Decimal
     remaining: Decimal
+
+    def __repr__(self) -> str:
+        currency = self.budget.currency
+        return (
+            f"BudgetStatus({self.budget.name!r}: {self.budget.describe()}, "
+            f"spent {format_money(self.spent, currency)}, "
+            f"remaining {format_money(self.remaining, currency)})"
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,6 +220,17 @@ class CurrencyStatus:
     def budgeted(self) -> bool:
         """Whether a budget covers this currency."""
         return bool(self.budgets)
+
+    def __repr__(self) -> str:
+        cap = self.max_amount_per_payment
+        shown = [
+            "no cap" if cap is None else f"at most {format_money(cap, self.currency)} a payment",
+            f"{len(self.budgets)} budget(s)",
+        ]
+        if self.remaining is not None:
+            shown.append(f"remaining {format_money(self.remaining, self.currency)}")
+        shown.append("payable" if self.payable else f"not payable: {self.note}")
+        return f"CurrencyStatus({self.currency}: {', '.join(shown)})"
 
 
 class BudgetReport(list[BudgetStatus]):
@@ -549,8 +601,11 @@ class Budgets:
         currency of `currencies` with its cap and budgets (`BudgetReport.currencies`)."""
         result: list[BudgetStatus] = []
         for budget in self.budgets:
-            spent = from_atomic(await self.store.spent(budget.key, budget.window_seconds))
-            remaining = max(Decimal(budget.limit) - spent, Decimal(0))
+            # Written as the library writes money (0.10, not 0.100000): the same amounts.
+            spent = trim_amount(
+                from_atomic(await self.store.spent(budget.key, budget.window_seconds))
+            )
+            remaining = trim_amount(max(Decimal(budget.limit) - spent, Decimal(0)))
             result.append(BudgetStatus(budget, spent, remaining))
         currencies: list[CurrencyStatus] = []
         for currency, cap in self.currencies.items():

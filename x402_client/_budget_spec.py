@@ -35,7 +35,7 @@ from collections.abc import Iterable
 from decimal import Decimal
 
 from ._amounts import AmountError, parse_amount
-from ._budget import CURRENCIES, Budget
+from ._budget import CURRENCIES, Budget, window_text
 from ._exceptions import ConfigurationError
 
 __all__ = [
@@ -133,13 +133,3 @@ def parse_budgets(
             if kept is None or Decimal(budget.limit) < Decimal(kept.limit):
                 budgets[key] = budget
     return list(budgets.values())
-
-
-def window_text(seconds: float | None) -> str | None:
-    """A window in the short form's largest whole unit: `86400.0` -> `"1d"`; None stays."""
-    if seconds is None:
-        return None
-    for unit, size in sorted(_UNITS.items(), key=lambda item: -item[1]):
-        if seconds >= size and seconds % size == 0:
-            return f"{seconds / size:g}{unit}"
-    return f"{seconds:g}s"

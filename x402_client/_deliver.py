@@ -129,6 +129,7 @@ def receipt_of(
         scheme=intent.scheme,
         network=intent.network,
         asset=intent.asset,
+        asset_symbol=intent.asset_symbol,
         amount=intent.amount,
         currency=intent.currency,
         pay_to=intent.pay_to,

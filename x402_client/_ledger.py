@@ -38,6 +38,7 @@ from datetime import datetime, timezone
 from decimal import Decimal
 from typing import IO, Any, Literal, NamedTuple
 
+from ._amounts import format_money
 from ._redact import redact_urls, safe_url
 from ._types import PaymentIntent
 
@@ -175,7 +176,7 @@ class PaymentLedger:
 
     def open(self, intent: PaymentIntent) -> LedgerEntry:
         entry = LedgerEntry(intent=intent)
-        entry.step("intent", f"{intent.amount} {intent.currency} to {intent.pay_to}")
+        entry.step("intent", f"{format_money(intent.amount, intent.currency)} to {intent.pay_to}")
         with self._lock:
             entries = self._entries
             entries.append(entry)

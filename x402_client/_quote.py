@@ -29,6 +29,7 @@ from typing import Any
 
 import httpx
 
+from ._amounts import money_of
 from ._budget import BudgetReport
 from ._exceptions import ConfigurationError
 from ._options import PaymentOptions
@@ -68,6 +69,36 @@ class QuoteEntry:
     def currency(self) -> str | None:
         return self.intent.currency if self.intent is not None else None
 
+    @property
+    def money(self) -> str | None:
+        """The price as the library writes money (`0.10 EUR (EURQ)`), when readable."""
+        intent = self.intent
+        return (
+            None
+            if intent is None
+            else money_of(intent.amount, intent.currency, intent.asset_symbol)
+        )
+
+    def __repr__(self) -> str:
+        verdict = ("payable, first" if self.first else "payable") if self.payable else "not payable"
+        what = f"{self.money} on {self.intent.rail} {self.intent.network}" if self.intent else None
+        why = f"{self.reason}: {self.message}" if self.reason and self.message else self.reason
+        details = ", ".join(d for d in (what, why) if d)
+        return f"QuoteEntry(#{self.index} {verdict}" + (f": {details})" if details else ")")
+
+    def row(self) -> dict[str, object]:
+        """One row of a quote's table."""
+        intent = self.intent
+        return {
+            "#": self.index,
+            "payable": ("yes, first" if self.first else "yes") if self.payable else "no",
+            "price": self.money or "",
+            "rail": intent.rail if intent else "",
+            "network": intent.network if intent else str(self.accept.get("network", "")),
+            "pay to": intent.pay_to if intent else str(self.accept.get("payTo", "")),
+            "why not": self.message or self.reason or "",
+        }
+
     def to_json(self) -> dict[str, Any]:
         intent = self.intent
         return {
@@ -102,6 +133,26 @@ class Quote:
     @property
     def payable(self) -> list[QuoteEntry]:
         return [e for e in self.entries if e.payable]
+
+    def __repr__(self) -> str:
+        head = f"Quote({safe_url(self.url)}: {self.status_code}"
+        if self.free:
+            return f"{head}, free)"
+        if self.error is not None:
+            return f"{head}, unreadable: {self.error})"
+        first = next((e for e in self.entries if e.first), None)
+        shown = f"{len(self.entries)} entries, {len(self.payable)} payable"
+        if first is not None and first.intent is not None:
+            shown += f"; first #{first.index}: {first.money} on {first.intent.rail}"
+        return f"{head}, {shown})"
+
+    def _repr_html_(self) -> str:
+        from ._display import fields_table, rows_table
+
+        title = f"{safe_url(self.url)}: {self.status_code}"
+        if self.free or self.error is not None or not self.entries:
+            return fields_table(title, [("free", self.free), ("error", self.error)])
+        return rows_table(title, [entry.row() for entry in self.entries])
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict; the URL's credentials redacted (`safe_url`)."""

@@ -57,6 +57,7 @@ from typing import Any, Literal
 import anyio
 import httpx
 
+from ._amounts import format_money, money_of
 from ._challenge import VerifierReason, classify_reason
 from ._exceptions import (
     ConfigurationError,
@@ -70,7 +71,7 @@ from ._options import PaymentOptions
 from ._payer import Payer
 from ._policy import EXPIRY_SKEW
 from ._proof import ProofError, b64_json_decode, encode_proof
-from ._redact import strip_redacted
+from ._redact import redact_urls, strip_redacted
 from ._request import EXTENSION
 from ._sqlite import JournalRecord, SqliteStore
 from ._state import PaymentState, state_of
@@ -118,6 +119,28 @@ class Recovery:
     reason: str
     response: httpx.Response | None = None
     error: X402Error | None = None
+
+    def __repr__(self) -> str:
+        # One truth: the status, with the record as recovery left it (the same state).
+        record = self.record
+        money = money_of(record.amount, record.currency, record.asset_symbol)
+        answered = "" if self.response is None else f", answered {self.response.status_code}"
+        return (
+            f"Recovery({self.status}: {record.id[:12]}, {money} on {record.rail}"
+            f"{answered}: {redact_urls(self.reason)})"
+        )
+
+    def _repr_html_(self) -> str:
+        from ._display import fields_table
+
+        facts: list[tuple[str, object]] = [
+            ("recovery", self.status),
+            ("reason", redact_urls(self.reason)),
+        ]
+        if self.response is not None:
+            facts.append(("answer", f"HTTP {self.response.status_code}"))
+        facts += [(label, value) for label, value in self.record.facts() if label != "state"]
+        return fields_table(f"payment {self.record.id}", facts)
 
 
 def _state(
@@ -190,7 +213,7 @@ def _codes(record: JournalRecord) -> str:
         )
         if value
     ]
-    what = f"{record.amount} {record.currency} ({record.rail}) to {record.pay_to}"
+    what = f"{format_money(record.amount, record.currency)} ({record.rail}) to {record.pay_to}"
     return f"{what} for {record.resource}" + (f"; {', '.join(codes)}" if codes else "")
 
 
@@ -308,8 +331,13 @@ async def recover_one(
                     record.id,
                     type(exc).__name__,
                 )
-    # The record as recovery found it, less its own claim: it let go of it.
-    return dataclasses.replace(result, record=dataclasses.replace(result.record, in_progress=False))
+    # The record as recovery left it (delivered, failed, marked unrecoverable or as it
+    # was), so that it tells what `status` tells; less its own claim: it let go of it.
+    try:
+        final = await journal.get(record.id) or result.record
+    except Exception:  # the journal cannot be read back: the record as recovery found it
+        final = result.record
+    return dataclasses.replace(result, record=dataclasses.replace(final, in_progress=False))
 
 
 async def _recover(

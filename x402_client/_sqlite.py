@@ -96,10 +96,11 @@ except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
 
 from . import _json
+from ._amounts import format_money, money_of
 from ._budget import total_reservation_amount, total_reservation_id, window_reservation_id
 from ._exceptions import ConfigurationError
 from ._ledger import Outcome
-from ._redact import safe_headers, safe_url
+from ._redact import redact_urls, safe_headers, safe_url
 from ._types import PaymentIntent, Rail
 
 __all__ = [
@@ -344,6 +345,55 @@ class JournalRecord:
     unrecoverable: str | None
     steps: tuple[JournalStep, ...] = dataclasses.field(repr=False)
     in_progress: bool = False
+
+    @property
+    def state(self) -> str:
+        """The one word for where the payment stands: `delivered`, `paid, not delivered`,
+        `failed`, `unknown`, `pending` (`in progress` while a live process works on it,
+        `unrecoverable` once recovery gave up)."""
+        if self.in_progress:
+            return "in progress"
+        if self.unrecoverable:
+            return "unrecoverable"
+        if self.outcome == "paid":
+            return "delivered" if self.delivered else "paid, not delivered"
+        return self.outcome
+
+    def __repr__(self) -> str:
+        # Short, for a console: the full record is in its fields and `to_json()`.
+        money = money_of(self.amount, self.currency, self.asset_symbol)
+        return (
+            f"JournalRecord({self.id[:12]}, {self.state}: {money} on {self.rail} "
+            f"{self.network}, {self.request_method} {safe_url(self.resource)})"
+        )
+
+    def _repr_html_(self) -> str:
+        from ._display import fields_table
+
+        return fields_table(f"payment {self.id}", self.facts())
+
+    def facts(self) -> list[tuple[str, object]]:
+        """What a person reads of this payment, as (label, text) pairs (no proof)."""
+        return [
+            ("state", self.state),
+            ("amount", money_of(self.amount, self.currency, self.asset_symbol)),
+            ("rail", self.rail),
+            ("network", self.network),
+            ("asset", self.asset),
+            ("pay to", self.pay_to),
+            ("request", f"{self.request_method} {safe_url(self.request_url)}"),
+            ("created", self.created_at.isoformat(timespec="seconds")),
+            ("updated", self.updated_at.isoformat(timespec="seconds")),
+            ("payment request", self.payment_request_code),
+            ("transaction", self.transaction_code),
+            ("chain tx id", self.blockchain_tx_id),
+            ("tx hash", self.tx_hash if self.tx_hash != self.blockchain_tx_id else None),
+            ("error", None if self.error is None else redact_urls(self.error)),
+            (
+                "unrecoverable",
+                None if self.unrecoverable is None else redact_urls(self.unrecoverable),
+            ),
+        ]
 
     @property
     def intent(self) -> PaymentIntent:
@@ -706,7 +756,7 @@ class SqliteStore:
             columns = ", ".join(row)
             marks = ", ".join(f":{name}" for name in row)
             conn.execute(f"INSERT INTO payments ({columns}) VALUES ({marks})", row)  # noqa: S608
-            detail = f"{intent.amount} {intent.currency} to {intent.pay_to}"
+            detail = f"{format_money(intent.amount, intent.currency)} to {intent.pay_to}"
             self._step(conn, journal_id, now, "intent", detail)
 
         await self._write(work)

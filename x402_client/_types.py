@@ -54,6 +54,8 @@ class PaymentReceipt:
     `reused` is True on the receipt of a proof paid earlier and re-sent (recovery, or
     `extensions={"x402": {"proof": ...}}`): that request moved no money (`payments` is 0).
     `resource` is the URL as requested; `repr` and `to_json` redact its credentials.
+    `asset_symbol` names the asset paid in (`EURQ`, `EURC`, `EURO`) where the offer made it
+    known; `asset` is its address or the merchant's id for it.
     """
 
     rail: Rail
@@ -74,9 +76,28 @@ class PaymentReceipt:
     settlement: Mapping[str, Any] | None = None
     payments: int = 1
     reused: bool = False
+    asset_symbol: str | None = None
 
     def __repr__(self) -> str:
-        return resource_repr(self)
+        # Short: the money as the library writes it, the rail, the resource, the codes.
+        from ._amounts import money_of
+
+        shown = [
+            f"{money_of(self.amount, self.currency, self.asset_symbol)} on {self.rail} "
+            f"{self.network}"
+        ]
+        if not self.asset_symbol:
+            shown.append(f"asset={self.asset!r}")
+        shown.append(f"resource={safe_url(self.resource)!r}")
+        for name in ("payment_request_code", "transaction_code", "blockchain_tx_id", "tx_hash"):
+            value = getattr(self, name)
+            if value:
+                shown.append(f"{name}={value!r}")
+        if self.reused:
+            shown.append("reused=True")
+        elif self.payments != 1:
+            shown.append(f"payments={self.payments}")
+        return f"PaymentReceipt({', '.join(shown)})"
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (camelCase, the amount as `format_amount` writes it on every
@@ -91,6 +112,7 @@ class PaymentReceipt:
             "scheme": self.scheme,
             "network": self.network,
             "asset": self.asset,
+            "assetSymbol": self.asset_symbol,
             "payTo": self.pay_to,
             "resource": safe_url(self.resource),
             "paidAt": self.paid_at.isoformat(),

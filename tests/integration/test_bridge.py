@@ -133,6 +133,7 @@ async def test_bridge_paid_fetch_moves_exactly_the_price(sandbox, chain, account
     receipt = response.extensions["x402_payment"]
     assert (receipt.rail, receipt.scheme, receipt.network) == ("bridge", "exact", "ledgera:mainnet")
     assert (receipt.asset, receipt.currency, receipt.amount) == (EURQ, "EUR", Decimal("0.10"))
+    assert receipt.asset_symbol == "EURQ"
     assert receipt.pay_to == chain.merchant_address
     assert receipt.transaction_code == made.code
     assert receipt.blockchain_tx_id == made.blockchain_tx_id

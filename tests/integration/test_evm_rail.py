@@ -89,6 +89,7 @@ async def test_paid_fetch_moves_exactly_the_price(
     assert receipt.rail == "evm-permit"
     assert receipt.network == f"eip155:{chain}"
     assert receipt.asset == evm.token(chain, "EURQ")
+    assert receipt.asset_symbol == "EURQ" and receipt.asset not in repr(receipt)
     assert receipt.currency == "EUR"
     assert receipt.amount == Decimal(atomic) / 10**6
     assert receipt.pay_to == evm.merchant_address

@@ -34,6 +34,7 @@ async def test_a_paid_request_is_journaled_with_its_codes(sandbox, payer, option
     assert (record.outcome, record.delivered) == ("paid", True)
     assert record.payment_request_code == receipt.payment_request_code
     assert record.proof == receipt.proof and record.amount == Decimal("0.10")
+    assert receipt.asset_symbol == record.asset_symbol == "EURO"
     assert [s.step for s in record.steps][:3] == ["intent", "noted", "proof"]
     assert await unfinished_payments(options) == []
     assert payer.api_key not in str(record.to_json())
@@ -82,6 +83,9 @@ async def test_an_undelivered_payment_is_recovered_without_paying_again(
     async with with_eur_payment(httpx.AsyncClient(), restarted) as client:
         (recovery,) = await recover_payments(client)
     assert recovery.status == "delivered" and recovery.response.json() == {"served": True}
+    # One truth: the record it carries is the payment as recovery left it.
+    assert (recovery.record.outcome, recovery.record.delivered) == ("paid", True)
+    assert recovery.record.state == "delivered" and "pending" not in repr(recovery)
     assert merchant.requests[-1].headers["x-trace"] == "t-1"
     assert await unfinished_payments(restarted) == []
     assert len(payments(sandbox, payer)) == 1

@@ -369,7 +369,7 @@ def test_ledger_entries_are_slotted_and_steps_are_tuples() -> None:
     assert not hasattr(entry, "__dict__")
     assert isinstance(entry.steps, tuple)
     assert [(s.step, s.detail) for s in entry.steps] == [
-        ("intent", "1 EUR to ACC_MERCHANT"),
+        ("intent", "1.00 EUR to ACC_MERCHANT"),
         ("paying", "euro"),
     ]
     assert entry.steps[0].at.tzinfo is not None

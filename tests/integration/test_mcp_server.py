@@ -406,7 +406,7 @@ def test_stdout_carries_only_protocol_messages_even_at_debug(sandbox):
     budgets = answers[4]["result"]["structuredContent"]["budgets"]
     assert [(b["name"], b["window"], b["remaining"]) for b in budgets] == [
         ("0.15 EUR/1h", "1h", "0.05"),
-        ("5 EUR/24h", "1d", "4.90"),
+        ("5 EUR/24h", "24h", "4.90"),
     ]
     assert "serving MCP on stdio" in logs and "DEBUG" in logs  # the logs went to stderr
     assert account.api_key not in logs and account.api_key not in "".join(lines)

@@ -5,10 +5,13 @@ import pytest
 from x402_client._amounts import (
     AmountError,
     format_amount,
+    format_money,
     from_atomic,
+    money_of,
     parse_amount,
     parse_atomic,
     to_atomic,
+    trim_amount,
 )
 
 
@@ -90,3 +93,38 @@ def test_format_amount() -> None:
     assert format_amount(Decimal("0.1")) == "0.10"
     assert format_amount(Decimal("0.001")) == "0.001"
     assert format_amount(Decimal("0.100000")) == "0.10"
+
+
+# --- one way to show money ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("amount", "label", "shown"),
+    [
+        ("0.100000", "EUR", "0.10 EUR"),
+        ("0.1", "EURQ", "0.10 EURQ"),
+        ("1", None, "1.00"),
+        ("0.000123", "USD", "0.000123 USD"),
+        ("12.500", "", "12.50"),
+    ],
+)
+def test_format_money_trims_to_at_least_two_decimals(
+    amount: str, label: str | None, shown: str
+) -> None:
+    assert format_money(Decimal(amount), label) == shown
+
+
+def test_money_of_names_the_token_but_never_an_address() -> None:
+    assert money_of(Decimal("0.100000"), "EUR", "EURQ") == "0.10 EUR (EURQ)"
+    assert money_of(Decimal("0.10"), "EUR", "EUR") == "0.10 EUR"
+    assert money_of(Decimal("0.10"), "EUR", None) == "0.10 EUR"
+    assert money_of(Decimal("0.10"), "EUR", "0x5FbDB2315678afecb367f032d93F642f64180aa3") == (
+        "0.10 EUR"
+    )
+    assert money_of(Decimal("0.10"), "EUR", "2768422954") == "0.10 EUR"
+
+
+def test_trim_amount_keeps_the_value() -> None:
+    trimmed = trim_amount(Decimal("0.100000"))
+    assert trimmed == Decimal("0.1") and str(trimmed) == "0.10"
+    assert str(trim_amount(Decimal("0.123456"))) == "0.123456"
