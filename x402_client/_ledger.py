@@ -38,7 +38,7 @@ from datetime import datetime, timezone
 from decimal import Decimal
 from typing import IO, Any, Literal, NamedTuple
 
-from ._amounts import format_money
+from ._amounts import format_money, money_of
 from ._redact import redact_urls, safe_url
 from ._types import PaymentIntent
 
@@ -173,6 +173,26 @@ class PaymentLedger:
 
     def __repr__(self) -> str:
         return f"PaymentLedger({len(self)} entries)"
+
+    def _repr_html_(self) -> str:
+        from ._display import rows_table
+
+        rows = [
+            {
+                "id": entry.id[:12],
+                "started": entry.started_at.isoformat(timespec="seconds"),
+                "price": money_of(
+                    entry.intent.amount, entry.intent.currency, entry.intent.asset_symbol
+                ),
+                "rail": entry.intent.rail,
+                "network": entry.intent.network,
+                "outcome": entry.outcome,
+                "delivered": "yes" if entry.delivered else "no",
+                "resource": safe_url(entry.intent.resource),
+            }
+            for entry in self.entries()
+        ]
+        return rows_table(f"{len(rows)} payments", rows)
 
     def open(self, intent: PaymentIntent) -> LedgerEntry:
         entry = LedgerEntry(intent=intent)

@@ -210,3 +210,15 @@ def test_a_recovery_tells_one_truth() -> None:
     table = recovery._repr_html_()
     assert "the resource was delivered" in table and "HTTP 200" in table
     assert PROOF not in table and "pw" not in table
+
+
+def test_the_ledger_is_a_table_in_a_notebook() -> None:
+    from x402_client import PaymentLedger
+
+    ledger = PaymentLedger()
+    ledger.open(euro_intent("0.100000", resource="https://user:pw@merchant.test/a")).finish("paid")
+    ledger.open(euro_intent("0.25")).finish("failed", error="refused")
+    table = ledger._repr_html_()
+    assert table.count("<tr>") == 3 and "2 payments" in table
+    assert "0.10 EUR (EURO)" in table and "0.25 EUR (EURO)" in table and "failed" in table
+    assert "pw" not in table
