@@ -86,7 +86,7 @@ ENV_VARS = {
 _is_loopback = checks.is_loopback
 
 
-# --- the option classes---------------------------------------------------------------------------
+# --- the option classes --------------------------------------------------------------------------
 
 _REQUIRED: Any = object()
 
@@ -182,8 +182,9 @@ class _Options:
     which names the option and the problem but never shows the value given (it may be a
     secret); an unknown key gets a "did you mean".
 
-    Compatible with the pydantic models these once were: `model_validate(mapping)`,
-    `model_copy(update=...)` (validated), `model_dump()`, `model_fields`.
+    pydantic validates them (`_options_model`), and they keep the pydantic methods callers
+    use: `model_validate(mapping)`, `model_copy(update=...)` (validated), `model_dump()`,
+    `model_fields`.
     """
 
     #: The options, in declaration order: name -> `Option`.
