@@ -1,22 +1,24 @@
-# Everything a fresh machine needs, from the project's own files:
-# a virtualenv with the package and its extras, and anvil from package-lock.json.
+# Everything a fresh machine needs, from the project's own files: a virtualenv with the
+# client and its extras, the sandbox distribution (sandbox/), and anvil from package-lock.json.
+# Redis (for the shared-budget tests) is set up by `make test`, not here.
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
 .PHONY: demo test test-fast test-unit test-flow test-integration lint check bench install clean redis-server
 
-$(STAMP): pyproject.toml package.json package-lock.json
+$(STAMP): pyproject.toml sandbox/pyproject.toml package.json package-lock.json
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet -e '.[dev]' -e './sandbox[mcp,cli]'
 	npm ci --no-audit --no-fund --loglevel=error
-	@command -v redis-server >/dev/null || $(MAKE) --no-print-directory redis-server
 	touch $(STAMP)
 
-# The shared-budget tests run a real Redis (Debian's redis-server).
+# The shared-budget tests run a real Redis (Debian's redis-server); only the tests need it.
 redis-server:
-	@if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	@if command -v redis-server >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing redis-server (apt-get) for the shared-budget tests"; \
 		(apt-get update -qq && apt-get install -y -qq redis-server) >/dev/null; \
 	else \
 		echo "note: install redis-server (apt-get install redis-server) for the shared-budget tests"; \
@@ -26,10 +28,11 @@ install: $(STAMP)
 
 ## The demo: the sandbox on 127.0.0.1 and a paid fetch on every rail.
 demo: $(STAMP)
-	$(VENV)/bin/x402-eur demo
+	$(VENV)/bin/x402-eur-sandbox demo
 
-## The whole test suite, every lane, on every core (each worker runs its own sandbox).
-test: $(STAMP)
+## The whole test suite, every lane and the sandbox's own tests, on every core (each worker
+## runs its own sandbox).
+test: $(STAMP) redis-server
 	$(PY) -m pytest -n auto --dist loadfile
 
 ## The fast lanes: pure unit tests and scripted-merchant flows (seconds, no servers).
@@ -37,13 +40,16 @@ test-fast: $(STAMP)
 	$(PY) -m pytest -n auto tests/unit tests/flow
 
 ## One lane: make test-unit, test-flow or test-integration.
-test-unit test-flow test-integration: $(STAMP)
+test-unit test-flow: $(STAMP)
 	$(PY) -m pytest -n auto --dist loadfile tests/$(@:test-%=%)
 
-## Static checks: mypy --strict (the client and the benchmarks), the import layers
-## (import-linter) and ruff.
+test-integration: $(STAMP) redis-server
+	$(PY) -m pytest -n auto --dist loadfile tests/integration
+
+## Static checks: mypy --strict (the client, the sandbox and the benchmarks), the import
+## layers (import-linter) and ruff.
 lint: $(STAMP)
-	$(PY) -m mypy x402_client
+	$(PY) -m mypy x402_client sandbox/x402_eur_sandbox
 	$(PY) -m mypy benchmarks
 	$(VENV)/bin/lint-imports
 	$(PY) -m ruff check .

@@ -42,7 +42,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from x402_client.sandbox import Sandbox, ServedApp
+from x402_eur_sandbox import Sandbox, ServedApp
 
 
 class _Counter:
@@ -157,18 +157,18 @@ def _instrument(served: ServedApp, name: str) -> _Counter:
 
 
 def _options_json(sandbox: Sandbox, rpc_proxies: dict[int, str]) -> dict[str, Any]:
-    options = sandbox.payment_options()
     data: dict[str, Any] = {
         "api_key": sandbox.payer.api_key,
         "from_account": sandbox.payer.code,
         "api_url": sandbox.payment_api_url,
     }
-    if options.evm is not None:
+    if sandbox.evm is not None:
+        evm = sandbox.evm.evm_config()
         data["evm"] = {
-            "private_key": options.evm.private_key.get_secret_value(),
+            "private_key": evm["private_key"],
             "rpc_urls": {
-                str(k): [rpc_proxies[k]] if k in rpc_proxies else list(v)
-                for k, v in options.evm.rpc_urls.items()
+                str(k): [rpc_proxies[k]] if k in rpc_proxies else [v]
+                for k, v in evm["rpc_urls"].items()
             },
         }
     return data
@@ -221,9 +221,8 @@ async def main() -> None:
         proxies: list[ServedApp] = []
         rpc_proxies: dict[int, str] = {}
         if sandbox.evm is not None:
-            evm_options = sandbox.payment_options().evm
-            for chain, urls in evm_options.rpc_urls.items() if evm_options else ():
-                rpc_counters[chain] = _RpcCounter(urls[0])
+            for chain, url in sandbox.evm.evm_config()["rpc_urls"].items():
+                rpc_counters[chain] = _RpcCounter(url)
                 proxy = await ServedApp(rpc_counters[chain], f"rpc-{chain}").start()
                 proxies.append(proxy)
                 rpc_proxies[chain] = proxy.url

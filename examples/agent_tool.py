@@ -33,7 +33,7 @@ from x402_client import (
     X402Error,
     with_eur_payment,
 )
-from x402_client.sandbox import Sandbox
+from x402_eur_sandbox import Sandbox
 
 #: The price limit of the tool call in progress (euros); none set: pay nothing.
 _call_limit: contextvars.ContextVar[Decimal] = contextvars.ContextVar(
@@ -97,7 +97,9 @@ async def main() -> None:
     async with Sandbox() as sandbox:
         # The sandbox payer; a budget is still a good idea for an agent: 1 EUR per hour.
         open_tool(
-            sandbox.payment_options(budgets=[Budget("1.00", window=3600)]),
+            PaymentOptions.model_validate(
+                sandbox.payment_config(budgets=[Budget("1.00", window=3600)])
+            ),
             allow_hosts=tuple(sandbox.hosts),  # the sandbox runs on 127.0.0.1
         )
         try:

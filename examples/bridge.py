@@ -29,7 +29,7 @@ from x402_client import (
     with_eur_payment,
 )
 from x402_client.progress import bridge_progress_display
-from x402_client.sandbox import Price, Sandbox
+from x402_eur_sandbox import Price, Sandbox
 
 PRICES = {
     "/weather": Price(Decimal("0.10"), "Weather, paid in EURQ on chain A", rails=("ledgera",))
@@ -42,7 +42,7 @@ async def main(delay: float) -> None:
     async with Sandbox(chain_a=True, bridge_delay=delay, prices=PRICES) as sandbox:
         chain = sandbox.chain_a
         before = chain.asset_balance(chain.merchant_address, EURQ)
-        options = sandbox.payment_options(on_progress=on_progress)
+        options = sandbox.payment_config(on_progress=on_progress)
         print(f"merchant {sandbox.merchant_url}, bridge settles after {delay:g} s")
         async with with_eur_payment(httpx.AsyncClient(), options) as client:
             try:

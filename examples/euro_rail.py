@@ -11,7 +11,7 @@ from decimal import Decimal
 import httpx
 
 from x402_client import PaymentIntent, X402Error, with_eur_payment
-from x402_client.sandbox import Sandbox
+from x402_eur_sandbox import Sandbox
 
 
 def approve(intent: PaymentIntent) -> bool:
@@ -23,7 +23,7 @@ def approve(intent: PaymentIntent) -> bool:
 
 async def main() -> None:
     async with Sandbox() as sandbox:
-        options = sandbox.payment_options(on_before_payment=approve)
+        options = sandbox.payment_config(on_before_payment=approve)
         async with with_eur_payment(httpx.AsyncClient(), options) as client:
             response = await client.get(sandbox.url("/weather"))
             print(response.status_code, response.json())

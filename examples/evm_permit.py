@@ -16,7 +16,7 @@ from decimal import Decimal
 import httpx
 
 from x402_client import format_amount, from_atomic, with_eur_payment
-from x402_client.sandbox import Price, Sandbox
+from x402_eur_sandbox import Price, Sandbox
 
 PRICES = {"/weather": Price(Decimal("0.10"), "Weather, paid on Polygon", rails=("eip155:137",))}
 
@@ -25,7 +25,7 @@ async def main() -> None:
     async with Sandbox(evm=True, prices=PRICES) as sandbox:
         evm = sandbox.evm
         before = await evm.token_balance(137, "EURQ", evm.payer_address)
-        async with with_eur_payment(httpx.AsyncClient(), sandbox.payment_options()) as client:
+        async with with_eur_payment(httpx.AsyncClient(), sandbox.payment_config()) as client:
             response = await client.get(sandbox.url("/weather"))
         receipt = response.extensions["x402_payment"]
         after = await evm.token_balance(137, "EURQ", evm.payer_address)

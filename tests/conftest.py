@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
+from tests.sandboxes import payment_options
 from x402_client import PaymentOptions
-from x402_client.sandbox import Account, Sandbox, ServedApp
+from x402_eur_sandbox import Account, Sandbox, ServedApp
 
 
 @pytest.fixture(scope="session")
@@ -52,8 +53,8 @@ def payer(sandbox: Sandbox) -> Account:
 @pytest.fixture
 def options_for(sandbox: Sandbox) -> Callable[..., PaymentOptions]:
     def make(account: Account, **overrides: Any) -> PaymentOptions:
-        return sandbox.payment_options(
-            api_key=account.api_key, from_account=account.code, **overrides
+        return payment_options(
+            sandbox, api_key=account.api_key, from_account=account.code, **overrides
         )
 
     return make
@@ -188,7 +189,7 @@ def secret_scan() -> Iterator[None]:
 
     X402Error.__init__ = recording_init  # type: ignore[method-assign]
     try:
-        from x402_client.sandbox import EvmSandbox
+        from x402_eur_sandbox import EvmSandbox
 
         original_start = EvmSandbox.start
 

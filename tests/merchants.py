@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 
 from x402_client._proof import decode_proof
-from x402_client.sandbox import Bank
+from x402_eur_sandbox import Bank
 
 
 @dataclasses.dataclass(frozen=True)

@@ -56,8 +56,8 @@ from x402.mechanisms.evm.exact import (
 from x402.mechanisms.evm.v1.constants import V1_NETWORK_CHAIN_IDS
 from x402.schemas import SchemeNotFoundError, parse_payment_payload, parse_payment_requirements
 
-from x402_client.sandbox import ServedApp
-from x402_client.sandbox._anvil import (
+from x402_eur_sandbox import ServedApp
+from x402_eur_sandbox._anvil import (
     ANVIL_DEV_KEYS,
     AnvilNode,
     _sign_and_send,
@@ -107,7 +107,7 @@ _MAX_TIMEOUT_SECONDS = 300
 
 def load_eip3009_artifact() -> dict[str, Any]:
     """The compiled `SandboxEip3009Token` artifact (abi, bytecode, compiler)."""
-    package = resources.files("x402_client.sandbox.contracts")
+    package = resources.files("x402_eur_sandbox.contracts")
     data: dict[str, Any] = json.loads(package.joinpath(_ARTIFACT_FILE).read_text("utf-8"))
     return data
 

@@ -11,8 +11,8 @@ import pytest
 from eth_account import Account
 from web3 import Web3
 
-from x402_client.sandbox import _anvil
-from x402_client.sandbox._anvil import (
+from x402_eur_sandbox import _anvil
+from x402_eur_sandbox._anvil import (
     ANVIL_DEV_KEYS,
     AnvilNode,
     deploy_token,

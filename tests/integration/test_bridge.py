@@ -16,6 +16,7 @@ import anyio
 import httpx
 import pytest
 
+from tests.sandboxes import payment_options
 from x402_client import (
     BridgeResumeRefused,
     BridgeTransferFailed,
@@ -28,8 +29,8 @@ from x402_client import (
     with_eur_payment,
 )
 from x402_client._resume import resume_bridge_payment
-from x402_client.sandbox import Account, Fault, Price, Sandbox
-from x402_client.sandbox._chain_a import (
+from x402_eur_sandbox import Account, Fault, Price, Sandbox
+from x402_eur_sandbox._chain_a import (
     DIRECT_UNSUPPORTED,
     EURQ_ASSET_ID,
     USDQ_ASSET_ID,
@@ -81,7 +82,7 @@ def options(sandbox: Sandbox, account: Account, **overrides: Any) -> PaymentOpti
         "bridge_poll_max_interval": 0.1,
     }
     values.update(overrides)
-    return sandbox.payment_options(**values)
+    return payment_options(sandbox, **values)
 
 
 def payments(sandbox: Sandbox, account: Account) -> list[Any]:

@@ -17,6 +17,7 @@ import pytest
 
 from tests.conftest import payments
 from tests.factories import euro_intent
+from tests.sandboxes import payment_options
 from x402_client import (
     Budget,
     BudgetExceeded,
@@ -28,7 +29,7 @@ from x402_client import (
 )
 from x402_client._budget import Budgets
 from x402_client._challenge import prefer_order
-from x402_client.sandbox import EuroOffer, Price, Sandbox
+from x402_eur_sandbox import EuroOffer, Price, Sandbox
 
 pytestmark = pytest.mark.anyio
 
@@ -120,12 +121,12 @@ async def test_selector_and_preference_choose_among_payable_entries():
         cheap = sandbox.bank.open_account("0")
         # a second euro offer (another receiving account) listed after the default one
         sandbox.offers.append(EuroOffer(lambda: sandbox.mcp_url, cheap.api_key, cheap.code))
-        options = sandbox.payment_options(selector=lambda intents: intents[-1])
+        options = payment_options(sandbox, selector=lambda intents: intents[-1])
         async with with_eur_payment(httpx.AsyncClient(), options) as client:
             response = await client.get(sandbox.url("/paid/two"))
         assert response.extensions["x402_payment"].pay_to == cheap.code
         assert sandbox.balance(cheap) == Decimal("0.20")
-        refuse_all = sandbox.payment_options(selector=lambda intents: None)
+        refuse_all = payment_options(sandbox, selector=lambda intents: None)
         async with with_eur_payment(httpx.AsyncClient(), refuse_all) as client:
             with pytest.raises(Exception, match="selector chose none"):
                 await client.get(sandbox.url("/paid/two"))

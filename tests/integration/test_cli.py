@@ -20,7 +20,7 @@ import pytest
 from tests.conftest import payments
 from x402_client import __version__
 from x402_client._options import ENV_VARS
-from x402_client.sandbox import Fault
+from x402_eur_sandbox import Fault
 
 CLI = [sys.executable, "-m", "x402_client.cli"]
 

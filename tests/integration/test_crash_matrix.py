@@ -41,6 +41,7 @@ import httpx
 import pytest
 from eth_account import Account as EthAccount
 
+from tests.sandboxes import asset_of, evm_options
 from x402_client import (
     Budget,
     PaymentOptions,
@@ -52,8 +53,8 @@ from x402_client import (
 from x402_client._recovery import Recovery
 from x402_client._sqlite import JournalRecord, SqliteStore
 from x402_client._state import state_of
-from x402_client.sandbox import Account, Price, Sandbox, StandardMerchant
-from x402_client.sandbox._chain_a import EURQ_ASSET_ID
+from x402_eur_sandbox import Account, Price, Sandbox, StandardMerchant
+from x402_eur_sandbox._chain_a import EURQ_ASSET_ID
 
 pytestmark = pytest.mark.anyio
 
@@ -315,9 +316,9 @@ def _options(sandbox: Sandbox, crashed: Crashed) -> PaymentOptions:
     }
     if crashed.evm_key is not None and crashed.case.rail == "eip3009":
         values["evm"] = {"private_key": crashed.evm_key}
-        values["assets"] = [sandbox.standard.asset()]
+        values["assets"] = [asset_of(sandbox.standard)]
     elif crashed.evm_key is not None:
-        values["evm"] = sandbox.evm.evm_options(private_key=crashed.evm_key)
+        values["evm"] = evm_options(sandbox.evm, private_key=crashed.evm_key)
     return PaymentOptions.model_validate(values)
 
 
@@ -727,7 +728,7 @@ async def test_recovery_leaves_a_payment_a_live_payer_is_making_alone(
         crashed.evm_key = config["evm_key"] = "0x" + bytes(wallet.key).hex()
         crashed.evm_address = str(wallet.address)
         await standard.fund(crashed.evm_address, "1")
-        config["asset"] = dataclasses.asdict(standard.asset())
+        config["asset"] = dataclasses.asdict(asset_of(standard))
         config["url"] = standard.resource_url("/weather")
         assert standard.price_atomic("/weather") == ATOMIC
     watch, standard_watch = _watch(sandbox), _STANDARD_WATCHES[id(sandbox)]

@@ -12,6 +12,7 @@ import httpx
 import pytest
 
 from tests.conftest import Recorder, payments, scripted_402
+from tests.sandboxes import payment_options
 from x402_client import (
     AmountLimitExceeded,
     InsufficientFunds,
@@ -25,7 +26,7 @@ from x402_client import (
     X402Error,
     with_eur_payment,
 )
-from x402_client.sandbox import Price, Sandbox
+from x402_eur_sandbox import Price, Sandbox
 
 pytestmark = pytest.mark.anyio
 
@@ -62,7 +63,7 @@ async def test_free_resources_pass_through_without_payment(sandbox, payer, optio
 async def test_open_then_confirmed_pays_once():
     async with Sandbox(confirmation_delay=0.4) as sandbox:
         verifies_before = sandbox.faults.calls.get("x402_verify", 0)
-        async with with_eur_payment(httpx.AsyncClient(), sandbox.payment_options()) as client:
+        async with with_eur_payment(httpx.AsyncClient(), payment_options(sandbox)) as client:
             response = await client.get(sandbox.url("/weather"))
         assert response.status_code == 200
         assert len(payments(sandbox, sandbox.payer)) == 1
@@ -73,7 +74,7 @@ async def test_open_then_confirmed_pays_once():
 
 async def test_not_confirmed_forever_is_a_typed_error_after_one_payment():
     async with Sandbox(confirmation_delay=60) as sandbox:
-        options = sandbox.payment_options(confirmation_attempts=3, confirmation_wait=0.01)
+        options = payment_options(sandbox, confirmation_attempts=3, confirmation_wait=0.01)
         async with with_eur_payment(httpx.AsyncClient(), options) as client:
             with pytest.raises(PaymentVerificationFailed) as caught:
                 await client.get(sandbox.url("/weather"))
@@ -126,7 +127,7 @@ async def test_expired_proof_gets_exactly_one_fresh_payment():
                 sandbox.bank.confirmation_delay = 0
             return True
 
-        options = sandbox.payment_options(on_before_payment=hook, confirmation_wait=0.05)
+        options = payment_options(sandbox, on_before_payment=hook, confirmation_wait=0.05)
         async with with_eur_payment(httpx.AsyncClient(), options) as client:
             response = await client.get(sandbox.url("/weather"))
         assert response.status_code == 200
@@ -140,7 +141,7 @@ async def test_expired_proof_gets_exactly_one_fresh_payment():
 
 async def test_expired_twice_is_an_error_not_a_third_payment():
     async with Sandbox(confirmation_delay=0.6, request_lifetime=0.2) as sandbox:
-        options = sandbox.payment_options(confirmation_wait=0.05)
+        options = payment_options(sandbox, confirmation_wait=0.05)
         async with with_eur_payment(httpx.AsyncClient(), options) as client:
             with pytest.raises(PaymentVerificationFailed, match="expired"):
                 await client.get(sandbox.url("/weather"))
@@ -245,7 +246,8 @@ async def test_unsatisfiable_402_is_typed_and_pays_nothing(sandbox, payer, serve
         )
     )
     async with with_eur_payment(
-        httpx.AsyncClient(), sandbox.payment_options(api_key=payer.api_key, from_account=payer.code)
+        httpx.AsyncClient(),
+        payment_options(sandbox, api_key=payer.api_key, from_account=payer.code),
     ) as client:
         with pytest.raises(NoSatisfiableOption, match="unknown scheme"):
             await client.get(url)
@@ -363,7 +365,7 @@ async def test_payment_header_never_follows_a_redirect(serve):
     prices = {"/redirect": Price(Decimal("0.10"), "pays, then redirects")}
     async with Sandbox(prices=prices) as sandbox:
         async with with_eur_payment(
-            httpx.AsyncClient(follow_redirects=True), sandbox.payment_options()
+            httpx.AsyncClient(follow_redirects=True), payment_options(sandbox)
         ) as client:
             response = await client.get(sandbox.url(f"/redirect?to={other_url}/landing"))
         assert response.status_code == 200 and response.json() == {"recorded": True}
@@ -378,7 +380,7 @@ async def test_api_key_never_reaches_the_merchant(serve):
     async with Sandbox() as sandbox:
         recorder = Recorder(sandbox.gate)  # the sandbox's merchant gate, behind a recorder
         url = await serve(recorder)
-        async with with_eur_payment(httpx.AsyncClient(), sandbox.payment_options()) as client:
+        async with with_eur_payment(httpx.AsyncClient(), payment_options(sandbox)) as client:
             assert (await client.get(url + "/weather")).status_code == 200
     assert [r[0] for r in recorder.requests] == ["GET", "GET"]
     assert "x-payment" not in recorder.requests[0][2]
@@ -409,7 +411,7 @@ async def _auth_and_hooks(sandbox: Sandbox, serve: Any) -> None:
         auth=("user", "pass"),
         event_hooks={"request": [on_request], "response": [on_response]},
     )
-    async with with_eur_payment(client, sandbox.payment_options()) as client:
+    async with with_eur_payment(client, payment_options(sandbox)) as client:
         response = await client.get(url + "/weather")
     assert response.status_code == 200
     assert seen_requests == ["/weather"] and seen_statuses == [200]

@@ -15,6 +15,7 @@ import pytest
 from eth_account import Account
 
 from tests.conftest import scripted_402
+from tests.sandboxes import evm_options, payment_options
 from x402_client import (
     AmountLimitExceeded,
     ConfigurationError,
@@ -27,7 +28,7 @@ from x402_client import (
 )
 from x402_client._proof import b64_json_decode
 from x402_client._rails.evm import permit_proof, permit_typed_data
-from x402_client.sandbox import Price, Sandbox
+from x402_eur_sandbox import Price, Sandbox
 
 PRICES = {
     "/weather": Price(Decimal("0.10"), "weather on polygon", rails=("eip155:137",)),
@@ -49,11 +50,11 @@ async def sandbox(anyio_backend: str) -> AsyncIterator[Sandbox]:
 
 
 def _client(sandbox: Sandbox, **overrides: Any) -> httpx.AsyncClient:
-    return with_eur_payment(httpx.AsyncClient(timeout=60), sandbox.payment_options(**overrides))
+    return with_eur_payment(httpx.AsyncClient(timeout=60), payment_options(sandbox, **overrides))
 
 
 def _evm_only(sandbox: Sandbox, key: str | None = None, **overrides: Any) -> PaymentOptions:
-    evm = sandbox.evm.evm_options() if key is None else sandbox.evm.evm_options(private_key=key)
+    evm = evm_options(sandbox.evm) if key is None else evm_options(sandbox.evm, private_key=key)
     return PaymentOptions(evm=evm, **overrides)
 
 
@@ -196,7 +197,7 @@ async def test_replayed_proof_is_rejected_by_the_merchant(sandbox: Sandbox) -> N
 
 @pytest.mark.anyio
 async def test_rpc_on_the_wrong_chain_is_a_typed_error(sandbox: Sandbox) -> None:
-    evm = sandbox.evm.evm_options(rpc_urls={137: sandbox.evm.rpc_url(1)})
+    evm = evm_options(sandbox.evm, rpc_urls={137: sandbox.evm.rpc_url(1)})
     async with with_eur_payment(httpx.AsyncClient(), PaymentOptions(evm=evm)) as client:
         with pytest.raises(ConfigurationError, match=r"reports chain id 1\b.*chain id 137"):
             await client.get(sandbox.url("/weather"))
@@ -204,7 +205,7 @@ async def test_rpc_on_the_wrong_chain_is_a_typed_error(sandbox: Sandbox) -> None
 
 @pytest.mark.anyio
 async def test_rpc_urls_are_tried_in_order(sandbox: Sandbox) -> None:
-    evm = sandbox.evm.evm_options(rpc_urls={137: ["http://127.0.0.1:9", sandbox.evm.rpc_url(137)]})
+    evm = evm_options(sandbox.evm, rpc_urls={137: ["http://127.0.0.1:9", sandbox.evm.rpc_url(137)]})
     async with with_eur_payment(httpx.AsyncClient(), PaymentOptions(evm=evm)) as client:
         response = await client.get(sandbox.url("/weather"))
     assert response.status_code == 200
@@ -215,7 +216,7 @@ async def test_an_rpc_endpoint_that_answers_garbage_is_passed_over(
     sandbox: Sandbox, serve: Any
 ) -> None:
     garbage = await serve(scripted_402(b"<html>not JSON-RPC</html>", status=200))
-    evm = sandbox.evm.evm_options(rpc_urls={137: [garbage, sandbox.evm.rpc_url(137)]})
+    evm = evm_options(sandbox.evm, rpc_urls={137: [garbage, sandbox.evm.rpc_url(137)]})
     async with with_eur_payment(httpx.AsyncClient(), PaymentOptions(evm=evm)) as client:
         response = await client.get(sandbox.url("/weather"))
     assert response.status_code == 200
@@ -358,7 +359,7 @@ async def test_env_and_options(sandbox: Sandbox) -> None:
     assert options.evm.rpc_urls == {1: (sandbox.evm.rpc_url(1),), 137: (sandbox.evm.rpc_url(137),)}
     assert Account.from_key(env["X402_EUR_EVM_PRIVATE_KEY"]).address == sandbox.evm.payer_address
     assert sandbox.evm.payer_key[2:] not in repr(sandbox.evm)
-    assert isinstance(sandbox.evm.evm_options(), EvmOptions)
+    assert isinstance(evm_options(sandbox.evm), EvmOptions)
 
 
 def _alive(pid: int) -> bool:

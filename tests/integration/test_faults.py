@@ -16,6 +16,7 @@ import httpx
 import pytest
 
 from tests.conftest import payments
+from tests.sandboxes import payment_options
 from x402_client import (
     PaymentFailed,
     PaymentNotConfirmed,
@@ -25,7 +26,7 @@ from x402_client import (
     payment_ledger,
     with_eur_payment,
 )
-from x402_client.sandbox import Fault, Sandbox
+from x402_eur_sandbox import Fault, Sandbox
 
 pytestmark = pytest.mark.anyio
 
@@ -58,8 +59,8 @@ async def test_euro_rail_under_fault(case):
     endpoint, fault, expected = case
     async with Sandbox() as sandbox:
         sandbox.faults.arm(endpoint, fault)
-        options = sandbox.payment_options(
-            payment_api_timeout=0.5, confirmation_attempts=3, confirmation_wait=0.01
+        options = payment_options(
+            sandbox, payment_api_timeout=0.5, confirmation_attempts=3, confirmation_wait=0.01
         )
         async with with_eur_payment(httpx.AsyncClient(timeout=5), options) as client:
             error: X402Error | None = None
@@ -119,7 +120,7 @@ async def test_euro_rail_under_fault(case):
 async def test_payment_api_refusal_before_money_moves_is_failed_not_unknown():
     async with Sandbox() as sandbox:
         sandbox.faults.arm("payment", Fault("status", "before", status=409))
-        async with with_eur_payment(httpx.AsyncClient(), sandbox.payment_options()) as client:
+        async with with_eur_payment(httpx.AsyncClient(), payment_options(sandbox)) as client:
             with pytest.raises(PaymentFailed):
                 await client.get(sandbox.url("/weather"))
             (entry,) = payment_ledger(client).entries()
@@ -129,7 +130,7 @@ async def test_payment_api_refusal_before_money_moves_is_failed_not_unknown():
 
 async def test_unreachable_payment_api_is_failed():
     async with Sandbox() as sandbox:
-        options = sandbox.payment_options(api_url="http://127.0.0.1:9")  # nothing listens
+        options = payment_options(sandbox, api_url="http://127.0.0.1:9")  # nothing listens
         async with with_eur_payment(httpx.AsyncClient(), options) as client:
             with pytest.raises(PaymentFailed, match="unreachable"):
                 await client.get(sandbox.url("/weather"))
@@ -149,7 +150,7 @@ async def test_merchant_that_keeps_answering_402_cannot_make_the_client_loop_or_
             return False, "Payment request already used", None
 
         sandbox.bank.verify_payment_request = lying_verify  # type: ignore[method-assign]
-        async with with_eur_payment(httpx.AsyncClient(), sandbox.payment_options()) as client:
+        async with with_eur_payment(httpx.AsyncClient(), payment_options(sandbox)) as client:
             with pytest.raises(PaymentVerificationFailed, match="already used"):
                 await client.get(sandbox.url("/weather"))
         assert len(payments(sandbox, sandbox.payer)) == 2

@@ -27,6 +27,7 @@ import httpx
 import pytest
 from eth_account import Account as EthAccount
 
+from tests.sandboxes import evm_options, payment_options
 from x402_client import (
     BridgeTransferFailed,
     NoSatisfiableOption,
@@ -40,8 +41,8 @@ from x402_client import (
 )
 from x402_client._ledger import LedgerEntry
 from x402_client._resume import resume_bridge_payment
-from x402_client.sandbox import Fault, Price, Sandbox, ServedApp
-from x402_client.sandbox._chain_a import EURQ_ASSET_ID
+from x402_eur_sandbox import Fault, Price, Sandbox, ServedApp
+from x402_eur_sandbox._chain_a import EURQ_ASSET_ID
 
 pytestmark = pytest.mark.anyio
 
@@ -123,7 +124,7 @@ async def evm_payer(evm_sandbox: Sandbox) -> AsyncIterator[EvmPayer]:
 
 def _evm_options(sandbox: Sandbox, payer: EvmPayer, **evm: Any) -> PaymentOptions:
     return PaymentOptions(
-        evm=sandbox.evm.evm_options(private_key=payer.key, **evm),
+        evm=evm_options(sandbox.evm, private_key=payer.key, **evm),
         confirmation_attempts=3,
         confirmation_wait=0.01,
     )
@@ -574,7 +575,8 @@ async def test_bridge_rail_under_fault(case: BridgeCase):
             chain.end_next_bridge_as(case.end_as)
         if case.endpoint is not None and case.fault is not None:
             sandbox.faults.arm(case.endpoint, case.fault)
-        options = sandbox.payment_options(
+        options = payment_options(
+            sandbox,
             payment_api_timeout=0.4,
             bridge_poll_interval=0.05,
             bridge_poll_max_interval=0.1,

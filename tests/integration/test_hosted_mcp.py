@@ -31,9 +31,9 @@ from x402_client._amounts import from_atomic
 from x402_client._models import ExactAcceptEntry
 from x402_client._provider import TransactionRecord
 from x402_client._rails.bridge import bridge_proof
-from x402_client.sandbox import Account, Bank, Price, Sandbox
-from x402_client.sandbox._chain_a import EURQ_ASSET_ID, ChainASandbox
-from x402_client.sandbox._hosted_mcp import ERROR_CODES, HostedToolServer, _amount
+from x402_eur_sandbox import Account, Bank, Price, Sandbox
+from x402_eur_sandbox._chain_a import EURQ_ASSET_ID, ChainASandbox
+from x402_eur_sandbox._hosted_mcp import ERROR_CODES, HostedToolServer, _amount
 
 pytestmark = pytest.mark.anyio
 
@@ -492,7 +492,7 @@ async def test_without_mcp_the_endpoint_says_so(monkeypatch, serve):
 
 
 async def test_without_mcp_the_sandbox_starts_and_names_what_is_missing(monkeypatch):
-    monkeypatch.setattr("x402_client.sandbox._sandbox.mcp_available", lambda: False)
+    monkeypatch.setattr("x402_eur_sandbox._sandbox.mcp_available", lambda: False)
     async with Sandbox() as bare:
         async with httpx.AsyncClient() as http:
             assert (await http.get(bare.url("/weather"))).status_code == 402
@@ -502,7 +502,7 @@ async def test_without_mcp_the_sandbox_starts_and_names_what_is_missing(monkeypa
 
 def test_importing_the_sandbox_does_not_import_mcp():
     code = (
-        "import sys, x402_client.sandbox; "
+        "import sys, x402_eur_sandbox; "
         "bad = [m for m in sys.modules if m.split('.')[0] in ('mcp', 'mcp_types')]; "
         "print(bad); sys.exit(1 if bad else 0)"
     )
@@ -525,7 +525,7 @@ def test_amounts_are_read_exactly(raw, parsed):
     "raw", ["1e-1", " 0.10", "0.1234567", -0.1, float("nan"), float("inf"), True, None, 1e16]
 )
 def test_amounts_that_are_not_plain_decimals_are_refused(raw):
-    from x402_client.sandbox._hosted_mcp import ToolError
+    from x402_eur_sandbox._hosted_mcp import ToolError
 
     with pytest.raises(ToolError) as caught:
         _amount(raw)

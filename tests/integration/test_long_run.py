@@ -45,7 +45,7 @@ from x402_client._payer import Payer
 from x402_client._payment_api import PaymentAPI
 from x402_client._state import PaymentState, state_of
 from x402_client._types import PaymentIntent
-from x402_client.sandbox import ServedApp
+from x402_eur_sandbox import ServedApp
 
 pytestmark = pytest.mark.anyio
 
@@ -178,7 +178,7 @@ def _ours(module: object) -> bool:
     return (
         isinstance(module, str)
         and module.startswith("x402_client")
-        and not module.startswith("x402_client.sandbox")
+        and not module.startswith("x402_eur_sandbox")
     )
 
 

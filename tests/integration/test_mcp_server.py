@@ -41,7 +41,7 @@ from x402_client.mcp_server import (
     parse_budgets,
     require_bearer,
 )
-from x402_client.sandbox import Account, Sandbox
+from x402_eur_sandbox import Account, Sandbox
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOL_NAMES = {"fetch", "quote", "payments", "budget"}

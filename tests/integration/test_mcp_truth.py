@@ -13,7 +13,7 @@ from tests.conftest import payments
 from tests.factories import euro_intent
 from x402_client import LedgerEntry, with_eur_payment
 from x402_client.mcp_server import TOOLS, PaymentTools, _add_payments_made
-from x402_client.sandbox import Fault
+from x402_eur_sandbox import Fault
 
 pytest.importorskip("mcp", reason="x402-eur mcp needs the mcp package")
 

@@ -495,7 +495,7 @@ async def test_an_evm_authorization_that_was_not_settled_may_still_move(answer, 
 
 def test_the_command_line_says_a_paid_request_was_not_served(sandbox, payer, tmp_path, monkeypatch):
     from tests.integration.test_cli import env_of, run
-    from x402_client.sandbox import Fault
+    from x402_eur_sandbox import Fault
 
     monkeypatch.setenv("X402_EUR_STATE", str(tmp_path / "state.sqlite3"))
     env = env_of(sandbox, payer)

@@ -16,6 +16,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tests.conftest import payments
+from tests.sandboxes import payment_options
 from x402_client import (
     InvalidChallenge,
     PaymentAPIError,
@@ -32,7 +33,7 @@ from x402_client._challenge import InvalidEntry, parse_accept, parse_payment_req
 from x402_client._models import EuroAcceptEntry, ExactAcceptEntry, PaymentProof
 from x402_client._proof import ProofError
 from x402_client._provider import find_transaction, provider_errors, transaction_code_of, unwrap
-from x402_client.sandbox import ServedApp
+from x402_eur_sandbox import ServedApp
 
 json_scalars = (
     st.none()
@@ -209,7 +210,7 @@ def test_client_never_pays_a_hostile_402(sandbox, scripted_server, body: Any) ->
     payer = sandbox.bank.open_account("10.00")
 
     async def run() -> None:
-        options = sandbox.payment_options(api_key=payer.api_key, from_account=payer.code)
+        options = payment_options(sandbox, api_key=payer.api_key, from_account=payer.code)
         async with with_eur_payment(httpx.AsyncClient(), options) as client:
             with contextlib.suppress(X402Error):
                 await client.get(url)
@@ -239,7 +240,7 @@ def test_payment_api_answers_are_classified(
     caught: list[BaseException] = []
 
     async def run() -> None:
-        options = sandbox.payment_options(api_url=api_url, confirmation_attempts=1)
+        options = payment_options(sandbox, api_url=api_url, confirmation_attempts=1)
         async with with_eur_payment(httpx.AsyncClient(), options) as client:
             try:
                 await client.get(sandbox.url("/weather"))

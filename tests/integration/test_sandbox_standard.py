@@ -24,6 +24,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from tests.sandboxes import asset_of, payment_options
 from x402_client._models import ExactAcceptEntry
 from x402_client._rails import RequestSettings
 from x402_client._rails.eip3009 import (
@@ -35,8 +36,8 @@ from x402_client._rails.eip3009 import (
     keccak256,
     new_authorization,
 )
-from x402_client.sandbox import Price, Sandbox
-from x402_client.sandbox._standard import (
+from x402_eur_sandbox import Price, Sandbox
+from x402_eur_sandbox._standard import (
     STANDARD_PRICES,
     TOKEN_NAME,
     TOKEN_VERSION,
@@ -184,7 +185,7 @@ async def test_unpaid_request_gets_payment_required(merchant: StandardMerchant) 
 
 
 async def test_the_token_is_the_eurc_shaped_sandbox_token(merchant: StandardMerchant) -> None:
-    asset = merchant.asset()
+    asset = asset_of(merchant)
     assert (asset.chain_id, asset.address, asset.currency, asset.decimals) == (
         CHAIN_ID,
         merchant.token,
@@ -460,7 +461,7 @@ async def test_mounted_on_the_evm_sandbox_and_paid_by_the_rail(anyio_backend: st
     async with sandbox:
         assert standard.rpc_url == sandbox.evm.rpc_url(137)
         assert standard.payer_key == sandbox.evm.payer_key
-        options = sandbox.payment_options(assets=(standard.asset(),))
+        options = payment_options(sandbox, assets=(asset_of(standard),))
         rail = Eip3009Rail(_Context(options))  # type: ignore[arg-type]
 
         url = standard.resource_url("/weather")

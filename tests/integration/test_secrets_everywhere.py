@@ -26,6 +26,7 @@ import httpx
 import pytest
 
 from tests.conftest import _leaks, register_secrets, scan_for_secrets, scripted_402
+from tests.sandboxes import evm_options
 from x402_client import (
     EvmOptions,
     PaymentOptions,
@@ -38,7 +39,7 @@ from x402_client import (
 from x402_client._payment_api import PaymentAPI
 from x402_client._redact import safe_url
 from x402_client._secret import SecretStr
-from x402_client.sandbox import Price, Sandbox
+from x402_eur_sandbox import Price, Sandbox
 
 #: Known to the session-wide scan already.
 API_KEY = "sk_live_super_secret_value"
@@ -389,7 +390,7 @@ async def test_paying_with_a_keyed_rpc_url_logs_no_secret_even_at_debug(
     evm_sandbox: Sandbox, serve
 ) -> None:
     rpc = await serve(rpc_proxy(evm_sandbox.evm.rpc_url(137))) + f"/v3/{RPC_KEY}"
-    options = PaymentOptions(evm=evm_sandbox.evm.evm_options(rpc_urls={137: rpc}))
+    options = PaymentOptions(evm=evm_options(evm_sandbox.evm, rpc_urls={137: rpc}))
     url = evm_sandbox.url("/weather") + "?" + CREDENTIALS
     capture = _Records()
     root = logging.getLogger()

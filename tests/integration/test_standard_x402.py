@@ -31,7 +31,7 @@ from x402_client import (
     PaymentOptions,
     with_eur_payment,
 )
-from x402_client.sandbox import ServedApp
+from x402_eur_sandbox import ServedApp
 
 pytestmark = pytest.mark.anyio
 

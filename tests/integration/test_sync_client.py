@@ -26,6 +26,7 @@ from tests.conftest import payments, scripted_402
 from tests.integration.test_faults import MATRIX as _ASYNC_MATRIX
 from tests.integration.test_faults import _ids
 from tests.merchants import Reply, ScriptedMerchant, Seen
+from tests.sandboxes import evm_options, payment_options
 from x402_client import (
     Budget,
     BudgetExceeded,
@@ -46,8 +47,8 @@ from x402_client import (
     quote_payment_sync,
     with_eur_payment,
 )
-from x402_client.sandbox import Account, Fault, Price, Sandbox, ServedApp
-from x402_client.sandbox._chain_a import EURQ_ASSET_ID
+from x402_eur_sandbox import Account, Fault, Price, Sandbox, ServedApp
+from x402_eur_sandbox._chain_a import EURQ_ASSET_ID
 
 
 def _payment_threads() -> list[str]:
@@ -111,7 +112,8 @@ def rails() -> Iterator[Sandbox]:
 
 
 def _rail_options(sandbox: Sandbox, account: Account) -> PaymentOptions:
-    return sandbox.payment_options(
+    return payment_options(
+        sandbox,
         api_key=account.api_key,
         from_account=account.code,
         bridge_poll_interval=0.05,
@@ -148,7 +150,7 @@ def test_sync_client_pays_an_evm_permit_entry(rails: Sandbox) -> None:
         return asyncio.run(read())
 
     payer_before, merchant_before = balances()
-    with _client(PaymentOptions(evm=evm.evm_options())) as client:
+    with _client(PaymentOptions(evm=evm_options(evm))) as client:
         response = client.get(rails.url("/report"))
     assert response.status_code == 200
     payer_after, merchant_after = balances()
@@ -193,8 +195,8 @@ def test_euro_rail_under_fault(case: tuple[str, Fault, type[X402Error] | None]) 
     fault = dataclasses.replace(armed)
     with Sandbox.run_in_thread() as sandbox:
         sandbox.faults.arm(endpoint, fault)
-        options = sandbox.payment_options(
-            payment_api_timeout=0.5, confirmation_attempts=3, confirmation_wait=0.01
+        options = payment_options(
+            sandbox, payment_api_timeout=0.5, confirmation_attempts=3, confirmation_wait=0.01
         )
         with _client(options, timeout=5) as client:
             error: X402Error | None = None
@@ -250,7 +252,7 @@ def test_euro_rail_under_fault(case: tuple[str, Fault, type[X402Error] | None]) 
 def test_payment_api_refusal_before_money_moves_is_failed_not_unknown() -> None:
     with Sandbox.run_in_thread() as sandbox:
         sandbox.faults.arm("payment", Fault("status", "before", status=409))
-        with _client(sandbox.payment_options()) as client:
+        with _client(payment_options(sandbox)) as client:
             with pytest.raises(PaymentFailed):
                 client.get(sandbox.url("/weather"))
             (entry,) = payment_ledger(client).entries()
@@ -259,7 +261,7 @@ def test_payment_api_refusal_before_money_moves_is_failed_not_unknown() -> None:
 
 
 def test_unreachable_payment_api_is_failed(sandbox: Sandbox) -> None:
-    options = sandbox.payment_options(api_url="http://127.0.0.1:9")  # nothing listens
+    options = payment_options(sandbox, api_url="http://127.0.0.1:9")  # nothing listens
     with _client(options) as client:
         with pytest.raises(PaymentFailed, match="unreachable"):
             client.get(sandbox.url("/weather"))
@@ -278,7 +280,7 @@ def test_merchant_that_keeps_answering_402_cannot_make_the_client_loop_or_repay(
 
         sandbox.bank.verify_payment_request = lying_verify  # type: ignore[method-assign]
         with (
-            _client(sandbox.payment_options()) as client,
+            _client(payment_options(sandbox)) as client,
             pytest.raises(PaymentVerificationFailed, match="already used"),
         ):
             client.get(sandbox.url("/weather"))

@@ -17,6 +17,7 @@ import pytest
 from tests.conftest import payments
 from tests.integration.test_sync_client import served
 from tests.merchants import Reply, ScriptedMerchant, Seen
+from tests.sandboxes import payment_options
 from x402_client import (
     ConfigurationError,
     PaymentOptions,
@@ -28,7 +29,7 @@ from x402_client import (
     with_eur_payment,
 )
 from x402_client._state import state_of
-from x402_client.sandbox import Account, Price, Sandbox
+from x402_eur_sandbox import Account, Price, Sandbox
 
 #: What the merchant wants on every request; the journal does not keep it (a secret).
 MERCHANT_KEY = "merchant-key-1"
@@ -72,7 +73,8 @@ def test_a_sync_client_recovers_an_undelivered_payment_without_paying_again(
     path = tmp_path / "state.sqlite3"
     keyed = {"X-Api-Key": MERCHANT_KEY}
     with served(merchant) as url:
-        options = sandbox.payment_options(
+        options = payment_options(
+            sandbox,
             api_key=payer.api_key,
             from_account=payer.code,
             state_path=path,
@@ -83,8 +85,8 @@ def test_a_sync_client_recovers_an_undelivered_payment_without_paying_again(
         state_of(options).close()
 
         merchant.state["down"] = False
-        restarted = sandbox.payment_options(
-            api_key=payer.api_key, from_account=payer.code, state_path=path
+        restarted = payment_options(
+            sandbox, api_key=payer.api_key, from_account=payer.code, state_path=path
         )
         (record,) = unfinished_payments_sync(restarted)
         assert record.payment_request_code and record.proof
@@ -112,8 +114,8 @@ def test_a_sync_client_recovers_an_undelivered_payment_without_paying_again(
 def test_sync_recovery_names_the_async_form_for_an_async_client(
     sandbox: Sandbox, payer: Account, tmp_path: Path
 ) -> None:
-    options = sandbox.payment_options(
-        api_key=payer.api_key, from_account=payer.code, state_path=tmp_path / "s.sqlite3"
+    options = payment_options(
+        sandbox, api_key=payer.api_key, from_account=payer.code, state_path=tmp_path / "s.sqlite3"
     )
     client = with_eur_payment(httpx.AsyncClient(), options)
     with pytest.raises(ConfigurationError, match=r"await recover_payments\("):
@@ -137,7 +139,8 @@ def test_a_sync_client_resumes_a_bridge_payment_without_paying_again(bridged: Sa
     bridged.chain_a.bridge_delay = 0.6
 
     def options(**overrides: Any) -> PaymentOptions:
-        return bridged.payment_options(
+        return payment_options(
+            bridged,
             api_key=account.api_key,
             from_account=account.code,
             bridge_poll_interval=0.05,

@@ -33,7 +33,7 @@ from tests.x402_foundation import (
     foundation_client,
     foundation_stack,
 )
-from x402_client.sandbox._anvil import ANVIL_DEV_KEYS
+from x402_eur_sandbox._anvil import ANVIL_DEV_KEYS
 
 #: A funded dev key that relays the token tests' transactions (the facilitator uses another).
 RELAYER_KEY = ANVIL_DEV_KEYS[3]

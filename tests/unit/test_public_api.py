@@ -72,7 +72,7 @@ def test_outcome_unknown_carries_recovery_data() -> None:
 
 def test_import_does_not_load_web3_or_eth_account() -> None:
     code = (
-        "import sys, x402_client, x402_client.sandbox; "
+        "import sys, x402_client, x402_eur_sandbox; "
         "bad = [m for m in sys.modules if m.split('.')[0] in ('web3', 'eth_account')]; "
         "print(bad); sys.exit(1 if bad else 0)"
     )

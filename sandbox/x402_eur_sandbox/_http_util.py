@@ -7,7 +7,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from .. import _json
+from . import _wire as _json
 from ._bank import BankError
 
 __all__ = ["json_body", "json_response"]

@@ -32,20 +32,26 @@ import dataclasses
 import importlib.util
 import json
 import logging
+import re
 from collections.abc import Callable, Mapping
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-from pydantic import ValidationError
 from starlette.types import Receive, Scope, Send
 
-from .. import _json
-from ..__version__ import __version__
-from .._amounts import AmountError, parse_amount
-from .._challenge import EURO_ASSET, PROVIDER_NETWORK, InvalidEntry, parse_accept
-from .._models import EuroAcceptEntry, EuroPayload, PaymentProof, PaymentRequired
-from .._proof import encode_proof
+from . import _wire as _json
+from .__version__ import __version__
 from ._bank import Account, Bank, BankError
+from ._wire import (
+    EURO_ASSET,
+    PROVIDER_NETWORK,
+    X402_VERSION,
+    AmountError,
+    Proof,
+    WireError,
+    encode_proof,
+    parse_amount,
+)
 
 if TYPE_CHECKING:
     from mcp.server.context import ServerRequestContext
@@ -60,7 +66,7 @@ if TYPE_CHECKING:
 
 __all__ = ["ERROR_CODES", "HostedToolServer", "ToolError", "mcp_available"]
 
-logger = logging.getLogger("x402_client.sandbox")
+logger = logging.getLogger("x402_eur_sandbox")
 
 #: Every error code a tool answers with, and what it means.
 ERROR_CODES = {
@@ -143,8 +149,41 @@ def _amount(value: Any) -> Decimal:
         raise ToolError("INVALID_AMOUNT", str(exc)) from None
 
 
-def _challenge_entry(challenge: Any) -> EuroAcceptEntry:
-    """The first payable `euro` entry of a 402 body (an object or its JSON text)."""
+@dataclasses.dataclass(frozen=True)
+class EuroEntry:
+    """An accept entry of scheme `euro`: pay payment request `payment_request_code`."""
+
+    network: str
+    asset: str
+    amount: Decimal
+    pay_to: str
+    payment_request_code: str
+    scheme: str = "euro"
+
+    @classmethod
+    def from_wire(cls, raw: Mapping[str, Any]) -> EuroEntry:
+        fields = {}
+        for name, key in (
+            ("network", "network"),
+            ("asset", "asset"),
+            ("pay_to", "payTo"),
+            ("payment_request_code", "paymentRequestCode"),
+        ):
+            if not isinstance(raw.get(key), str):
+                raise WireError(f"{key} must be a string")
+            fields[name] = raw[key]
+        if not _PR_CODE.match(fields["payment_request_code"]):
+            raise WireError("paymentRequestCode must be a `pr_` code")
+        if not isinstance(raw.get("amount"), str):
+            raise WireError("amount must be a decimal string")
+        return cls(amount=parse_amount(raw["amount"]), **fields)
+
+
+_PR_CODE = re.compile(r"\Apr_[A-Za-z0-9_\-.:]{1,125}\Z")
+
+
+def _accepts(challenge: Any) -> list[Any]:
+    """The `accepts` of a 402 body (an object or its JSON text), checked as version 2."""
     if isinstance(challenge, str):
         try:
             challenge = _json.loads(challenge)
@@ -152,29 +191,35 @@ def _challenge_entry(challenge: Any) -> EuroAcceptEntry:
             raise ToolError("INVALID_CHALLENGE", "challenge is not valid JSON") from None
     if not isinstance(challenge, dict):
         raise ToolError("INVALID_CHALLENGE", "challenge must be the 402 body, a JSON object")
-    try:
-        required = PaymentRequired.model_validate(challenge)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"]) or "body"
-        raise ToolError(
-            "INVALID_CHALLENGE", f"not an x402 version 2 402 body ({where}: {first['msg']})"
-        ) from None
+    version, accepts = challenge.get("x402Version"), challenge.get("accepts")
+    problem = None
+    if isinstance(version, bool) or version != X402_VERSION:
+        problem = f"x402Version: must be {X402_VERSION}"
+    elif not isinstance(accepts, list) or not accepts:
+        problem = "accepts: a non-empty list is required"
+    if problem is not None:
+        raise ToolError("INVALID_CHALLENGE", f"not an x402 version 2 402 body ({problem})")
+    assert isinstance(accepts, list)
+    return accepts
+
+
+def _challenge_entry(challenge: Any) -> EuroEntry:
+    """The first payable `euro` entry of a 402 body (an object or its JSON text)."""
+    accepts = _accepts(challenge)
     malformed: str | None = None
-    for raw in required.accepts:
+    for raw in accepts:
         if not isinstance(raw, dict) or raw.get("scheme") != "euro":
             continue
         try:
-            entry = parse_accept(raw)
-        except InvalidEntry as exc:
+            entry = EuroEntry.from_wire(raw)
+        except WireError as exc:
             malformed = malformed or str(exc)
             continue
-        assert isinstance(entry, EuroAcceptEntry)
         if entry.network == PROVIDER_NETWORK and entry.asset == EURO_ASSET:
             return entry
     if malformed is not None:
         raise ToolError("INVALID_CHALLENGE", f"the euro entry is malformed: {malformed}")
-    schemes = sorted({str(raw.get("scheme")) for raw in required.accepts if isinstance(raw, dict)})
+    schemes = sorted({str(raw.get("scheme")) for raw in accepts if isinstance(raw, dict)})
     raise ToolError(
         "NO_EURO_ENTRY",
         f"the challenge offers no euro entry on {PROVIDER_NETWORK} (schemes: "
@@ -206,11 +251,7 @@ def pay_x402_challenge(bank: Bank, holder: Account, arguments: Mapping[str, Any]
         except BankError as exc:
             raise ToolError.from_bank(exc) from None
     proof = encode_proof(
-        PaymentProof(
-            scheme=entry.scheme,
-            network=entry.network,
-            payload=EuroPayload(payment_request_code=code).to_wire(),
-        )
+        Proof(scheme=entry.scheme, network=entry.network, payload={"paymentRequestCode": code})
     )
     return {
         "xPaymentHeader": proof,

@@ -1,10 +1,10 @@
 #!/usr/bin/env node
 // Compile contracts/*.sol with the pinned npm `solc` and write one artifact per
-// contract to x402_client/sandbox/contracts/<Name>.json.
+// contract to x402_eur_sandbox/contracts/<Name>.json (paths relative to sandbox/).
 //
 // Usage:
-//   node scripts/compile_contracts.mjs           # (re)write the artifacts
-//   node scripts/compile_contracts.mjs --check   # exit 1 if an artifact is stale
+//   node sandbox/scripts/compile_contracts.mjs           # (re)write the artifacts
+//   node sandbox/scripts/compile_contracts.mjs --check   # exit 1 if an artifact is stale
 //
 // The settings are fixed (optimizer runs, EVM version, no metadata hash) so a
 // fresh compile is byte-for-byte equal to the committed artifact.
@@ -18,7 +18,7 @@ import { fileURLToPath } from "node:url";
 const require = createRequire(import.meta.url);
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), "..");
 const CONTRACTS_DIR = path.join(ROOT, "contracts");
-const OUT_DIR = path.join(ROOT, "x402_client", "sandbox", "contracts");
+const OUT_DIR = path.join(ROOT, "x402_eur_sandbox", "contracts");
 
 let solc;
 try {
@@ -123,8 +123,8 @@ function main() {
         stale += 1;
         console.error(
           current === null
-            ? `${rel} is missing: run \`node scripts/compile_contracts.mjs\``
-            : `${rel} differs from a fresh compile: run \`node scripts/compile_contracts.mjs\``,
+            ? `${rel} is missing: run \`node sandbox/scripts/compile_contracts.mjs\``
+            : `${rel} differs from a fresh compile: run \`node sandbox/scripts/compile_contracts.mjs\``,
         );
       }
     } else {

@@ -17,11 +17,10 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp
 
-from .._amounts import AmountError, parse_amount
-from .._proof import ProofError, decode_proof
 from ._bank import Bank, BankError
 from ._faults import FaultMiddleware, Faults
 from ._http_util import json_body, json_response
+from ._wire import AmountError, ProofError, decode_proof, parse_amount
 
 __all__ = ["facilitator_app"]
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[2]  # the repository: node_modules lives there
 
 
 def test_contract_artifact_is_up_to_date() -> None:
@@ -18,7 +18,7 @@ def test_contract_artifact_is_up_to_date() -> None:
     if not (ROOT / "node_modules" / "solc").is_dir():
         pytest.fail("node_modules is missing: run `npm ci` in the project root")
     result = subprocess.run(
-        [node, "scripts/compile_contracts.mjs", "--check"],
+        [node, "sandbox/scripts/compile_contracts.mjs", "--check"],
         cwd=ROOT,
         capture_output=True,
         text=True,

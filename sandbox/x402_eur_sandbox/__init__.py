@@ -1,27 +1,20 @@
 """The x402-eur sandbox: merchant gate, facilitators, payment API and chains on 127.0.0.1.
 
-Needs the `sandbox` extra (`pip install 'x402-eur[sandbox]'`). Nothing here moves real
-money; everything here really moves sandbox money, so tests and demos exercise the real
-protocol end to end.
+A distribution of its own (`pip install ./sandbox`, command `x402-eur-sandbox`), speaking
+the wire with its own code, never the client's. Nothing here moves real money; everything
+here really moves sandbox money, so tests and demos exercise the real protocol end to end.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-try:
-    import starlette  # noqa: F401
-    import uvicorn  # noqa: F401
-except ImportError as exc:  # pragma: no cover - depends on the environment
-    raise ImportError(
-        "x402_client.sandbox needs the sandbox extra: pip install 'x402-eur[sandbox]'"
-    ) from exc
-
+from .__version__ import __version__
 from ._bank import Account, Bank, BankError
 from ._faults import Fault, Faults
 from ._merchant import DEFAULT_PRICES, EuroOffer, MerchantGate, Offer, Price, Verdict, merchant_app
-from ._sandbox import MERCHANT_ACCOUNT, PAYER_ACCOUNT, Sandbox, SandboxPart
-from ._server import ServedApp
+from ._sandbox import ALLOW_HOSTS_ENV, MERCHANT_ACCOUNT, PAYER_ACCOUNT, Sandbox, SandboxPart
+from ._server import PortInUse, ServedApp
 
 # The EVM and chain-A parts load on first use: the EVM part imports web3.
 _LAZY = {
@@ -49,6 +42,7 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "ALLOW_HOSTS_ENV",
     "DEFAULT_PRICES",
     "EURQ_ASSET_ID",
     "MERCHANT_ACCOUNT",
@@ -69,12 +63,14 @@ __all__ = [
     "MerchantGate",
     "Offer",
     "OnchainFacilitator",
+    "PortInUse",
     "Price",
     "Sandbox",
     "SandboxPart",
     "ServedApp",
     "StandardMerchant",
     "Verdict",
+    "__version__",
     "merchant_app",
     "onchain_facilitator_app",
 ]

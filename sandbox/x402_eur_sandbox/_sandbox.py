@@ -2,7 +2,7 @@
 
 ```python
 async with Sandbox() as sandbox:                      # tests, notebooks (top-level await)
-    client = with_eur_payment(httpx.AsyncClient(), sandbox.payment_options())
+    client = with_eur_payment(httpx.AsyncClient(), sandbox.payment_config())
     response = await client.get(sandbox.merchant_url + "/weather")
 
 with Sandbox.run_in_thread() as sandbox:              # scripts, sync code, shared fixtures
@@ -28,7 +28,6 @@ from decimal import Decimal
 from types import TracebackType
 from typing import Any, Protocol
 
-from .._options import PaymentOptions
 from ._bank import Account, Bank
 from ._facilitator import facilitator_app
 from ._faults import Faults
@@ -37,13 +36,22 @@ from ._merchant import DEFAULT_PRICES, EuroOffer, MerchantGate, Offer, Price, me
 from ._payment_api import payment_api_app
 from ._server import ServedApp
 
-__all__ = ["MERCHANT_ACCOUNT", "PAYER_ACCOUNT", "PORT_LAYOUT", "Sandbox", "SandboxPart"]
+__all__ = [
+    "ALLOW_HOSTS_ENV",
+    "MERCHANT_ACCOUNT",
+    "PAYER_ACCOUNT",
+    "PORT_LAYOUT",
+    "Sandbox",
+    "SandboxPart",
+]
 
 PAYER_ACCOUNT = "ACC_SANDBOX_PAYER"
 MERCHANT_ACCOUNT = "ACC_SANDBOX_MERCHANT"
 #: `Sandbox(port=N)`: each service's offset from N. The optional parts (anvil chains, the
 #: on-chain facilitator, the chain-A indexer) keep taking free ports.
 PORT_LAYOUT = {"payment-api": 0, "facilitator": 1, "merchant": 2}
+#: The variable `x402-eur mcp` reads the private hosts it may reach from.
+ALLOW_HOSTS_ENV = "X402_EUR_MCP_ALLOW_HOSTS"
 
 
 class SandboxPart(Protocol):
@@ -164,20 +172,23 @@ class Sandbox:
         """A merchant URL: `sandbox.url("/weather")`."""
         return self.merchant_url + path
 
-    def payment_options(self, **overrides: Any) -> PaymentOptions:
-        """Options that pay as the sandbox payer (keyword arguments override)."""
+    def payment_config(self, **overrides: Any) -> dict[str, Any]:
+        """The client settings that pay as the sandbox payer, as plain data (keyword
+        arguments override): `api_key`, `from_account`, `api_url`, and `evm` / `assets`
+        when those parts run. `with_eur_payment(client, sandbox.payment_config())` and
+        `PaymentOptions.model_validate(...)` take it as it is."""
         values: dict[str, Any] = {
             "api_key": self.payer.api_key,
             "from_account": self.payer.code,
             "api_url": self.payment_api_url,
         }
         if self.evm is not None:
-            values["evm"] = self.evm.evm_options()
+            values["evm"] = self.evm.evm_config()
         if self.standard is not None:
-            values["assets"] = (self.standard.asset(),)
-            values.setdefault("evm", self.standard.evm_options())
+            values["assets"] = [self.standard.asset_config()]
+            values.setdefault("evm", self.standard.evm_config())
         values.update(overrides)
-        return PaymentOptions.model_validate(values)
+        return values
 
     @property
     def hosts(self) -> list[str]:
@@ -196,8 +207,6 @@ class Sandbox:
     def env(self) -> dict[str, str]:
         """The environment variables `PaymentOptions.from_env()` reads, for the sandbox payer,
         and the hosts `x402-eur mcp` admits (`X402_EUR_MCP_ALLOW_HOSTS`)."""
-        from ..mcp_server import ALLOW_HOSTS_ENV
-
         env = {
             "X402_EUR_API_KEY": self.payer.api_key,
             "X402_EUR_ACCOUNT": self.payer.code,
@@ -207,9 +216,9 @@ class Sandbox:
         if self.evm is not None:
             env.update(self.evm.env())
         if self.standard is not None:
-            asset = self.standard.asset()
-            env["X402_EUR_ASSETS"] = (
-                f"{asset.chain_id}:{asset.address}:{asset.symbol}:{asset.currency}:{asset.decimals}"
+            asset = self.standard.asset_config()
+            env["X402_EUR_ASSETS"] = ":".join(
+                str(asset[key]) for key in ("chain_id", "address", "symbol", "currency", "decimals")
             )
             env.setdefault("X402_EUR_EVM_PRIVATE_KEY", self.standard.payer_key)
         return env

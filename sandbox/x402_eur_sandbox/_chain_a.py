@@ -40,15 +40,13 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from .. import _json
-from .._amounts import AmountError, to_atomic
-from .._challenge import CHAIN_A_NETWORK
-from .._models import BridgePayload, PaymentProof
+from . import _wire as _json
 from ._bank import Bank, BankError, Transaction
 from ._faults import FaultMiddleware, Faults
 from ._http_util import json_response
 from ._merchant import Price, Verdict
 from ._server import ServedApp
+from ._wire import CHAIN_A_NETWORK, AmountError, BridgePayload, Proof, to_atomic
 
 __all__ = [
     "EURQ_ASSET_ID",
@@ -253,7 +251,7 @@ class ChainABridgeOffer:
     def __repr__(self) -> str:
         return f"ChainABridgeOffer(name={self.name!r}, asset_id={self.asset_id})"
 
-    def handles(self, proof: PaymentProof) -> bool:
+    def handles(self, proof: Proof) -> bool:
         if proof.scheme != "exact" or proof.network != CHAIN_A_NETWORK:
             return False
         # A bridge proof for another asset belongs to that asset's offer.
@@ -291,7 +289,7 @@ class ChainABridgeOffer:
 
     async def verify(
         self,
-        proof: PaymentProof,
+        proof: Proof,
         header: str,
         price: Price,
         resource: str,
@@ -303,7 +301,7 @@ class ChainABridgeOffer:
         ):
             return Verdict(False, DIRECT_UNSUPPORTED)
         try:
-            bridge = BridgePayload.model_validate(payload)
+            bridge = BridgePayload.from_wire(payload)
         except ValueError:
             return Verdict(False, "Invalid bridge payload")
         if bridge.asset != str(self.asset_id):

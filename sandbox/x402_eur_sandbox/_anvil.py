@@ -335,7 +335,7 @@ class AnvilNode:
 
 def load_token_artifact() -> dict[str, Any]:
     """Return the compiled SandboxToken artifact (abi, bytecode, compiler)."""
-    package = resources.files("x402_client.sandbox.contracts")
+    package = resources.files("x402_eur_sandbox.contracts")
     data: dict[str, Any] = json.loads(package.joinpath(_ARTIFACT_FILE).read_text("utf-8"))
     return data
 

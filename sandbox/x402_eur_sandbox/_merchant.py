@@ -22,11 +22,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from .. import _json
-from .._models import PaymentProof, VerificationResult
-from .._proof import ProofError, decode_proof
+from . import _wire as _json
 from ._bank import BankError
 from ._faults import DroppedConnection, Faults
+from ._wire import Proof, ProofError, decode_proof, parse_amount
 
 __all__ = [
     "DEFAULT_PRICES",
@@ -61,7 +60,7 @@ class Offer(Protocol):
 
     name: str
 
-    def handles(self, proof: PaymentProof) -> bool: ...
+    def handles(self, proof: Proof) -> bool: ...
 
     async def accept_entry(
         self, price: Price, resource: str, http: httpx.AsyncClient
@@ -69,7 +68,7 @@ class Offer(Protocol):
 
     async def verify(
         self,
-        proof: PaymentProof,
+        proof: Proof,
         header: str,
         price: Price,
         resource: str,
@@ -90,7 +89,7 @@ class EuroOffer:
     def __repr__(self) -> str:
         return f"EuroOffer(account_code={self.account_code!r})"
 
-    def handles(self, proof: PaymentProof) -> bool:
+    def handles(self, proof: Proof) -> bool:
         return proof.scheme == "euro"
 
     async def accept_entry(
@@ -113,7 +112,7 @@ class EuroOffer:
 
     async def verify(
         self,
-        proof: PaymentProof,
+        proof: Proof,
         header: str,
         price: Price,
         resource: str,
@@ -125,17 +124,22 @@ class EuroOffer:
             headers={"X-API-KEY": self._api_key, "Content-Type": "application/json"},
         )
         response.raise_for_status()
-        result = VerificationResult.model_validate(_json.loads(response.content))
-        if not result.valid:
-            return Verdict(False, result.reason or "Payment not valid")
-        if result.amount is None or result.amount < price.amount:
+        result = _json.loads(response.content)
+        if not isinstance(result, dict) or result.get("valid") is not True:
+            reason = result.get("reason") if isinstance(result, dict) else None
+            return Verdict(False, reason if isinstance(reason, str) else "Payment not valid")
+        try:
+            paid = parse_amount(result.get("amount"))
+        except _json.AmountError:
+            return Verdict(False, "Payment amount unreadable")
+        if paid < price.amount:
             return Verdict(False, "Payment amount below the price")
         return Verdict(
             True,
             settlement={
                 "success": True,
                 "network": proof.network,
-                "paymentRequestCode": result.payment_request_code,
+                "paymentRequestCode": result.get("paymentRequestCode"),
             },
         )
 

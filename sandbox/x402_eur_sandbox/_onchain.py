@@ -14,35 +14,92 @@ settled twice.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 import anyio
-from pydantic import ValidationError
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from .._challenge import CHAIN_A_ASSETS, CHAIN_A_NETWORK, EVM_NETWORKS
-from .._models import EvmPermitPayload, PaymentProof, SettlementRequest
-from .._proof import ProofError, decode_proof
-from .._rails.evm import permit_typed_data, split_signature
 from ._anvil import load_token_artifact
 from ._bank import BankError
+from ._eip712 import permit_typed_data, recover_typed_data, split_signature
 from ._faults import FaultMiddleware, Faults
 from ._http_util import json_body, json_response
+from ._wire import (
+    CHAIN_A_ASSETS,
+    CHAIN_A_NETWORK,
+    EVM_NETWORKS,
+    PermitPayload,
+    ProofError,
+    WireError,
+    decode_proof,
+    proof_from_object,
+)
 
 if TYPE_CHECKING:
     from web3 import AsyncHTTPProvider, AsyncWeb3
 
-__all__ = ["OnchainFacilitator", "PermitCheck", "onchain_facilitator_app"]
+__all__ = [
+    "OnchainFacilitator",
+    "PermitCheck",
+    "Requirements",
+    "SettlementRequest",
+    "onchain_facilitator_app",
+]
 
 _PERMIT_GAS = 200_000
 _TRANSFER_GAS = 150_000
 _RECEIPT_TIMEOUT = 30.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Requirements:
+    """`paymentRequirements` of a settlement request: what the merchant asked for."""
+
+    scheme: str
+    network: str
+    max_amount_required: str
+    pay_to: str
+    asset: str
+
+
+@dataclasses.dataclass(frozen=True)
+class SettlementRequest:
+    """Body of `POST /settle` and `POST /verify`: the `X-PAYMENT` value (or the decoded
+    proof object) and the requirements it answers."""
+
+    payment_payload: str | dict[str, Any]
+    payment_requirements: Requirements
+
+    @classmethod
+    def from_wire(cls, body: dict[str, Any]) -> SettlementRequest:
+        version = body.get("x402Version", 2)
+        if isinstance(version, bool) or version != 2:
+            raise WireError("x402Version: must be 2")
+        payload = body.get("paymentPayload")
+        if not isinstance(payload, (str, dict)):
+            raise WireError("paymentPayload: the X-PAYMENT value or the proof object")
+        raw = body.get("paymentRequirements")
+        if not isinstance(raw, dict):
+            raise WireError("paymentRequirements: an object is required")
+        fields = {}
+        for name, key in (
+            ("scheme", "scheme"),
+            ("network", "network"),
+            ("max_amount_required", "maxAmountRequired"),
+            ("pay_to", "payTo"),
+            ("asset", "asset"),
+        ):
+            if not isinstance(raw.get(key), str):
+                raise WireError(f"paymentRequirements.{key}: a string is required")
+            fields[name] = raw[key]
+        return cls(payment_payload=payload, payment_requirements=Requirements(**fields))
 
 
 class PermitCheck:
@@ -56,7 +113,7 @@ class PermitCheck:
         payer: str | None = None,
         chain_id: int | None = None,
         token: str | None = None,
-        payload: EvmPermitPayload | None = None,
+        payload: PermitPayload | None = None,
         amount: int = 0,
         pay_to: str | None = None,
     ) -> None:
@@ -142,8 +199,8 @@ class OnchainFacilitator:
         requirements = request.payment_requirements
         try:
             raw = request.payment_payload
-            proof = decode_proof(raw) if isinstance(raw, str) else PaymentProof.model_validate(raw)
-        except (ProofError, ValidationError):
+            proof = decode_proof(raw) if isinstance(raw, str) else proof_from_object(raw)
+        except ProofError:
             return PermitCheck(reason="Invalid payment proof")
         network = requirements.network
         chain_id = EVM_NETWORKS.get(network)
@@ -165,11 +222,11 @@ class OnchainFacilitator:
         if token is None:
             return PermitCheck(reason=f"Unsupported asset {requirements.asset}", network=network)
         try:
-            payload = EvmPermitPayload.model_validate(proof.payload)
+            payload = PermitPayload.from_wire(proof.payload)
             required = int(requirements.max_amount_required)
-        except (ValidationError, ValueError):
+        except ValueError:
             return PermitCheck(reason="Invalid permit payload", network=network)
-        permit = payload.permit
+        permit = payload
         result = PermitCheck(
             reason=None,
             network=network,
@@ -180,7 +237,7 @@ class OnchainFacilitator:
             amount=required,
             pay_to=requirements.pay_to,
         )
-        if permit.owner.lower() != payload.owner.lower():
+        if permit.permit_owner.lower() != payload.owner.lower():
             result.reason = "Permit owner does not match the payload owner"
         elif permit.spender.lower() != self.address.lower():
             result.reason = f"Permit spender {permit.spender} is not this facilitator"
@@ -194,12 +251,12 @@ class OnchainFacilitator:
             return result
         name = await self._token_name(chain, token)
         try:
-            signer = _recover(
+            signer = recover_typed_data(
                 permit_typed_data(
                     token_name=name,
                     chain_id=chain_id,
                     token=token,
-                    owner=permit.owner,
+                    owner=permit.permit_owner,
                     spender=permit.spender,
                     value=permit.value,
                     nonce=permit.nonce,
@@ -242,10 +299,10 @@ class OnchainFacilitator:
             assert checked.payload is not None
             assert checked.token is not None
             assert checked.pay_to is not None
-            permit = checked.payload.permit
+            permit = checked.payload
             v, r, s = split_signature(checked.payload.signature)
             w3 = chain.w3
-            owner = w3.to_checksum_address(permit.owner)
+            owner = w3.to_checksum_address(permit.permit_owner)
             try:
                 await self._transact(
                     chain,
@@ -376,22 +433,9 @@ class _Reverted(Exception):
 async def _settlement_request(request: Request) -> SettlementRequest:
     body = await json_body(request)
     try:
-        return SettlementRequest.model_validate(body)
-    except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(p) for p in err["loc"])
-        raise BankError(400, "InvalidRequest", f"{where}: {err['msg']}") from None
-
-
-def _recover(typed: dict[str, Any], signature: str) -> str:
-    from eth_account import Account
-    from eth_account.messages import encode_typed_data
-
-    return str(
-        Account.recover_message(
-            encode_typed_data(full_message=typed), signature=bytes.fromhex(signature[2:])
-        )
-    )
+        return SettlementRequest.from_wire(body)
+    except WireError as exc:
+        raise BankError(400, "InvalidRequest", str(exc)) from None
 
 
 def onchain_facilitator_app(

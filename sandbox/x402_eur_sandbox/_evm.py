@@ -17,12 +17,7 @@ from typing import TYPE_CHECKING, Any
 import anyio
 import httpx
 
-from .. import _json
-from .._amounts import to_atomic
-from .._challenge import EVM_NETWORKS
-from .._models import EvmPermitPayload, PaymentProof, SettlementResult, SupportedKinds
-from .._options import EvmOptions
-from .._rails.evm import permit_typed_data
+from . import _wire as _json
 from ._anvil import (
     ANVIL_DEV_KEYS,
     AnvilNode,
@@ -32,9 +27,11 @@ from ._anvil import (
     permit_nonce,
     token_balance,
 )
+from ._eip712 import permit_typed_data, recover_typed_data
 from ._merchant import Price, Verdict
-from ._onchain import OnchainFacilitator, _recover
+from ._onchain import OnchainFacilitator
 from ._server import ServedApp
+from ._wire import EVM_NETWORKS, PermitPayload, Proof, to_atomic
 
 if TYPE_CHECKING:
     from ._sandbox import Sandbox
@@ -79,30 +76,29 @@ class EvmOffer:
     def __repr__(self) -> str:
         return f"EvmOffer(name={self.name!r}, token={self.token!r})"
 
-    def handles(self, proof: PaymentProof) -> bool:
+    def handles(self, proof: Proof) -> bool:
         # The permit payload does not name its token: the signature does. A proof is ours
         # when it recovers to its owner under this token's EIP-712 domain.
         if proof.scheme != "exact" or proof.network != self.network:
             return False
         try:
-            payload = EvmPermitPayload.model_validate(proof.payload)
-            permit = payload.permit
-            signer = _recover(
+            permit = PermitPayload.from_wire(proof.payload)
+            signer = recover_typed_data(
                 permit_typed_data(
                     token_name=self.token_name,
                     chain_id=self.chain_id,
                     token=self.token,
-                    owner=permit.owner,
+                    owner=permit.permit_owner,
                     spender=permit.spender,
                     value=permit.value,
                     nonce=permit.nonce,
                     deadline=permit.deadline,
                 ),
-                payload.signature,
+                permit.signature,
             )
         except Exception:
             return False
-        return signer.lower() == payload.owner.lower()
+        return signer.lower() == permit.owner.lower()
 
     def requirements(self, price: Price, resource: str) -> dict[str, Any]:
         return {
@@ -122,10 +118,11 @@ class EvmOffer:
             return self.spender_override
         response = await http.get(f"{self.facilitator_url}/supported")
         response.raise_for_status()
-        kinds = SupportedKinds.model_validate(_json.loads(response.content))
-        for kind in kinds.kinds:
-            if kind.network == self.network and (kind.asset or "").lower() == self.token.lower():
-                spender = (kind.extra or {}).get("spender")
+        kinds = _json.loads(response.content).get("kinds") or []
+        for kind in kinds:
+            asset = kind.get("asset") if isinstance(kind, dict) else None
+            if kind.get("network") == self.network and str(asset).lower() == self.token.lower():
+                spender = (kind.get("extra") or {}).get("spender")
                 if isinstance(spender, str):
                     return spender
         raise RuntimeError(f"the facilitator does not support {self.symbol} on {self.network}")
@@ -140,7 +137,7 @@ class EvmOffer:
 
     async def verify(
         self,
-        proof: PaymentProof,
+        proof: Proof,
         header: str,
         price: Price,
         resource: str,
@@ -158,16 +155,17 @@ class EvmOffer:
             headers={"Content-Type": "application/json"},
         )
         response.raise_for_status()
-        result = SettlementResult.model_validate(_json.loads(response.content))
-        if not result.success:
-            return Verdict(False, result.error_reason or "Settlement failed")
+        result = _json.loads(response.content)
+        if not isinstance(result, dict) or result.get("success") is not True:
+            reason = result.get("errorReason") if isinstance(result, dict) else None
+            return Verdict(False, reason if isinstance(reason, str) else "Settlement failed")
         return Verdict(
             True,
             settlement={
                 "success": True,
-                "transaction": result.tx_hash,
+                "transaction": result.get("txHash"),
                 "network": self.network,
-                "payer": result.payer,
+                "payer": result.get("payer"),
             },
         )
 
@@ -220,13 +218,15 @@ class EvmSandbox:
         """The offer named `name` (`"eip155:137"`, `"eip155:1:USDQ"`, ...)."""
         return next(offer for offer in self.offers if offer.name == name)
 
-    def evm_options(self, **overrides: Any) -> EvmOptions:
+    def evm_config(self, **overrides: Any) -> dict[str, Any]:
+        """The payer's EVM settings as plain data: the `evm` mapping of `payment_config()`
+        (`private_key`, `rpc_urls` by chain id); keyword arguments override."""
         values: dict[str, Any] = {
             "private_key": self._payer_key,
             "rpc_urls": {chain: self.rpc_url(chain) for chain in sorted(self.nodes)},
         }
         values.update(overrides)
-        return EvmOptions.model_validate(values)
+        return values
 
     def env(self) -> dict[str, str]:
         env = {"X402_EUR_EVM_PRIVATE_KEY": self._payer_key}

@@ -49,13 +49,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from .._amounts import to_atomic
-from .._assets import Asset
-from .._options import EvmOptions
-from .._rails.eip3009 import DigestSigner, TransferAuthorization, keccak256
 from ._anvil import ANVIL_DEV_KEYS, AnvilNode, _sign_and_send, _web3, token_balance
+from ._eip712 import DigestSigner, TransferAuthorization, keccak256
 from ._merchant import Price
 from ._server import ServedApp
+from ._wire import to_atomic
 
 if TYPE_CHECKING:
     from ._sandbox import Sandbox
@@ -251,7 +249,7 @@ def _legacy_transaction(
 
 def load_eip3009_artifact() -> dict[str, Any]:
     """The compiled `SandboxEip3009Token` artifact (abi, bytecode, compiler)."""
-    package = resources.files("x402_client.sandbox.contracts")
+    package = resources.files("x402_eur_sandbox.contracts")
     data: dict[str, Any] = json.loads(package.joinpath(_ARTIFACT_FILE).read_text("utf-8"))
     return data
 
@@ -339,8 +337,8 @@ class StandardMerchant:
 
     `prices` maps paths to `Price` (in token units: sEURC has six decimals); add routes
     while it runs. After `start`: `url`, `token`, `pay_to`, `payer_key`/`payer_address`
-    (funded with `payer_funding` sEURC, no gas coin), `asset()` to declare in
-    `PaymentOptions.assets`, and `settlements` (every successful `PAYMENT-RESPONSE`).
+    (funded with `payer_funding` sEURC, no gas coin), `asset_config()` to declare in the
+    client's `assets`, and `settlements` (every successful `PAYMENT-RESPONSE`).
     """
 
     def __init__(
@@ -413,24 +411,26 @@ class StandardMerchant:
 
         return str(Account.from_key(self.payer_key).address)
 
-    def asset(self) -> Asset:
-        """The sandbox token as an `Asset`, for `PaymentOptions(assets=...)`."""
+    def asset_config(self) -> dict[str, Any]:
+        """The sandbox token as plain data: one entry of the client's `assets` (chain id,
+        address, symbol, currency, decimals, its EIP-712 name and version)."""
         if self.token is None:
             raise RuntimeError("the standard merchant is not running")
-        return Asset(
-            chain_id=self.chain_id,
-            address=self.token,
-            symbol=TOKEN_SYMBOL,
-            currency="EUR",
-            decimals=TOKEN_DECIMALS,
-            source="sandbox: SandboxEip3009Token deployed by StandardMerchant",
-            eip712_name=TOKEN_NAME,
-            eip712_version=TOKEN_VERSION,
-        )
+        return {
+            "chain_id": self.chain_id,
+            "address": self.token,
+            "symbol": TOKEN_SYMBOL,
+            "currency": "EUR",
+            "decimals": TOKEN_DECIMALS,
+            "source": "sandbox: SandboxEip3009Token deployed by StandardMerchant",
+            "eip712_name": TOKEN_NAME,
+            "eip712_version": TOKEN_VERSION,
+        }
 
-    def evm_options(self) -> EvmOptions:
-        """`EvmOptions` with the payer key (the eip3009 rail needs no RPC URL)."""
-        return EvmOptions.model_validate({"private_key": self.payer_key})
+    def evm_config(self) -> dict[str, Any]:
+        """The payer's EVM settings as plain data: its key (the EIP-3009 rail needs no
+        RPC URL)."""
+        return {"private_key": self.payer_key}
 
     def price_atomic(self, path: str) -> int:
         """The route's price in atomic token units."""

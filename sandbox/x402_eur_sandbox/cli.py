@@ -1,0 +1,365 @@
+"""`x402-eur-sandbox`: the sandbox from the command line.
+
+- `x402-eur-sandbox serve`: runs the sandbox until Ctrl-C or SIGTERM and prints its URLs,
+  credentials and the `export` lines that make `x402-eur fetch` pay from the sandbox payer.
+- `x402-eur-sandbox demo`: starts the sandbox and pays for resources on every rail it can
+  run, with the x402-eur client (`x402_eur_sandbox.demo`; needs the client installed).
+
+Exit codes: 0 ok, 1 error, 2 usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import shlex
+import shutil
+import signal
+import sys
+import tempfile
+from collections.abc import Sequence
+from decimal import Decimal
+from pathlib import Path
+from typing import Any
+
+from .__version__ import __version__
+from ._merchant import DEFAULT_PRICES, Price
+from ._sandbox import PORT_LAYOUT, Sandbox
+
+__all__ = ["Out", "anvil_problem", "main", "service_prices"]
+
+PROG = "x402-eur-sandbox"
+
+
+class UsageError(Exception):
+    """A mistake in how the command was called: exit code 2."""
+
+
+class Trouble(Exception):
+    """Something outside the command line is wrong, said in one line: exit code 1."""
+
+
+class Out:
+    """Rich output when `rich` is installed, plain lines otherwise."""
+
+    def __init__(self) -> None:
+        try:
+            from rich.console import Console
+        except ImportError:
+            self.console: Any = None
+        else:
+            self.console = Console(highlight=False)
+
+    def title(self, text: str) -> None:
+        if self.console is not None:
+            self.console.rule(f"[bold]{text}")
+        else:
+            print(f"\n== {text} ==")
+
+    def line(self, text: str = "", style: str | None = None) -> None:
+        if self.console is not None:
+            self.console.print(text, style=style, markup=False)
+        else:
+            print(text)
+
+    def table(self, rows: Sequence[tuple[str, str]]) -> None:
+        if self.console is not None:
+            from rich.table import Table
+
+            table = Table(show_header=False, box=None, pad_edge=False)
+            table.add_column(style="dim", no_wrap=True)
+            table.add_column(overflow="fold")
+            for key, value in rows:
+                table.add_row(key, value)
+            self.console.print(table)
+        else:
+            width = max(len(k) for k, _ in rows)
+            for key, value in rows:
+                print(f"  {key.ljust(width)}  {value}")
+
+
+def service_prices(*, evm: bool = True, chain_a: bool = True) -> dict[str, Price]:
+    """The sandbox's resources: the euro ones, plus those of the rails it runs."""
+    prices: dict[str, Price] = dict(DEFAULT_PRICES)
+    if evm:
+        prices["/paid/evm-polygon"] = Price(
+            Decimal("0.25"), "EVM permit on chain 137", rails=("eip155:137",)
+        )
+        prices["/paid/evm-mainnet"] = Price(
+            Decimal("0.25"), "EVM permit on chain 1", rails=("eip155:1",)
+        )
+    if chain_a:
+        prices["/paid/bridge"] = Price(Decimal("0.30"), "Bridged to chain A", rails=("ledgera",))
+    return prices
+
+
+def anvil_problem() -> str | None:
+    """Why the EVM chains cannot run here (anvil missing), or None."""
+    try:
+        from ._anvil import find_anvil
+
+        find_anvil()
+    except (ImportError, RuntimeError) as exc:
+        return str(exc)
+    return None
+
+
+# --- serve ---------------------------------------------------------------------------------
+
+
+def _open_env_file(path: str) -> int:
+    """The `--env-file`, opened before the sandbox starts: mode 0600, it holds an API key."""
+    try:
+        fd = os.open(Path(path).expanduser(), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        os.fchmod(fd, 0o600)  # an existing file keeps its mode through O_CREAT
+    except OSError as exc:
+        raise UsageError(
+            f"{PROG} serve: cannot write the env file {path!r}: {exc.strerror or exc}\n"
+            f"Try '{PROG} serve --help'."
+        ) from None
+    return fd
+
+
+def _service_rows(sandbox: Sandbox) -> list[tuple[str, str]]:
+    rows = [
+        ("merchant", sandbox.merchant_url),
+        ("paid resources", ", ".join(sorted(sandbox.prices))),
+        ("payment API", sandbox.payment_api_url),
+        ("facilitator (mcp)", sandbox.mcp_url + "/x402"),
+        ("payer account", sandbox.payer.code),
+        ("payer API key", sandbox.payer.api_key),
+        ("merchant account", sandbox.merchant.code),
+    ]
+    if sandbox.standard is not None:
+        paths = ", ".join(sorted(sandbox.standard.prices))
+        rows.append(("standard x402 merchant", f"{sandbox.standard.url} ({paths})"))
+    return rows
+
+
+def _print_exports(out: Out, env: dict[str, str], env_fd: int | None, env_path: str) -> None:
+    exports = "".join(f"export {key}={shlex.quote(value)}\n" for key, value in env.items())
+    if env_fd is not None:
+        with os.fdopen(env_fd, "w") as env_file:
+            env_file.write(exports)
+        out.line(f"\n# make `x402-eur fetch` pay from the sandbox payer: . {env_path}")
+    else:
+        out.line("\n# make `x402-eur fetch` pay from the sandbox payer:")
+    sys.stdout.flush()
+    # Plain writes: rich would wrap a long line, and these are for copying.
+    sys.stdout.write(exports)
+    sys.stdout.flush()
+
+
+class _Stopper:
+    """SIGINT and SIGTERM alike stop the services and the anvil nodes (exit 0); while the
+    sandbox is starting, they cancel the start (which stops what already runs)."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.stop = asyncio.Event()
+        self.task = asyncio.current_task()
+        self.starting = True
+
+    def _on_signal(self) -> None:
+        self.stop.set()
+        if self.starting and self.task is not None:
+            self.task.cancel()
+
+    def __enter__(self) -> _Stopper:
+        for signum in self.SIGNALS:
+            with contextlib.suppress(NotImplementedError):  # Windows: Ctrl-C still works
+                self.loop.add_signal_handler(signum, self._on_signal)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for signum in self.SIGNALS:
+            with contextlib.suppress(NotImplementedError):
+                self.loop.remove_signal_handler(signum)
+
+    def stopped_by_signal(self) -> bool:
+        """After a `CancelledError`: True (and the cancel undone) when a signal caused it."""
+        if not self.stop.is_set():
+            return False
+        uncancel = getattr(self.task, "uncancel", None)
+        if uncancel is not None:
+            uncancel()
+        return True
+
+
+async def _serve(args: argparse.Namespace) -> int:
+    from ._server import PortInUse
+
+    env_fd = _open_env_file(args.env_file) if args.env_file else None
+    # The sandbox's payments go to a state file of their own, removed when it stops: they
+    # must not mix with the real journal and budgets of the default state file.
+    state_dir = tempfile.mkdtemp(prefix="x402-eur-sandbox-")
+    out = Out()
+    try:
+        with _Stopper() as stopper:
+            try:
+                async with _sandbox_of(args) as sandbox:
+                    stopper.starting = False
+                    env = {
+                        **sandbox.env(),
+                        "X402_EUR_STATE": str(Path(state_dir) / "state.sqlite3"),
+                    }
+                    out.title(f"{PROG} (Ctrl-C or SIGTERM stops it)")
+                    out.table(_service_rows(sandbox))
+                    fd, env_fd = env_fd, None
+                    _print_exports(out, env, fd, args.env_file)
+                    await stopper.stop.wait()
+            except PortInUse as exc:
+                raise Trouble(f"{exc.strerror}: choose another --port") from None
+            except asyncio.CancelledError:
+                if not stopper.stopped_by_signal():
+                    raise
+    finally:
+        if env_fd is not None:
+            os.close(env_fd)
+        shutil.rmtree(state_dir, ignore_errors=True)
+    return 0
+
+
+def _sandbox_of(args: argparse.Namespace) -> Sandbox:
+    return Sandbox(
+        prices=service_prices(evm=args.evm, chain_a=args.chain_a),
+        evm=args.evm,
+        chain_a=args.chain_a,
+        bridge_delay=args.bridge_delay,
+        confirmation_delay=args.confirmation_delay,
+        port=args.port,
+        standard=args.evm,
+    )
+
+
+async def _demo(args: argparse.Namespace) -> int:
+    try:
+        from .demo import run_demo
+    except ImportError as exc:
+        if exc.name is None or not exc.name.startswith("x402_client"):
+            raise
+        raise Trouble(
+            "the demo pays with the x402-eur client, which is not installed: "
+            "pip install '.[evm]' (from the repository root)"
+        ) from None
+    return await run_demo(args)
+
+
+# --- arguments -----------------------------------------------------------------------------
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, answering a mistake in two short lines."""
+
+    def error(self, message: str) -> Any:
+        raise UsageError(f"{self.prog}: {message}\nTry '{self.prog} --help'.")
+
+
+def _port(value: str) -> int:
+    highest = 65535 - max(PORT_LAYOUT.values())
+    if not value.isdigit() or not 1 <= int(value) <= highest:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a port: write 1 to {highest}")
+    return int(value)
+
+
+def _seconds(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = -1.0
+    if not seconds >= 0 or seconds == float("inf"):
+        raise argparse.ArgumentTypeError(f"{value!r} is not a number of seconds >= 0")
+    return seconds
+
+
+def _global_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    default = False if top else argparse.SUPPRESS
+    parser.add_argument("--debug", action="store_true", default=default, help="show tracebacks")
+
+
+def _serve_parser(commands: Any) -> None:
+    serve = commands.add_parser(
+        "serve",
+        help="run the sandbox until Ctrl-C or SIGTERM",
+        description="Run the sandbox on 127.0.0.1 until Ctrl-C or SIGTERM; print its URLs "
+        "and the export lines that make x402-eur fetch pay from its payer.",
+        epilog="With --port N: payment API on N, facilitator on N+1, merchant on N+2; the "
+        "anvil chains, the on-chain facilitator and the chain-A indexer take free ports.",
+    )
+    serve.add_argument("--evm", action="store_true", help="also run the EVM chains (anvil)")
+    serve.add_argument("--chain-a", action="store_true", help="also run chain A and the bridge")
+    serve.add_argument(
+        "--port", type=_port, metavar="N", help="fixed ports from N (default: free ports)"
+    )
+    serve.add_argument(
+        "--env-file",
+        metavar="PATH",
+        help="also write the export lines to PATH (mode 0600: they hold a sandbox API key)",
+    )
+    serve.add_argument(
+        "--bridge-delay", type=_seconds, default=3.0, metavar="S", help="seconds (default 3)"
+    )
+    serve.add_argument(
+        "--confirmation-delay",
+        type=_seconds,
+        default=0.0,
+        metavar="S",
+        help="seconds before a payment request counts as paid (default 0)",
+    )
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog=PROG,
+        description="The x402-eur sandbox: merchant gates, facilitators, payment API and "
+        "chains on 127.0.0.1, with money that is not money.",
+        epilog="Exit codes: 0 ok, 1 error, 2 usage.",
+    )
+    _global_options(parser, top=True)
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    _serve_parser(commands)
+    demo = commands.add_parser("demo", help="start the sandbox and pay on every rail")
+    demo.add_argument("--no-evm", action="store_true", help="skip the EVM permit rail")
+    demo.add_argument("--no-bridge", action="store_true", help="skip the bridge rail")
+    demo.add_argument(
+        "--realistic",
+        action="store_true",
+        help="make the bridge take about a minute, as in real life",
+    )
+    for command in commands.choices.values():
+        _global_options(command, top=False)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    debug = "--debug" in (sys.argv[1:] if argv is None else argv)
+    try:
+        args = _parser().parse_args(argv)
+        debug = args.debug
+        command = {"serve": _serve, "demo": _demo}[args.command]
+        return asyncio.run(command(args))
+    except KeyboardInterrupt:
+        return 130
+    except UsageError as exc:
+        sys.stderr.write(f"{exc}\n")
+        return 2
+    except Trouble as exc:
+        sys.stderr.write(f"{PROG}: {exc}\n")
+        return 1
+    except Exception as exc:
+        if debug:
+            raise
+        text = " ".join(str(exc).split()) or type(exc).__name__
+        sys.stderr.write(
+            f"{PROG}: {type(exc).__name__}: {text}\n(run with --debug for the traceback)\n"
+        )
+        return 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
