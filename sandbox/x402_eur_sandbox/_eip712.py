@@ -39,7 +39,7 @@ _NONCE = re.compile(r"\A0x[0-9a-fA-F]{64}\Z")
 
 def keccak256(data: bytes) -> bytes:
     """Ethereum's Keccak-256."""
-    from eth_utils import keccak
+    from eth_utils.crypto import keccak
 
     return bytes(keccak(data))
 
