@@ -14,3 +14,8 @@ def own_state_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setenv("X402_EUR_STATE", str(path))
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
     return path
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"

@@ -27,14 +27,18 @@ CLIENT = [sys.executable, "-m", "x402_client.cli"]
 
 
 def run(
-    *args: str, command: list[str] = SANDBOX, timeout: float = 180, env: dict | None = None
+    *args: str,
+    command: list[str] = SANDBOX,
+    timeout: float = 180,
+    env: dict | None = None,
+    columns: int = 120,
 ) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [*command, *args],
         capture_output=True,
         text=True,
         timeout=timeout,
-        env={**os.environ, **(env or {}), "COLUMNS": "120"},
+        env={**os.environ, **(env or {}), "COLUMNS": str(columns)},
         stdin=subprocess.DEVNULL,
     )
 
@@ -54,9 +58,27 @@ def test_help_lists_the_commands_and_version() -> None:
 
 @pytest.mark.slow
 def test_demo_pays_on_every_rail_and_prints_the_resources() -> None:
-    result = run("demo")
+    result = run("demo", columns=80)
     assert result.returncode == 0, result.stdout + result.stderr
     out = result.stdout
+    # It ends with what was paid on each rail, the total and the balances left, and every
+    # line (long hashes too) fits 80 columns.
+    summary = out.rsplit("summary", 1)[1]
+    for paid in (
+        "euro rail                  0.10 EUR",
+        "EVM permit, chain 137      0.25 EUR",
+        "EVM permit, chain 1        0.25 EUR",
+        "standard x402, EIP-3009    0.10 EUR",
+        "bridge to chain A          0.30 EUR",
+        "total                      1.00 EUR",
+        "payer account left         99.60 EURO",
+        "EVM payer left, chain 137  99.75 EURQ",
+        "EVM payer left, chain 1    99.75 EURQ",
+        "EVM payer left, sEURC      99.90 sEURC",
+    ):
+        assert paid in summary, summary
+    assert max(len(line.rstrip()) for line in out.splitlines()) <= 80
+    assert re.search(r"^tx hash +0x[0-9a-f]{20,}…[0-9a-f]{8,} *$", out, re.MULTILINE)
     assert "Amsterdam" in out  # the euro-paid resource
     assert "provider:mainnet" in out and "eip155:137" in out and "eip155:1" in out
     assert "eip3009" in out  # the standard x402 merchant, paid with EIP-3009
@@ -135,6 +157,18 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
+def resources_of(out: str, label: str = "paid resources") -> str:
+    """The resources and prices listed under `label`, one per line, joined."""
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(label))
+    found = [lines[start][len(label) :].strip()]
+    for line in lines[start + 1 :]:
+        if not line.startswith(" ") or not line.strip():
+            break
+        found.append(line.strip())
+    return ", ".join(found)
+
+
 def exports_of(text: str) -> dict[str, str]:
     found = dict(re.findall(r"^export (X402_EUR_[A-Z0-9_]+)=(.*)$", text, re.MULTILINE))
     return {key: value.strip("'") for key, value in found.items()}
@@ -150,7 +184,7 @@ def test_sigterm_stops_the_sandbox_and_its_anvil_nodes(tmp_path) -> None:
         out,
     ):
         assert f"http://127.0.0.1:{port + 2}" in out  # the merchant, at N+2
-        resources = re.search(r"paid resources\s+(.*)", out).group(1)
+        resources = resources_of(out)
         assert "/paid/evm-polygon" in resources and "/paid/bridge" not in resources
         assert stat.S_IMODE(env_file.stat().st_mode) == 0o600
         exported = exports_of(env_file.read_text())
@@ -173,6 +207,7 @@ def test_sigterm_stops_the_sandbox_and_its_anvil_nodes(tmp_path) -> None:
         assert not any(alive(pid) for pid in anvils)
         assert process.stderr.read() == ""
         assert not Path(exported["X402_EUR_STATE"]).parent.exists()  # its own state, removed
+        assert not env_file.exists()  # a stale env file would point at the removed state
 
 
 def _drawn_on_a_terminal(url: str, env: dict[str, str]) -> tuple[int, str]:
@@ -210,7 +245,7 @@ def _drawn_on_a_terminal(url: str, env: dict[str, str]) -> tuple[int, str]:
 @pytest.mark.slow
 def test_a_bridge_wait_shows_progress_on_a_terminal_and_when_asked(tmp_path) -> None:
     with running_sandbox("--chain-a", "--bridge-delay", "1.5") as (process, out):
-        resources = re.search(r"paid resources\s+(.*)", out).group(1)
+        resources = resources_of(out)
         assert "/paid/bridge" in resources and "/paid/evm" not in resources
         env = exports_of(out)
         url = re.search(r"merchant\s+(http://\S+)", out).group(1) + "/paid/bridge"
@@ -244,8 +279,14 @@ def test_a_bridge_wait_shows_progress_on_a_terminal_and_when_asked(tmp_path) -> 
 def test_a_port_in_use_is_one_line_and_a_plain_sandbox_lists_only_its_euro_resources() -> None:
     port = free_base_port()
     with running_sandbox("--port", str(port)) as (process, out):
-        resources = re.search(r"paid resources\s+(.*)", out).group(1)
+        resources = resources_of(out)
         assert "/weather" in resources and "/paid/" not in resources
+        # Each service under its own name, and each resource with its price.
+        assert re.search(r"/weather +0\.10 EUR, ", resources + ", ")
+        assert re.search(r"/premium +2\.00 EUR, ", resources + ", ")
+        assert f"managed-account facilitator  http://127.0.0.1:{port + 1}/x402" in out
+        assert f"hosted tool server (MCP)     http://127.0.0.1:{port + 1}/mcp" in out
+        assert "facilitator (mcp)" not in out
         second = run("serve", "--port", str(port), timeout=60)
         assert second.returncode == 1
         assert second.stderr.strip() == (
@@ -253,6 +294,16 @@ def test_a_port_in_use_is_one_line_and_a_plain_sandbox_lists_only_its_euro_resou
         )
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=30) == 0
+
+
+def test_without_anvil_evm_is_one_line_naming_what_to_install() -> None:
+    result = run("serve", "--evm", env={"X402_ANVIL_BIN": "/nonexistent/anvil"}, timeout=60)
+    assert result.returncode == 1
+    assert result.stderr == (
+        "x402-eur-sandbox: --evm runs two anvil chains: "
+        "X402_ANVIL_BIN=/nonexistent/anvil is not an executable file\n"
+    )
+    assert result.stdout == ""
 
 
 MISTAKES = [

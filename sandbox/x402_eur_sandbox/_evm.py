@@ -22,6 +22,7 @@ from ._anvil import (
     ANVIL_DEV_KEYS,
     AnvilNode,
     deploy_token,
+    find_anvil,
     mint,
     native_balance,
     permit_nonce,
@@ -267,6 +268,7 @@ class EvmSandbox:
             raise
 
     async def _start(self, sandbox: Sandbox) -> None:
+        find_anvil()  # one plain RuntimeError when anvil is missing, before any chain starts
         for chain_id in EVM_CHAIN_IDS:
             self.nodes[chain_id] = AnvilNode(chain_id)
 

@@ -20,7 +20,7 @@ import httpx
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, RedirectResponse, Response, StreamingResponse
-from starlette.routing import Route
+from starlette.routing import Match, Route
 
 from . import _wire as _json
 from ._bank import BankError
@@ -187,9 +187,17 @@ class MerchantGate:
         by_name = {offer.name: offer for offer in self.offers}
         return [by_name[name] for name in price.rails if name in by_name]
 
+    def _serves(self, scope: Any) -> bool:
+        """Whether the app behind the gate serves this request (path and method): what it
+        would refuse (405, 404) it refuses before anything is charged."""
+        routes = getattr(getattr(self.app, "router", None), "routes", None)
+        if routes is None:
+            return True  # not a Starlette app: every priced request is served
+        return any(route.matches(scope)[0] == Match.FULL for route in routes)
+
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         price = self.prices.get(scope.get("path", "")) if scope["type"] == "http" else None
-        if price is None:
+        if price is None or not self._serves(scope):
             await self.app(scope, receive, send)
             return
         request = Request(scope)

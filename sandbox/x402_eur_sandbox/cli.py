@@ -19,7 +19,7 @@ import shutil
 import signal
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -28,7 +28,7 @@ from .__version__ import __version__
 from ._merchant import DEFAULT_PRICES, Price
 from ._sandbox import PORT_LAYOUT, Sandbox
 
-__all__ = ["Out", "anvil_problem", "main", "service_prices"]
+__all__ = ["Out", "anvil_problem", "main", "money", "price_rows", "service_prices", "service_rows"]
 
 PROG = "x402-eur-sandbox"
 
@@ -122,20 +122,50 @@ def _open_env_file(path: str) -> int:
     return fd
 
 
-def _service_rows(sandbox: Sandbox) -> list[tuple[str, str]]:
+def price_rows(label: str, prices: Mapping[str, Price], unit: str) -> list[tuple[str, str]]:
+    """One row per resource, by path, with its price (`label` on the first row only)."""
+    width = max((len(path) for path in prices), default=0)
+    return [
+        (label if index == 0 else "", f"{path.ljust(width)}  {money(prices[path].amount)} {unit}")
+        for index, path in enumerate(sorted(prices))
+    ]
+
+
+def money(amount: Decimal) -> str:
+    """An amount as people read it: at least 2 decimals, no trailing zeros beyond them."""
+    exponent = amount.normalize().as_tuple().exponent
+    places = max(2, -exponent if isinstance(exponent, int) else 2)
+    return f"{amount:.{places}f}"
+
+
+def service_rows(sandbox: Sandbox) -> list[tuple[str, str]]:
+    """Each running service under its own name, with its URL (and the merchants' prices)."""
+    from ._hosted_mcp import mcp_available
+
     rows = [
         ("merchant", sandbox.merchant_url),
-        ("paid resources", ", ".join(sorted(sandbox.prices))),
+        *price_rows("paid resources", sandbox.prices, "EUR"),
         ("payment API", sandbox.payment_api_url),
-        ("facilitator (mcp)", sandbox.mcp_url + "/x402"),
+        ("managed-account facilitator", sandbox.mcp_url + "/x402"),
+    ]
+    if mcp_available():
+        rows.append(("hosted tool server (MCP)", sandbox.tool_server_url))
+    if sandbox.evm is not None:
+        rows.append(("on-chain facilitator", sandbox.evm.facilitator_url))
+    if sandbox.chain_a is not None:
+        rows.append(("chain-A indexer", sandbox.chain_a.indexer_url))
+    if sandbox.standard is not None:
+        rows.append(("standard x402 merchant", sandbox.standard.url))
+        rows += price_rows("its resources", sandbox.standard.prices, "sEURC")
+    return rows
+
+
+def _credential_rows(sandbox: Sandbox) -> list[tuple[str, str]]:
+    return [
         ("payer account", sandbox.payer.code),
         ("payer API key", sandbox.payer.api_key),
         ("merchant account", sandbox.merchant.code),
     ]
-    if sandbox.standard is not None:
-        paths = ", ".join(sorted(sandbox.standard.prices))
-        rows.append(("standard x402 merchant", f"{sandbox.standard.url} ({paths})"))
-    return rows
 
 
 def _print_exports(out: Out, env: dict[str, str], env_fd: int | None, env_path: str) -> None:
@@ -193,6 +223,8 @@ class _Stopper:
 async def _serve(args: argparse.Namespace) -> int:
     from ._server import PortInUse
 
+    if args.evm and (problem := anvil_problem()) is not None:
+        raise Trouble(f"--evm runs two anvil chains: {problem}")
     env_fd = _open_env_file(args.env_file) if args.env_file else None
     # The sandbox's payments go to a state file of their own, removed when it stops: they
     # must not mix with the real journal and budgets of the default state file.
@@ -208,7 +240,7 @@ async def _serve(args: argparse.Namespace) -> int:
                         "X402_EUR_STATE": str(Path(state_dir) / "state.sqlite3"),
                     }
                     out.title(f"{PROG} (Ctrl-C or SIGTERM stops it)")
-                    out.table(_service_rows(sandbox))
+                    out.table(service_rows(sandbox) + _credential_rows(sandbox))
                     fd, env_fd = env_fd, None
                     _print_exports(out, env, fd, args.env_file)
                     await stopper.stop.wait()
@@ -218,10 +250,20 @@ async def _serve(args: argparse.Namespace) -> int:
                 if not stopper.stopped_by_signal():
                     raise
     finally:
-        if env_fd is not None:
-            os.close(env_fd)
-        shutil.rmtree(state_dir, ignore_errors=True)
+        _clean_up(env_fd, args.env_file, state_dir)
     return 0
+
+
+def _clean_up(env_fd: int | None, env_file: str | None, state_dir: str) -> None:
+    """When the sandbox stops: its state directory goes, and so does the env file. Its URLs,
+    key and state directory die with the sandbox: a stale file sourced later would point
+    `x402-eur` at them (and re-create the removed directory)."""
+    if env_fd is not None:
+        os.close(env_fd)
+    shutil.rmtree(state_dir, ignore_errors=True)
+    if env_file:
+        with contextlib.suppress(OSError):
+            Path(env_file).expanduser().unlink()
 
 
 def _sandbox_of(args: argparse.Namespace) -> Sandbox:

@@ -7,6 +7,8 @@ client of the sandbox, like any other.
 from __future__ import annotations
 
 import argparse
+import dataclasses
+from collections import defaultdict
 from decimal import Decimal
 from typing import Any
 
@@ -17,7 +19,19 @@ from x402_client import X402Error, with_eur_payment
 from ._sandbox import Sandbox
 from .cli import Out, anvil_problem, service_prices
 
-__all__ = ["money", "receipt_rows", "run_demo"]
+__all__ = ["Paid", "Step", "money", "receipt_rows", "run_demo", "short", "summary_rows"]
+
+#: The widest value a receipt row shows whole: with its label, a line fits 80 columns.
+SHORT_WIDTH = 52
+
+
+@dataclasses.dataclass(frozen=True)
+class Paid:
+    """One payment the demo made: on which step, how much, in which currency."""
+
+    step: str
+    amount: Decimal
+    currency: str
 
 
 def money(amount: Decimal | None, currency: str | None = None) -> str:
@@ -29,14 +43,22 @@ def money(amount: Decimal | None, currency: str | None = None) -> str:
     return f"{amount:.{places}f} {currency or ''}".rstrip()
 
 
+def short(value: str, width: int = SHORT_WIDTH) -> str:
+    """A long hash or address as its start and end, so that a row fits 80 columns."""
+    if len(value) <= width:
+        return value
+    keep = width - 1
+    return f"{value[: keep - keep // 3]}…{value[-(keep // 3) :]}"
+
+
 def receipt_rows(receipt: Any) -> list[tuple[str, str]]:
-    """A payment receipt as label/value rows."""
+    """A payment receipt as label/value rows; long hashes shortened to fit 80 columns."""
     rows = [
         ("rail", receipt.rail),
         ("scheme / network", f"{receipt.scheme} / {receipt.network}"),
         ("amount", money(receipt.amount, receipt.currency)),
-        ("asset", receipt.asset),
-        ("paid to", receipt.pay_to),
+        ("asset", short(receipt.asset)),
+        ("paid to", short(receipt.pay_to)),
     ]
     for label, value in (
         ("payment request", receipt.payment_request_code),
@@ -46,41 +68,90 @@ def receipt_rows(receipt: Any) -> list[tuple[str, str]]:
         ("payer", receipt.payer),
     ):
         if value:
-            rows.append((label, str(value)))
+            rows.append((label, short(str(value))))
     return rows
 
 
-def _steps(sandbox: Sandbox, *, evm: bool, bridge: bool) -> list[tuple[str, str]]:
-    steps = [("euro rail (managed account)", sandbox.url("/weather"))]
+def summary_rows(paid: list[Paid], balances: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """What was paid on each step, the total per currency, and the balances left."""
+    rows = [(item.step, money(item.amount, item.currency)) for item in paid]
+    totals: dict[str, Decimal] = defaultdict(Decimal)
+    for item in paid:
+        totals[item.currency] += item.amount
+    total = " + ".join(money(amount, currency) for currency, amount in sorted(totals.items()))
+    rows.append(("total", total or "nothing paid"))
+    return rows + balances
+
+
+async def balances_left(sandbox: Sandbox) -> list[tuple[str, str]]:
+    """The sandbox payer's balances: its managed account, and its tokens on each chain."""
+    rows = [("payer account left", money(sandbox.balance(sandbox.payer), "EURO"))]
+    scale = Decimal(10) ** 6  # EURQ and sEURC: 6 decimals
+    if sandbox.evm is not None:
+        for chain_id in sorted(sandbox.evm.nodes):
+            atomic = await sandbox.evm.token_balance(chain_id, "EURQ", sandbox.evm.payer_address)
+            rows.append((f"EVM payer left, chain {chain_id}", money(atomic / scale, "EURQ")))
+    if sandbox.standard is not None:
+        atomic = await sandbox.standard.token_balance(sandbox.standard.payer_address)
+        rows.append(("EVM payer left, sEURC", money(atomic / scale, "sEURC")))
+    return rows
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    """One paid fetch of the demo: its title, its name in the summary, its URL."""
+
+    title: str
+    name: str
+    url: str
+
+
+def _steps(sandbox: Sandbox, *, evm: bool, bridge: bool) -> list[Step]:
+    steps = [Step("euro rail (managed account)", "euro rail", sandbox.url("/weather"))]
     if evm:
         steps += [
-            ("EVM permit rail, chain 137", sandbox.url("/paid/evm-polygon")),
-            ("EVM permit rail, chain 1", sandbox.url("/paid/evm-mainnet")),
-            (
+            Step(
+                "EVM permit rail, chain 137",
+                "EVM permit, chain 137",
+                sandbox.url("/paid/evm-polygon"),
+            ),
+            Step(
+                "EVM permit rail, chain 1", "EVM permit, chain 1", sandbox.url("/paid/evm-mainnet")
+            ),
+            Step(
                 "standard x402 v2 merchant, EIP-3009 euro token on chain 137",
+                "standard x402, EIP-3009",
                 sandbox.standard.resource_url("/weather"),
             ),
         ]
     if bridge:
-        steps.append(("bridge rail (EURO -> EURQ on chain A)", sandbox.url("/paid/bridge")))
+        steps.append(
+            Step(
+                "bridge rail (EURO -> EURQ on chain A)",
+                "bridge to chain A",
+                sandbox.url("/paid/bridge"),
+            )
+        )
     return steps
 
 
 async def _pay_each(
-    out: Out, sandbox: Sandbox, client: httpx.AsyncClient, steps: list[tuple[str, str]],
+    out: Out, sandbox: Sandbox, client: httpx.AsyncClient, steps: list[Step],
     progress: Any,
-) -> int:  # fmt: skip
-    """Fetch each step's URL, paying as the merchant asks; the number of failures."""
+) -> tuple[list[Paid], int]:  # fmt: skip
+    """Fetch each step's URL, paying as the merchant asks: what was paid, and the number
+    of failures."""
     failures = 0
-    for title, url in steps:
-        out.title(f"{title}: GET {httpx.URL(url).path}")
+    paid: list[Paid] = []
+    for step in steps:
+        out.title(f"{step.title}: GET {httpx.URL(step.url).path}")
         before = sandbox.balance(sandbox.payer)
         try:
-            if "bridge" in title and progress is not None:
+            if "bridge" in step.title and progress is not None:
                 with progress:
-                    response = await client.get(url)
+                    response = await client.get(step.url)
             else:
-                response = await client.get(url)
+                response = await client.get(step.url)
         except X402Error as exc:
             failures += 1
             out.line(f"payment failed: {type(exc).__name__}: {exc}", style="red")
@@ -92,10 +163,11 @@ async def _pay_each(
             out.line("no payment was needed?", style="red")
             continue
         out.table(receipt_rows(receipt))
+        paid.append(Paid(step.name, receipt.amount, receipt.currency))
         after = sandbox.balance(sandbox.payer)
         if after != before:
             out.line(f"payer EURO balance {money(before)} -> {money(after)}")
-    return failures
+    return paid, failures
 
 
 async def run_demo(args: argparse.Namespace) -> int:
@@ -128,8 +200,9 @@ async def run_demo(args: argparse.Namespace) -> int:
         config = sandbox.payment_config(on_progress=on_progress)
         async with with_eur_payment(httpx.AsyncClient(timeout=30), config) as client:
             steps = _steps(sandbox, evm=use_evm, bridge=bridge)
-            failures = await _pay_each(out, sandbox, client, steps, progress)
+            paid, failures = await _pay_each(out, sandbox, client, steps, progress)
         if evm_problem is not None:
             out.line(f"EVM rail skipped: {evm_problem}", style="yellow")
-        out.title("done" if failures == 0 else f"{failures} payment(s) failed")
+        out.title("summary" if failures == 0 else f"summary: {failures} payment(s) failed")
+        out.table(summary_rows(paid, await balances_left(sandbox)))
         return 1 if failures else 0

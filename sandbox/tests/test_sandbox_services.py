@@ -1,0 +1,63 @@
+"""The sandbox's services as a paying client meets them."""
+
+from __future__ import annotations
+
+import subprocess
+from decimal import Decimal
+from pathlib import Path
+
+import httpx
+import pytest
+
+from x402_client import with_eur_payment
+from x402_eur_sandbox import Sandbox
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.anyio
+async def test_a_method_the_route_does_not_serve_is_refused_before_anything_is_charged() -> None:
+    async with Sandbox() as sandbox:
+        before = sandbox.balance(sandbox.payer)
+        client = with_eur_payment(httpx.AsyncClient(), sandbox.payment_config())
+        async with client:
+            deleted = await client.delete(sandbox.url("/weather"))
+            posted = await client.post(sandbox.url("/report"), content=b"{}")
+            paid = await client.get(sandbox.url("/weather"))
+        assert (deleted.status_code, posted.status_code) == (405, 405)
+        assert "x402_payment" not in deleted.extensions
+        assert "x402_payment" not in posted.extensions
+        assert paid.status_code == 200  # the same route, with the method it serves, is paid
+        assert sandbox.balance(sandbox.payer) == before - Decimal("0.10")
+
+
+@pytest.mark.anyio
+async def test_without_anvil_the_evm_part_fails_with_one_plain_error(monkeypatch) -> None:
+    monkeypatch.setenv("X402_ANVIL_BIN", "/nonexistent/anvil")
+    with pytest.raises(RuntimeError, match="X402_ANVIL_BIN=/nonexistent/anvil is not an exec"):
+        async with Sandbox(evm=True):
+            pass
+
+
+def _planned(target: str, tmp_path: Path) -> str:
+    """What `make TARGET` would run on a fresh machine (`make -n`, nothing runs)."""
+    result = subprocess.run(
+        ["make", "-n", target, f"VENV={tmp_path / 'venv'}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    return result.stdout
+
+
+def test_make_demo_installs_no_redis_and_make_test_says_when_it_does(tmp_path) -> None:
+    demo = _planned("demo", tmp_path)
+    assert "x402-eur-sandbox demo" in demo
+    assert "-e './sandbox[mcp,cli]'" in demo
+    assert "redis" not in demo
+    assert "apt-get" not in demo
+    test = _planned("test", tmp_path)
+    assert "installing redis-server (apt-get) for the shared-budget tests" in test
+    assert "pytest" in test
