@@ -35,6 +35,7 @@ from tests.integration.test_sync_client import (
     served,
 )
 from tests.merchants import Reply, ScriptedMerchant, Seen
+from tests.sandboxes import payment_options
 from x402_client import (
     AmountLimitExceeded,
     Budget,
@@ -53,8 +54,8 @@ from x402_client import (
     payment_settings,
     with_eur_payment,
 )
-from x402_client.sandbox import Account, Fault, Sandbox
-from x402_client.sandbox._chain_a import EURQ_ASSET_ID
+from x402_eur_sandbox import Account, Fault, Sandbox
+from x402_eur_sandbox._chain_a import EURQ_ASSET_ID
 
 __all__ = ["_no_loop_threads_left"]  # autouse: no payment thread outlives its session
 
@@ -84,7 +85,8 @@ def rails() -> Iterator[Sandbox]:
 
 
 def _rail_options(sandbox: Sandbox, account: Account) -> PaymentOptions:
-    return sandbox.payment_options(
+    return payment_options(
+        sandbox,
         api_key=account.api_key,
         from_account=account.code,
         bridge_poll_interval=0.05,
@@ -173,8 +175,8 @@ def test_a_session_under_every_fault_of_the_sync_table(
     fault = dataclasses.replace(armed)
     with Sandbox.run_in_thread() as sandbox:
         sandbox.faults.arm(endpoint, fault)
-        options = sandbox.payment_options(
-            payment_api_timeout=0.5, confirmation_attempts=3, confirmation_wait=0.01
+        options = payment_options(
+            sandbox, payment_api_timeout=0.5, confirmation_attempts=3, confirmation_wait=0.01
         )
         with _session(options) as session:
             error: X402Error | None = None
