@@ -31,12 +31,17 @@ Rule of thumb for callers: `ChallengeError`, `PaymentRefused` and `PaymentFailed
 no money moved. `PaymentVerificationFailed` means money moved (its `receipt` says how much).
 `PaymentOutcomeUnknown` means it may have: never pay again blindly; re-send its `proof`
 (safe) or resume from its `transaction_code`.
+
+`error.recovery()` says the same as data: None when no money moved, else a
+`RecoveryAdvice` (the payment's journal id, the proof or transaction code that finishes it
+without paying again, and `hint`: what to do, in Python).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal
 
 import httpx
 
@@ -61,10 +66,60 @@ __all__ = [
     "PaymentRefused",
     "PaymentRejectedByHook",
     "PaymentVerificationFailed",
+    "RecoveryAdvice",
     "SpenderMismatch",
     "UnreplayableRequest",
     "X402Error",
 ]
+
+
+@dataclass(frozen=True)
+class RecoveryAdvice:
+    """What to do after an error that moved money, or may have: never pay again, finish it.
+
+    `money_moved` is the error's (True, or None for "may have"). `outcome` is "paid" (the
+    payment was made and the resource not delivered) or "unknown". `payment_id` is the
+    payment's journal id when a state file journaled it (`recover_payment(client, id)` and
+    `x402-eur resume ID` finish it). `proof` is the X-PAYMENT value whose re-sending is safe
+    (pays nothing); `transaction_code` the bridge transaction to resume instead of paying;
+    `payment_request_code` the euro payment request that was paid. `receipts` record what
+    was paid. `hint` says what to do in Python; front ends say it in their own words.
+    """
+
+    money_moved: bool | None
+    outcome: Literal["paid", "unknown"]
+    payment_id: str | None = None
+    proof: str | None = None
+    transaction_code: str | None = None
+    payment_request_code: str | None = None
+    receipts: tuple[PaymentReceipt, ...] = ()
+
+    @property
+    def hint(self) -> str:
+        """What to do, for a Python caller."""
+        ways = []
+        if self.payment_id is not None:
+            ways.append(f"recover_payment(client, {self.payment_id!r}) finishes it")
+        if self.transaction_code is not None:
+            ways.append(
+                "resume_bridge_payment(client, error), or the same request with "
+                f"extensions={{'x402': {{'resume_transaction_code': {self.transaction_code!r}}}}}"
+            )
+        if self.proof is not None:
+            ways.append("the same request with extensions={'x402': {'proof': error.proof}}")
+        if not ways:
+            if self.receipts:
+                return "do not pay again: the receipts identify the payment for the merchant"
+            if self.payment_request_code is not None:
+                return (
+                    f"do not pay again: payment request {self.payment_request_code} "
+                    "identifies the payment for the provider"
+                )
+            return "do not pay again: payment_ledger(options) lists the payment"
+        return "do not pay again; " + "; or ".join(ways) + " (pays nothing)"
+
+    def __str__(self) -> str:
+        return self.hint
 
 
 class X402Error(httpx.HTTPError):
@@ -78,6 +133,8 @@ class X402Error(httpx.HTTPError):
 
     #: Set once the truth boundary has handled the error (converted and reported once).
     _concluded = False
+    #: The journal id of the payment the error is about, when a state file journaled it.
+    payment_id: str | None = None
 
     def __init__(
         self,
@@ -99,6 +156,21 @@ class X402Error(httpx.HTTPError):
     def money_moved(self) -> bool | None:
         """False: no money moved. True: it did. None: it may have (`PaymentOutcomeUnknown`)."""
         return False
+
+    def recovery(self) -> RecoveryAdvice | None:
+        """None when no money moved; else what finishes the payment without paying again."""
+        moved = self.money_moved
+        if moved is False:
+            return None
+        return RecoveryAdvice(
+            money_moved=moved,
+            outcome="unknown",
+            payment_id=self.payment_id,
+            proof=getattr(self, "proof", None),
+            transaction_code=getattr(self, "transaction_code", None),
+            payment_request_code=getattr(self, "payment_request_code", None),
+            receipts=tuple(getattr(self, "receipts", ())),
+        )
 
 
 class ConfigurationError(X402Error):
@@ -289,6 +361,19 @@ class PaymentVerificationFailed(X402Error):
     @property
     def money_moved(self) -> bool | None:
         return self._money_moved
+
+    def recovery(self) -> RecoveryAdvice | None:
+        advice = super().recovery()
+        if advice is None:
+            return None
+        return RecoveryAdvice(
+            money_moved=advice.money_moved,
+            outcome="paid",
+            payment_id=self.payment_id,
+            proof=self.proof,
+            payment_request_code=self.receipt.payment_request_code if self.receipt else None,
+            receipts=advice.receipts,
+        )
 
 
 class PaymentNotConfirmed(PaymentVerificationFailed):

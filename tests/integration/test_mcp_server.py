@@ -31,12 +31,11 @@ from mcp_types import CallToolResult
 
 from tests.conftest import scan_for_secrets
 from x402_client import PaymentOutcomeUnknown, PaymentReceipt
+from x402_client.mcp._results import _body_json, _error_json
 from x402_client.mcp_server import (
     TOKEN_ENV,
     TOOLS,
     ToolError,
-    _body_json,
-    _error_json,
     parse_budget,
     parse_budgets,
     require_bearer,

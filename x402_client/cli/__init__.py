@@ -1,0 +1,80 @@
+"""The `x402-eur` command line (the reference is docs/cli.md).
+
+- `x402-eur fetch URL`: curl with payment, configured from the environment
+  (`PaymentOptions.from_env()`); the body goes to stdout (or `-o FILE`), the receipt to
+  stderr (`--json`: as JSON, on stdout when `-o` is given, else on stderr).
+- `x402-eur quote URL`: what a resource costs and whether each offer would be paid;
+  nothing is paid.
+- `x402-eur payments`: the payments journaled in the state file; `x402-eur resume ID`
+  finishes one that a failure left unfinished, never paying again.
+- `x402-eur demo`: starts the sandbox and pays for resources on every rail it can run
+  (euro; EVM permit when anvil is installed; the bridge with a live progress display).
+- `x402-eur sandbox`: runs the sandbox until Ctrl-C or SIGTERM and prints its URLs,
+  credentials and the `export` lines that make `fetch` pay from the sandbox payer.
+- `x402-eur mcp`: an MCP server whose tools pay for HTTP within a budget (`x402_client.mcp`).
+
+State: `fetch`, `quote`, `payments` and `resume` keep the payment journal and the budgets
+in one SQLite file (`default_state_path()`: `$X402_EUR_STATE`, else
+`$XDG_DATA_HOME/x402-eur/state.sqlite3`), so `--budget 0.20/24h` holds across runs and a
+payment a crash left unfinished can be resumed. `--state PATH` names another file,
+`--no-state` keeps everything in memory for one run.
+
+Heavy imports happen inside the commands, so `x402-eur --help` stays fast.
+
+Layout: `_arguments` (the parser), `_commands` (the paying commands), `_render` (what they
+print), `_common` (state file, options, bodies); the budget grammar, amounts, state path
+and environment are `x402_client._frontend`'s, shared with the MCP server. The `demo` and
+`sandbox` commands are `_sandbox_commands`.
+
+Exit codes: 0 success; 1 an error (network, configuration, a port in use, a payment that
+could not be finished); 2 a usage mistake (a bad option, a file named on the command line
+or the state file that cannot be read or written, a payment id that is unknown, ambiguous
+or too short); 3 the payment was refused or failed (an `X402Error`: the message says
+whether money moved); 22 the server answered an HTTP error status (as curl's `--fail`).
+Every mistake is answered in one or two lines; `--debug` shows the traceback.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import sys
+from collections.abc import Sequence
+
+from .._frontend import one_line as _one_line
+
+# `_parser`, `_url` and `_environment_help` are re-exported for the tests.
+from ._arguments import _environment_help as _environment_help
+from ._arguments import _parser as _parser
+from ._arguments import _url as _url
+from ._common import _Trouble, _UsageError
+
+__all__ = ["main"]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    debug = "--debug" in (sys.argv[1:] if argv is None else argv)
+    try:
+        args = _parser().parse_args(argv)
+        debug = args.debug
+        code: int = asyncio.run(args.handler(args))
+        return code
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        # `x402-eur payments | head`: the reader left; say nothing more.
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
+    except _UsageError as exc:
+        sys.stderr.write(f"{exc}\n")
+        return 2
+    except _Trouble as exc:
+        sys.stderr.write(f"x402-eur: {exc}\n")
+        return 1
+    except Exception as exc:
+        if debug:
+            raise
+        sys.stderr.write(f"x402-eur: {_one_line(exc)}\n(run with --debug for the traceback)\n")
+        return 1

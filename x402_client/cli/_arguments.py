@@ -1,0 +1,251 @@
+"""The `x402-eur` argument parser: its commands, their options, and the mistakes it
+answers in two short lines."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from .. import _frontend
+from ..__version__ import __version__
+from . import _commands, _sandbox_commands
+from ._common import _UsageError
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, answering a mistake in two short lines (its default prints the whole usage,
+    which wraps to many)."""
+
+    #: Builds the epilog when help is shown (it may import what `--help` alone should not).
+    epilog_factory: Callable[[], str] | None = None
+
+    def error(self, message: str) -> Any:
+        raise _UsageError(f"{self.prog}: {message}\nTry '{self.prog} --help'.")
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        # An option a command does not know is that command's mistake, answered with its own
+        # `--help` (argparse would leave it to the top-level parser).
+        parsed, extras = super().parse_known_args(args, namespace)
+        if extras:
+            self.error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed, extras
+
+    def format_help(self) -> str:
+        if self.epilog_factory is not None:
+            self.epilog = self.epilog_factory()
+        return super().format_help()
+
+
+def _global_options(parser: argparse.ArgumentParser, *, top: bool) -> None:
+    """`--version` and `--debug`, taken before or after the command (`x402-eur fetch --debug
+    URL`); a command's parser leaves `--debug` unset unless given, so that it does not
+    undo one given before the command."""
+    version = f"x402-eur {__version__}"
+    parser.add_argument("--version", action="version", version=version)
+    default = False if top else argparse.SUPPRESS
+    parser.add_argument("--debug", action="store_true", default=default, help="show tracebacks")
+
+
+def _header(value: str) -> tuple[str, str]:
+    name, colon, text = value.partition(":")
+    if not colon or not name.strip():
+        raise argparse.ArgumentTypeError(f"{value!r} is not a header: write 'Name: value'")
+    return name.strip(), text.strip()
+
+
+def _count(value: str) -> int:
+    if not value.isdigit() or int(value) < 1:
+        raise argparse.ArgumentTypeError(f"{value!r} is not a count: write a whole number >= 1")
+    return int(value)
+
+
+_url = _frontend.argument_type(_frontend.check_url)
+_amount = _frontend.argument_type(_frontend.check_amount)
+_budget = _frontend.argument_type(_frontend.check_budget)
+_environment_help = _frontend.environment_help
+
+
+# --- option groups shared by several commands ------------------------------------------------
+
+
+def _state_group() -> argparse.ArgumentParser:
+    state = _Parser(add_help=False)
+    where = state.add_mutually_exclusive_group()
+    where.add_argument(
+        "--state",
+        metavar="PATH",
+        help="the state file: journal and budgets (default $X402_EUR_STATE, else "
+        "~/.local/share/x402-eur/state.sqlite3)",
+    )
+    where.add_argument(
+        "--no-state", action="store_true", help="no state file: journal and budgets in memory"
+    )
+    return state
+
+
+def _progress_group() -> argparse.ArgumentParser:
+    progress = _Parser(add_help=False)
+    progress.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="show the progress of long bridge waits on stderr (default: when it is a terminal)",
+    )
+    return progress
+
+
+def _request_group() -> argparse.ArgumentParser:
+    request = _Parser(add_help=False)
+    request.add_argument("url", type=_url)
+    request.add_argument(
+        "-X", "--request", dest="method", type=str.upper, help="method (default GET, POST with -d)"
+    )
+    request.add_argument(
+        "-H", "--header", action="append", default=[], type=_header, help="'Name: value'"
+    )
+    request.add_argument(
+        "-d", "--data", help="request body: TEXT, @FILE (its bytes as they are) or @- (stdin)"
+    )
+    return request
+
+
+def _limits_group() -> argparse.ArgumentParser:
+    limits = _Parser(add_help=False)
+    limits.add_argument(
+        "--max-amount",
+        type=_amount,
+        metavar="AMOUNT",
+        help="cap per payment, in every currency (default 1.00 EUR and 1.00 USD)",
+    )
+    limits.add_argument(
+        "--budget",
+        action="append",
+        type=_budget,
+        metavar="AMOUNT[CURRENCY][/WINDOW]",
+        help="spend at most AMOUNT (per WINDOW), counted across runs in the state file; "
+        "e.g. 5.00/24h, 2.00USD/24h, 1.00 (a total); may be repeated; offers in a currency "
+        "no budget covers are then refused",
+    )
+    return limits
+
+
+# --- the commands ----------------------------------------------------------------------------
+
+_RAW = argparse.RawDescriptionHelpFormatter
+
+
+def _add_fetch(commands: Any, groups: dict[str, argparse.ArgumentParser]) -> None:
+    fetch = commands.add_parser(
+        "fetch",
+        help="fetch a URL, paying if asked (curl-like)",
+        parents=[groups["request"], groups["limits"], groups["state"], groups["progress"]],
+        formatter_class=_RAW,
+        description="Fetch URL; when it answers 402, pay within the limits and fetch it\n"
+        "again. The body goes to stdout (or -o FILE), the receipt to stderr\n"
+        "(with --json: one JSON object, on stdout when -o FILE is given, else on stderr).",
+    )
+    fetch.add_argument("-o", "--output", metavar="FILE", help="write the body to FILE")
+    fetch.add_argument(
+        "--json",
+        action="store_true",
+        help="print the receipt as one JSON object: on stdout with -o FILE, else on stderr",
+    )
+    fetch.add_argument("--confirm", action="store_true", help="ask before paying")
+    fetch.epilog_factory = _environment_help
+    fetch.set_defaults(handler=_commands._fetch)
+
+
+def _add_quote(commands: Any, groups: dict[str, argparse.ArgumentParser]) -> None:
+    quote = commands.add_parser(
+        "quote",
+        help="what a URL costs, and whether each offer would be paid (pays nothing)",
+        parents=[groups["request"], groups["limits"], groups["state"]],
+        formatter_class=_RAW,
+        description="Request URL without paying and show its price options: for each,\n"
+        "whether this configuration would pay it, and why not. Nothing is paid.",
+    )
+    quote.add_argument("--json", action="store_true", help="print the quote as JSON")
+    quote.epilog_factory = _environment_help
+    quote.set_defaults(handler=_commands._quote)
+
+
+def _add_payments(commands: Any, groups: dict[str, argparse.ArgumentParser]) -> None:
+    payments = commands.add_parser(
+        "payments",
+        help="the payments journaled in the state file",
+        parents=[groups["state"]],
+        description="List the payments journaled in the state file, newest first.",
+    )
+    payments.add_argument(
+        "--limit", type=_count, default=20, metavar="N", help="at most N (default 20)"
+    )
+    payments.add_argument(
+        "--unfinished",
+        action="store_true",
+        help="only those whose money moved (or may have) and that were not delivered",
+    )
+    payments.add_argument("--json", action="store_true", help="JSON lines, one per payment")
+    payments.set_defaults(handler=_commands._payments)
+
+
+def _add_resume(commands: Any, groups: dict[str, argparse.ArgumentParser]) -> None:
+    resume = commands.add_parser(
+        "resume",
+        help="finish an unfinished payment, never paying again",
+        parents=[groups["state"], groups["progress"]],
+        formatter_class=_RAW,
+        description="Finish one unfinished payment of the journal: re-send its proof or\n"
+        "resume its bridge wait, never paying again. The body goes to stdout (or -o FILE),\n"
+        "one status line to stderr. Exit 0 when it was delivered (now or earlier), 1\n"
+        "otherwise (also when a running process is still paying it: it is left alone).",
+    )
+    resume.add_argument(
+        "id", help="the payment's id (x402-eur payments), or its first 6 or more characters"
+    )
+    resume.add_argument("-o", "--output", metavar="FILE", help="write the body to FILE")
+    resume.add_argument(
+        "-H",
+        "--header",
+        action="append",
+        default=[],
+        type=_header,
+        help="'Name: value', sent with the re-sent request (credentials the journal does "
+        "not keep); may be repeated",
+    )
+    resume.epilog_factory = _environment_help
+    resume.set_defaults(handler=_commands._resume)
+
+
+def _add_mcp(commands: Any) -> None:
+    mcp = commands.add_parser("mcp", help="serve MCP tools that pay for HTTP within a budget")
+    _commands._mcp_command().configure_parser(mcp)
+    mcp.set_defaults(handler=_commands._mcp)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(
+        prog="x402-eur",
+        description="Pay x402-gated HTTP resources in euros.",
+        epilog="Exit codes: 0 ok, 1 error, 2 usage, 3 payment refused or failed, "
+        "22 HTTP error status. Reference: docs/cli.md.",
+    )
+    _global_options(parser, top=True)
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    groups = {
+        "state": _state_group(),
+        "progress": _progress_group(),
+        "request": _request_group(),
+        "limits": _limits_group(),
+    }
+    _add_fetch(commands, groups)
+    _add_quote(commands, groups)
+    _add_payments(commands, groups)
+    _add_resume(commands, groups)
+    _sandbox_commands.add_commands(commands)
+    _add_mcp(commands)
+    for command in commands.choices.values():
+        _global_options(command, top=False)
+    return parser

@@ -1,0 +1,271 @@
+"""How the commands show things: tables, receipts, quotes, payments, failures and what to
+do about them, in the words of someone at a shell."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from decimal import Decimal
+from typing import IO, TYPE_CHECKING, Any
+
+from .._redact import safe_url
+
+if TYPE_CHECKING:
+    from .._exceptions import X402Error
+    from .._sqlite import JournalRecord
+
+
+class _Out:
+    """Rich output when the `cli` extra is installed, plain lines otherwise."""
+
+    def __init__(self) -> None:
+        try:
+            from rich.console import Console
+        except ImportError:
+            self.console: Any = None
+        else:
+            self.console = Console(highlight=False)
+
+    def title(self, text: str) -> None:
+        if self.console is not None:
+            self.console.rule(f"[bold]{text}")
+        else:
+            print(f"\n== {text} ==")
+
+    def line(self, text: str = "", style: str | None = None) -> None:
+        if self.console is not None:
+            self.console.print(text, style=style, markup=False)
+        else:
+            print(text)
+
+    def table(self, rows: Sequence[tuple[str, str]]) -> None:
+        if self.console is not None:
+            from rich.table import Table
+
+            table = Table(show_header=False, box=None, pad_edge=False)
+            table.add_column(style="dim")
+            table.add_column()
+            for key, value in rows:
+                table.add_row(key, value)
+            self.console.print(table)
+        else:
+            width = max(len(k) for k, _ in rows)
+            for key, value in rows:
+                print(f"  {key.ljust(width)}  {value}")
+
+
+def _grid(headers: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[int] = ()) -> str:
+    """A plain text table: stable to read, to grep and to pipe (no wrapping, no colour)."""
+    widths = [len(h) for h in headers]
+    for row in rows:
+        widths = [max(w, len(cell)) for w, cell in zip(widths, row, strict=True)]
+
+    def line(cells: Sequence[str]) -> str:
+        parts = [
+            cell.rjust(width) if index in right else cell.ljust(width)
+            for index, (cell, width) in enumerate(zip(cells, widths, strict=True))
+        ]
+        return "  ".join(parts).rstrip()
+
+    return "\n".join([line(headers), *(line(row) for row in rows)])
+
+
+def _money(amount: Decimal | None, currency: str | None) -> str:
+    from .._amounts import format_amount
+
+    if amount is None:
+        return "?"
+    return f"{format_amount(amount)} {currency or ''}".rstrip()
+
+
+def _receipt_rows(receipt: Any) -> list[tuple[str, str]]:
+    rows = [
+        ("rail", receipt.rail),
+        ("scheme / network", f"{receipt.scheme} / {receipt.network}"),
+        ("amount", _money(receipt.amount, receipt.currency)),
+        ("asset", receipt.asset),
+        ("paid to", receipt.pay_to),
+    ]
+    for label, value in (
+        ("payment request", receipt.payment_request_code),
+        ("transaction code", receipt.transaction_code),
+        ("chain tx id", receipt.blockchain_tx_id),
+        ("tx hash", receipt.tx_hash),
+        ("payer", receipt.payer),
+    ):
+        if value:
+            rows.append((label, str(value)))
+    return rows
+
+
+def _json_line(data: Any, stream: IO[str]) -> None:
+    stream.write(json.dumps(data, default=str) + "\n")
+    stream.flush()
+
+
+def _flat(text: object) -> str:
+    return " ".join(str(text).split())
+
+
+# --- failures and what to do about them ------------------------------------------------------
+
+
+def _next_step(exc: X402Error, journaled: bool) -> str | None:
+    """What to do about a payment that moved money (or may have) and was not delivered,
+    as the command to run; None when no money moved."""
+    advice = exc.recovery()
+    if advice is None:
+        return None
+    if advice.payment_id is not None:
+        return f"finish it without paying again: x402-eur resume {advice.payment_id}"
+    if not journaled:
+        return "no state file (--no-state): keep the codes above to claim it"
+    return "see x402-eur payments --unfinished"
+
+
+def _report_failure(
+    args: Any, exc: X402Error, hint: str | None, report: IO[str], method: str
+) -> None:
+    moved = exc.money_moved
+    if args.json:
+        error = {"type": type(exc).__name__, "message": _flat(exc), "moneyMoved": moved}
+        if hint is not None:
+            error["next"] = hint
+        _json_line(
+            {"url": safe_url(args.url), "status": None, "receipt": None, "error": error},
+            report,
+        )
+        if report is sys.stderr:
+            return
+    sys.stderr.write(f"x402-eur: {type(exc).__name__}: {_flat(exc)}\n")
+    if hint is not None:
+        what = "money moved" if moved else "money may have moved"
+        sys.stderr.write(f"x402-eur: {what}; {hint}\n")
+
+
+# --- quotes, payments, recoveries --------------------------------------------------------------
+
+
+def _raw_price(accept: Any) -> str:
+    """The price an entry states, as written, when no rail of ours could read it."""
+    amount, asset = accept.get("amount"), accept.get("asset")
+    if isinstance(amount, str):
+        return f"{amount} {asset}" if isinstance(asset, str) else amount
+    atomic = accept.get("maxAmountRequired")
+    return f"{atomic} units" if isinstance(atomic, str) else "?"
+
+
+def _quote_row(entry: Any) -> list[str]:
+    data = entry.to_json()
+    if entry.payable:
+        verdict = "yes, tried first" if entry.first else "yes"
+    else:
+        verdict = f"no: {_flat(entry.message or entry.reason or 'not payable')}"
+    return [
+        str(entry.index),
+        _money(entry.amount, entry.currency) if entry.intent else _raw_price(entry.accept),
+        str(data["rail"] or data["scheme"] or "?"),
+        str(data["network"] or "?"),
+        str(data["asset"] or "?"),
+        verdict,
+    ]
+
+
+def _print_quote(method: str, quote: Any) -> None:
+    where = f"{method} {safe_url(quote.url)}"
+    if quote.free:
+        print(f"{where}: HTTP {quote.status_code}, free (nothing to pay)")
+        return
+    if quote.error is not None:
+        print(f"{where}: 402, but not an x402 challenge: {_flat(quote.error)}")
+        return
+    print(
+        f"{where}: 402 Payment Required, {len(quote.entries)} offer(s), "
+        f"{len(quote.payable)} payable"
+    )
+    rows = [_quote_row(entry) for entry in quote.entries]
+    print(_grid(["#", "PRICE", "RAIL", "NETWORK", "ASSET", "PAYABLE"], rows, right=(0, 1)))
+
+
+def _codes(record: JournalRecord) -> str:
+    # dict.fromkeys: on the bridge the chain transaction id is also the tx hash
+    found = (
+        record.payment_request_code,
+        record.transaction_code,
+        record.blockchain_tx_id,
+        record.tx_hash,
+    )
+    return ", ".join(dict.fromkeys(code for code in found if code))
+
+
+def _unfinished(record: JournalRecord) -> bool:
+    return record.unrecoverable is None and (
+        record.outcome in ("pending", "unknown")
+        or (record.outcome == "paid" and not record.delivered)
+    )
+
+
+def _when(record: JournalRecord) -> str:
+    return record.created_at.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _payment_row(record: JournalRecord) -> list[str]:
+    outcome = record.outcome + (" (gave up)" if record.unrecoverable else "")
+    if record.in_progress:
+        outcome += " (in progress)"
+    return [
+        record.id,
+        _when(record),
+        _money(record.amount, record.currency),
+        record.rail,
+        outcome,
+        "yes" if record.delivered else "no",
+        record.resource,
+        _codes(record),
+    ]
+
+
+def _print_payments(records: Sequence[JournalRecord]) -> None:
+    headers = ["ID", "WHEN", "AMOUNT", "RAIL", "OUTCOME", "DELIVERED", "RESOURCE", "CODES"]
+    print(_grid(headers, [_payment_row(record) for record in records], right=(2,)))
+    unfinished = [r for r in records if _unfinished(r)]
+    waiting = [r for r in unfinished if not r.in_progress]
+    if waiting:
+        sys.stderr.write(
+            f"x402-eur: {len(waiting)} unfinished: x402-eur resume {waiting[0].id} finishes it "
+            "without paying again\n"
+        )
+    if len(unfinished) > len(waiting):
+        sys.stderr.write(
+            f"x402-eur: {len(unfinished) - len(waiting)} in progress: a running process is "
+            "still paying or delivering; leave them to it\n"
+        )
+
+
+def _candidates(found: Sequence[JournalRecord]) -> str:
+    """The payments an ambiguous start of an id names, indented under the message."""
+    rows = [[r.id, _money(r.amount, r.currency), r.resource, _when(r)] for r in found]
+    table = _grid(["ID", "AMOUNT", "RESOURCE", "CREATED"], rows, right=(1,))
+    return "\n".join(f"  {line}" for line in table.splitlines())
+
+
+def _recovery_reason(recovery: Any) -> str:
+    """What `resume` found and did, in words."""
+    reason = _flat(recovery.reason)
+    if recovery.reason == "done":
+        return (
+            "it was delivered earlier; nothing to do"
+            if recovery.status == "delivered"
+            else "it failed earlier; no money moved"
+        )
+    if recovery.status == "in_progress":
+        return (
+            "a running process is still paying or delivering it; nothing was sent. "
+            "Try again once that process has ended"
+        )
+    if recovery.status == "failed":
+        return f"no money moved, the budget was given back: {reason}"
+    if recovery.status == "pending" and "again" not in reason and "-H" not in reason:
+        return f"{reason} (try again later)"
+    return reason

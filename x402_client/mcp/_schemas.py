@@ -1,0 +1,266 @@
+"""The four tools as MCP describes them: names, descriptions, and the JSON schemas of
+their arguments and results."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+__all__ = ["METHODS", "TOOLS", "ToolSpec"]
+
+#: The HTTP methods `fetch` and `quote` take.
+METHODS = ("GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS")
+_METHODS = METHODS
+
+_STRING = {"type": "string"}
+_OPTIONAL_STRING = {"type": ["string", "null"]}
+_AMOUNT = {"type": ["string", "number", "null"]}
+
+
+def _object(
+    properties: dict[str, Any], required: Sequence[str] = (), *, closed: bool = True
+) -> dict[str, Any]:
+    schema: dict[str, Any] = {"type": "object", "properties": properties}
+    if required:
+        schema["required"] = list(required)
+    if closed:
+        schema["additionalProperties"] = False
+    return schema
+
+
+def _d(schema: Mapping[str, Any], description: str, **extra: Any) -> dict[str, Any]:
+    return {**schema, "description": description, **extra}
+
+
+_RECEIPT_SCHEMA = _d(
+    {
+        "type": ["object", "null"],
+        "properties": {
+            "amount": _d(_STRING, "The amount paid, a decimal string."),
+            "currency": _d(_STRING, "EUR (EURO, EURQ) or USD (USDQ)."),
+            "rail": _d(_STRING, "euro, evm-permit or bridge."),
+            "scheme": _STRING,
+            "network": _STRING,
+            "asset": _STRING,
+            "payTo": _d(_STRING, "Who was paid."),
+            "resource": _STRING,
+            "paidAt": _STRING,
+            "payments": _d({"type": "integer"}, "Payments made for this request (normally 1)."),
+            "paymentRequestCode": _OPTIONAL_STRING,
+            "transactionCode": _OPTIONAL_STRING,
+            "blockchainTxId": _OPTIONAL_STRING,
+            "txHash": _OPTIONAL_STRING,
+            "payer": _OPTIONAL_STRING,
+        },
+    },
+    "What was paid for this response; null when nothing was paid.",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class ToolSpec:
+    name: str
+    title: str
+    description: str
+    input_schema: dict[str, Any]
+    output_schema: dict[str, Any]
+    read_only: bool
+    open_world: bool
+
+
+TOOLS: dict[str, ToolSpec] = {
+    spec.name: spec
+    for spec in (
+        ToolSpec(
+            name="fetch",
+            title="Fetch a URL, paying if asked",
+            description=(
+                "Make an HTTP request. When the server answers 402 Payment Required (x402), "
+                "pay it (in euros, or in dollars where a budget allows) within the configured "
+                "budgets and per-payment caps, and return the paid response with a receipt. "
+                "Use quote first to see the price. On an "
+                "error, moneyMoved says whether money moved; when it is true or null, do NOT "
+                "call fetch again plainly: re-send with the proof (or "
+                "resume_transaction_code) the error gives, which never pays twice."
+            ),
+            input_schema=_object(
+                {
+                    "url": _d(_STRING, "The http(s) URL.", pattern="^https?://"),
+                    "method": _d(_STRING, "The HTTP method.", enum=list(_METHODS), default="GET"),
+                    "headers": _d(
+                        {"type": ["object", "null"], "additionalProperties": _STRING},
+                        "Request headers, name to value.",
+                    ),
+                    "body": _d(_OPTIONAL_STRING, "The request body, sent as UTF-8 text."),
+                    "max_amount": _d(
+                        _AMOUNT,
+                        "The most to pay for this request, a decimal string such as "
+                        '"0.20", in any currency. It can only lower the server\'s caps, '
+                        "never raise them.",
+                    ),
+                    "proof": _d(
+                        _OPTIONAL_STRING,
+                        "Recovery: an X-PAYMENT proof from an earlier error to re-send "
+                        "instead of paying. Pays nothing; a 402 comes back as it is.",
+                    ),
+                    "resume_transaction_code": _d(
+                        _OPTIONAL_STRING,
+                        "Recovery: the transactionCode of an earlier bridge payment to prove "
+                        "instead of paying again.",
+                    ),
+                },
+                ["url"],
+            ),
+            output_schema=_object(
+                {
+                    "url": _d(_STRING, "The final URL, after redirects."),
+                    "status": _d({"type": "integer"}, "The HTTP status."),
+                    "contentType": _d(_OPTIONAL_STRING, "The Content-Type header."),
+                    "body": _d(_STRING, "The body: text, or base64 (see bodyEncoding)."),
+                    "bodyEncoding": {"type": "string", "enum": ["text", "base64"]},
+                    "bytes": _d({"type": "integer"}, "Body bytes returned."),
+                    "truncated": _d({"type": "boolean"}, "True when the body was cut."),
+                    "receipt": _RECEIPT_SCHEMA,
+                },
+                ["url", "status", "body", "bodyEncoding", "truncated", "receipt"],
+                closed=False,
+            ),
+            read_only=False,
+            open_world=True,
+        ),
+        ToolSpec(
+            name="quote",
+            title="What does a URL cost?",
+            description=(
+                "Ask a URL what it costs without paying: the offers of its 402 answer (amount, "
+                "currency, network), whether each would be paid under the current caps and "
+                "budget, and why not. A status other than 402 means it is free. Nothing is "
+                "paid."
+            ),
+            input_schema=_object(
+                {
+                    "url": _d(_STRING, "The http(s) URL.", pattern="^https?://"),
+                    "method": _d(_STRING, "The HTTP method.", enum=list(_METHODS), default="GET"),
+                },
+                ["url"],
+            ),
+            output_schema=_object(
+                {
+                    "url": _STRING,
+                    "status": _d({"type": "integer"}, "The status of the unpaid answer."),
+                    "free": _d({"type": "boolean"}, "True when no payment is asked."),
+                    "error": _d(_OPTIONAL_STRING, "Why the 402 could not be read, if so."),
+                    "entries": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "properties": {
+                                "index": {"type": "integer"},
+                                "payable": {"type": "boolean"},
+                                "first": _d({"type": "boolean"}, "The one fetch would pay."),
+                                "reason": _d(_OPTIONAL_STRING, "Why not payable (a code)."),
+                                "message": _d(_OPTIONAL_STRING, "Why not payable, in words."),
+                                "scheme": _OPTIONAL_STRING,
+                                "network": _OPTIONAL_STRING,
+                                "rail": _d(_OPTIONAL_STRING, "How it would be paid."),
+                                "asset": _OPTIONAL_STRING,
+                                "amount": _d(_OPTIONAL_STRING, "A decimal string."),
+                                "currency": _d(_OPTIONAL_STRING, "EUR or USD."),
+                                "payTo": _d(_OPTIONAL_STRING, "Who would be paid."),
+                            },
+                            "required": ["index", "payable", "first"],
+                        },
+                    },
+                },
+                ["url", "status", "free", "entries"],
+                closed=False,
+            ),
+            read_only=True,
+            open_world=True,
+        ),
+        ToolSpec(
+            name="payments",
+            title="Recent payments",
+            description=(
+                "The latest payments this server made or attempted, newest first: outcome "
+                "(paid, failed, unknown, pending), amount, who was paid, the codes that "
+                "identify the payment, and the proof while it can still be used to recover."
+            ),
+            input_schema=_object(
+                {
+                    "limit": _d(
+                        {"type": "integer", "minimum": 1, "maximum": 1000},
+                        "At most this many entries.",
+                        default=20,
+                    )
+                }
+            ),
+            output_schema=_object(
+                {
+                    "payments": {"type": "array", "items": {"type": "object"}},
+                    "count": _d({"type": "integer"}, "Entries in the ledger in all."),
+                },
+                ["payments", "count"],
+                closed=False,
+            ),
+            read_only=True,
+            open_world=False,
+        ),
+        ToolSpec(
+            name="budget",
+            title="What is left to spend",
+            description=(
+                "Each budget (limit, window, spent, remaining), the per-payment caps, and for "
+                "every currency this server can pay whether a budget covers it (offers in a "
+                "currency no budget covers are refused)."
+            ),
+            input_schema=_object({}),
+            output_schema=_object(
+                {
+                    "budgets": {
+                        "type": "array",
+                        "items": _object(
+                            {
+                                "name": _STRING,
+                                "currency": _STRING,
+                                "limit": _STRING,
+                                "window": _d(_OPTIONAL_STRING, "e.g. 24h; null: a total."),
+                                "windowSeconds": {"type": ["number", "null"]},
+                                "spent": _STRING,
+                                "remaining": _STRING,
+                            },
+                            closed=False,
+                        ),
+                    },
+                    "maxAmountPerPayment": {"type": "object", "additionalProperties": _STRING},
+                    "currencies": {
+                        "type": "array",
+                        "items": _object(
+                            {
+                                "currency": _STRING,
+                                "maxAmountPerPayment": _d(
+                                    _OPTIONAL_STRING, "null: no cap, nothing in it is paid."
+                                ),
+                                "budgeted": _d({"type": "boolean"}, "A budget covers it."),
+                                "remaining": _d(
+                                    _OPTIONAL_STRING,
+                                    "The least its budgets have left; null: no budget.",
+                                ),
+                                "payable": _d(
+                                    {"type": "boolean"}, "The limits let payments in it through."
+                                ),
+                                "note": _d(_OPTIONAL_STRING, "Why not payable, and the fix."),
+                            },
+                            closed=False,
+                        ),
+                    },
+                },
+                ["budgets", "maxAmountPerPayment", "currencies"],
+                closed=False,
+            ),
+            read_only=True,
+            open_world=False,
+        ),
+    )
+}
