@@ -49,6 +49,7 @@ from ._arguments import _environment_help as _environment_help
 from ._arguments import _parser as _parser
 from ._arguments import _url as _url
 from ._common import _Trouble, _UsageError
+from ._render import _shell_logging
 
 __all__ = ["main"]
 
@@ -58,7 +59,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         args = _parser().parse_args(argv)
         debug = args.debug
-        code: int = asyncio.run(args.handler(args))
+        # `x402-eur mcp` sets up its own logging.
+        words = _shell_logging() if args.command != "mcp" else contextlib.nullcontext()
+        with words:
+            code: int = asyncio.run(args.handler(args))
         return code
     except KeyboardInterrupt:
         return 130

@@ -4,6 +4,7 @@ MCP package, reached through its name)."""
 from __future__ import annotations
 
 import argparse
+import asyncio
 import sys
 from contextlib import AbstractContextManager
 from datetime import datetime, timezone
@@ -11,7 +12,7 @@ from decimal import Decimal
 from typing import IO, TYPE_CHECKING, Any
 
 from .. import _frontend
-from .._redact import safe_url
+from .._frontend import one_line as _one_line
 from ._common import (
     _close_state,
     _mistake,
@@ -26,6 +27,9 @@ from ._common import (
 )
 from ._render import (
     _candidates,
+    _error_json,
+    _fetch_json,
+    _interrupted,
     _json_line,
     _money,
     _next_step,
@@ -47,7 +51,46 @@ if TYPE_CHECKING:
 # --- fetch ---------------------------------------------------------------------------------
 
 
+class _RequestFailed(Exception):
+    """The request failed with an error that is not a payment's (a connection refused,
+    a timeout); `money_moved` says whether a payment of it may have moved money."""
+
+    def __init__(self, error: Exception, money_moved: bool | None) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.money_moved = money_moved
+
+
 async def _fetch(args: argparse.Namespace) -> int:
+    import httpx
+
+    # With -o the body has a file of its own, and stdout is free for the JSON receipt.
+    report = sys.stdout if args.json and args.output not in (None, "-") else sys.stderr
+    try:
+        return await _fetch_reporting(args, report)
+    except (_RequestFailed, httpx.HTTPError) as exc:
+        # The payment's own failures are reported where they happen (exit 3); these are
+        # the others (configuration, connection): as JSON with the same keys, with --json.
+        error, moved = (
+            (exc.error, exc.money_moved) if isinstance(exc, _RequestFailed) else (exc, False)
+        )
+        if not args.json:
+            raise error from None
+        method = args.method or ("POST" if args.data is not None else "GET")
+        _json_line(
+            _fetch_json(
+                args,
+                method,
+                error=_error_json(
+                    error, moved, _one_line(error).removeprefix(f"{type(error).__name__}: ")
+                ),
+            ),
+            report,
+        )
+        return 1
+
+
+async def _fetch_reporting(args: argparse.Namespace, report: IO[str]) -> int:
     body = _request_body(args)
     method = args.method or ("POST" if body is not None else "GET")
     on_progress, display = _progress(args)
@@ -55,8 +98,6 @@ async def _fetch(args: argparse.Namespace) -> int:
     try:
         _open_state(args, options)
         output = _Output(args)
-        # With -o the body has a file of its own, and stdout is free for the JSON receipt.
-        report = sys.stdout if args.json and not output.to_stdout else sys.stderr
         try:
             response = await _fetch_into(args, options, (method, body), display, output, report)
         finally:
@@ -95,7 +136,18 @@ async def _fetch_into(
                     output.write(chunk)
             finally:
                 await response.aclose()
-        except X402Error as exc:
+        except (asyncio.CancelledError, KeyboardInterrupt):
+            said = _interrupted(_frontend.payment_record(request))
+            if said is not None:
+                sys.stderr.write(f"\n{said}\n")
+            raise
+        except httpx.HTTPError as exc:
+            if not isinstance(exc, X402Error):
+                # a failure that says nothing of money: a payment whose rail was called
+                # may have moved it
+                record = _frontend.payment_record(request)
+                moved = None if record is not None and record.rail_called else False
+                raise _RequestFailed(exc, moved) from exc
             _frontend.note_payment_id(exc, request)
             if exc.payment_id is None and exc.money_moved is not False:
                 exc.payment_id = await _latest_unfinished(options, since)
@@ -128,17 +180,9 @@ def _report_response(
 ) -> None:
     receipt = response.extensions.get("x402_payment")
     if args.json:
-        _json_line(
-            {
-                "url": safe_url(args.url),
-                "method": method,
-                "status": response.status_code,
-                "output": None if output.path is None else str(output.path),
-                "receipt": None if receipt is None else receipt.to_json(),
-                "error": None,
-            },
-            report,
-        )
+        path = None if output.path is None else str(output.path)
+        data = _fetch_json(args, method, status=response.status_code, output=path, receipt=receipt)
+        _json_line(data, report)
         return
     lead = "\n" if output.to_stdout and not output.ends_with_newline else ""
     sys.stderr.write(f"{lead}HTTP {response.status_code}\n")

@@ -3,9 +3,11 @@ do about them, in the words of someone at a shell."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from decimal import Decimal
 from typing import IO, TYPE_CHECKING, Any
 
@@ -124,24 +126,80 @@ def _next_step(exc: X402Error, journaled: bool) -> str | None:
     return "see x402-eur payments --unfinished"
 
 
+def _failure_text(args: Any, exc: X402Error) -> str:
+    """What failed, in the words of someone at a shell: a payment declined at the
+    `--confirm` prompt is said so, not as the Python hook that refused it."""
+    from .._exceptions import PaymentRejectedByHook
+
+    if (
+        isinstance(exc, PaymentRejectedByHook)
+        and getattr(args, "confirm", False)
+        and exc.__cause__ is None
+    ):
+        intent = exc.intent
+        what = (
+            ""
+            if intent is None
+            else f" ({_money(intent.amount, intent.currency)} to {intent.pay_to})"
+        )
+        return f"declined at the prompt: nothing was paid{what}"
+    return f"{type(exc).__name__}: {_flat(exc)}"
+
+
+def _fetch_json(
+    args: Any,
+    method: str,
+    *,
+    status: int | None = None,
+    output: str | None = None,
+    receipt: Any = None,
+    error: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The one JSON object `fetch --json` prints: the same keys on success and failure."""
+    return {
+        "url": safe_url(args.url),
+        "method": method,
+        "status": status,
+        "output": output,
+        "receipt": None if receipt is None else receipt.to_json(),
+        "error": error,
+    }
+
+
+def _error_json(exc: BaseException, money_moved: bool | None, text: str) -> dict[str, Any]:
+    return {"type": type(exc).__name__, "message": text, "moneyMoved": money_moved}
+
+
 def _report_failure(
     args: Any, exc: X402Error, hint: str | None, report: IO[str], method: str
 ) -> None:
     moved = exc.money_moved
+    text = _failure_text(args, exc)
     if args.json:
-        error = {"type": type(exc).__name__, "message": _flat(exc), "moneyMoved": moved}
+        error = _error_json(exc, moved, text.removeprefix(f"{type(exc).__name__}: "))
         if hint is not None:
             error["next"] = hint
-        _json_line(
-            {"url": safe_url(args.url), "status": None, "receipt": None, "error": error},
-            report,
-        )
+        _json_line(_fetch_json(args, method, error=error), report)
         if report is sys.stderr:
             return
-    sys.stderr.write(f"x402-eur: {type(exc).__name__}: {_flat(exc)}\n")
+    sys.stderr.write(f"x402-eur: {text}\n")
     if hint is not None:
         what = "money moved" if moved else "money may have moved"
         sys.stderr.write(f"x402-eur: {what}; {hint}\n")
+
+
+def _interrupted(record: Any) -> str | None:
+    """What to do about a payment interrupted (Ctrl-C) once its rail was called: the
+    command that finishes it, or the code that identifies it; None before the rail."""
+    if record is None or not record.rail_called:
+        return None
+    if record.journal_id is not None:
+        hint = f"finish it without paying again: x402-eur resume {record.journal_id}"
+    else:
+        entry = record.entry
+        code = entry.transaction_code or entry.payment_request_code
+        hint = "no state file (--no-state)" + (f": keep {code} to claim it" if code else "")
+    return f"x402-eur: interrupted; money may have moved; {hint}"
 
 
 # --- quotes, payments, recoveries --------------------------------------------------------------
@@ -269,3 +327,26 @@ def _recovery_reason(recovery: Any) -> str:
     if recovery.status == "pending" and "again" not in reason and "-H" not in reason:
         return f"{reason} (try again later)"
     return reason
+
+
+class _ShellWords(logging.Filter):
+    """Drops the library's instructions written for Python callers (`extensions={...}`):
+    the command line says the command to run instead."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "extensions=" not in str(record.msg)
+
+
+@contextlib.contextmanager
+def _shell_logging() -> Iterator[None]:
+    """The library's warnings on stderr, as Python would print them unconfigured, minus
+    what is said for Python callers only."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setLevel(logging.WARNING)
+    handler.addFilter(_ShellWords())
+    ours = logging.getLogger("x402_client")
+    ours.addHandler(handler)
+    try:
+        yield
+    finally:
+        ours.removeHandler(handler)

@@ -1,0 +1,149 @@
+"""The command line speaks to someone at a shell: the command to run, plain words, and
+with --json one JSON object with the same keys whatever happened."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.integration.test_cli import env_of, exports_of, run, running_sandbox
+from x402_client.sandbox import Fault
+
+CLI = [sys.executable, "-m", "x402_client.cli"]
+KEYS = ["url", "method", "status", "output", "receipt", "error"]
+
+
+@pytest.fixture(autouse=True)
+def own_state_file(tmp_path, monkeypatch) -> Path:
+    """Every test gets a state file of its own: never the user's real one."""
+    path = tmp_path / "state" / "state.sqlite3"
+    monkeypatch.setenv("X402_EUR_STATE", str(path))
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    return path
+
+
+def test_a_payment_declined_at_the_prompt_is_said_in_plain_words(sandbox, payer) -> None:
+    url = sandbox.url("/weather")
+    declined = run("fetch", "--confirm", url, env=env_of(sandbox, payer), input="n\n")
+    assert declined.returncode == 3
+    assert declined.stderr == (
+        f"Pay 0.10 EUR (euro) to {sandbox.merchant.code} for {url}? [y/N] "
+        f"x402-eur: declined at the prompt: nothing was paid (0.10 EUR to "
+        f"{sandbox.merchant.code})\n"
+    )
+
+
+def test_a_connection_error_with_json_is_the_json_object_of_a_success(sandbox, payer) -> None:
+    result = run("fetch", "--json", "http://127.0.0.1:9/paid", env=env_of(sandbox, payer))
+    assert result.returncode == 1
+    assert json.loads(result.stderr) == {
+        "url": "http://127.0.0.1:9/paid",
+        "method": "GET",
+        "status": None,
+        "output": None,
+        "receipt": None,
+        "error": {
+            "type": "ConnectError",
+            "message": "cannot connect to http://127.0.0.1:9/paid: All connection attempts failed",
+            "moneyMoved": False,
+        },
+    }
+    assert result.stdout == ""
+
+
+def test_a_missing_configuration_with_json_is_json_too(tmp_path) -> None:
+    env = {k: "" for k in ("X402_EUR_API_KEY", "X402_EUR_ACCOUNT", "X402_EUR_API_URL")}
+    out = tmp_path / "body"
+    result = run("fetch", "--json", "-o", str(out), "-X", "post", "http://127.0.0.1:9/", env=env)
+    assert result.returncode == 1 and result.stderr == ""
+    assert json.loads(result.stdout) == {
+        "url": "http://127.0.0.1:9/",
+        "method": "POST",
+        "status": None,
+        "output": None,
+        "receipt": None,
+        "error": {
+            "type": "ConfigurationError",
+            "message": "no usable payment configuration in the environment: X402_EUR_API_KEY, "
+            "X402_EUR_ACCOUNT, X402_EUR_API_URL are not set (set them for the managed account, "
+            "or X402_EUR_EVM_PRIVATE_KEY for EVM permits)",
+            "moneyMoved": False,
+        },
+    }
+
+
+def test_a_failed_payment_and_a_success_print_the_same_keys(sandbox, payer) -> None:
+    env = env_of(sandbox, payer)
+    paid = run("fetch", "--json", sandbox.url("/weather"), env=env)
+    assert paid.returncode == 0, paid.stderr
+    refused = run("fetch", "--json", "--max-amount", "0.01", sandbox.url("/weather"), env=env)
+    assert refused.returncode == 3, refused.stderr
+    success, failure = json.loads(paid.stderr), json.loads(refused.stderr)
+    assert list(success) == list(failure) == KEYS
+    assert failure["error"]["type"] == "AmountLimitExceeded"
+    assert failure["error"]["moneyMoved"] is False
+
+
+def test_an_unknown_outcome_names_the_command_that_finishes_it(sandbox, payer) -> None:
+    sandbox.faults.arm("resource", Fault("status", "before", status=502, times=3))
+    try:
+        failed = run("fetch", sandbox.url("/weather"), env=env_of(sandbox, payer))
+    finally:
+        sandbox.faults.clear()
+    assert failed.returncode == 3
+    first, second = failed.stderr.splitlines()
+    assert first.startswith("x402-eur: PaymentOutcomeUnknown: ")
+    assert re.fullmatch(
+        r"x402-eur: money may have moved; finish it without paying again: "
+        r"x402-eur resume [0-9a-f]{32}",
+        second,
+    ), second
+
+
+def test_ctrl_c_during_a_bridge_wait_prints_the_command_that_finishes_it(tmp_path) -> None:
+    state = tmp_path / "bridge.sqlite3"
+    with running_sandbox("--chain-a", "--bridge-delay", "60") as (sandbox, out):
+        env = {**exports_of(out), "X402_EUR_STATE": str(state)}
+        url = re.search(r"merchant\s+(http://\S+)", out).group(1) + "/paid/bridge"
+        fetch = subprocess.Popen(
+            [*CLI, "fetch", "--progress", url],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, **env, "COLUMNS": "120"},
+        )
+        try:
+            assert fetch.stderr is not None
+            deadline = time.monotonic() + 60
+            seen = []
+            while time.monotonic() < deadline:
+                line = fetch.stderr.readline()
+                seen.append(line)
+                if "waiting for" in line or not line:
+                    break
+            assert "waiting for" in seen[-1], seen
+            fetch.send_signal(signal.SIGINT)
+            _, rest = fetch.communicate(timeout=60)
+        finally:
+            if fetch.poll() is None:
+                fetch.kill()
+                fetch.wait()
+        assert fetch.returncode == 130, rest
+        unfinished = run("payments", "--unfinished", "--json", env=env)
+        [record] = [json.loads(line) for line in unfinished.stdout.splitlines()]
+        assert rest.splitlines()[-1] == (
+            "x402-eur: interrupted; money may have moved; finish it without paying again: "
+            f"x402-eur resume {record['id']}"
+        )
+        assert "extensions=" not in rest and "resume_transaction_code" not in rest
+        assert "Traceback" not in rest
+        sandbox.send_signal(signal.SIGINT)
+        assert sandbox.wait(timeout=30) == 0
