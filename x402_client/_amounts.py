@@ -156,19 +156,27 @@ def trim_amount(amount: Decimal) -> Decimal:
     return Decimal(format_amount(amount))
 
 
-def format_money(amount: Decimal, currency_or_symbol: str | None = None) -> str:
+def format_money(
+    amount: Decimal, currency_or_symbol: str | None = None, symbol: str | None = None
+) -> str:
     """Money as the library shows it everywhere: trailing zeros trimmed to at least 2
-    decimals, then the currency or the asset's symbol: `0.100000`, `"EUR"` -> `0.10 EUR`."""
+    decimals, then the currency (or the asset's symbol), then the asset's symbol when it
+    names a token of another name.
+
+    `format_money(Decimal("0.300000"), "EUR", "EURQ")` -> `"0.30 EUR (EURQ)"`;
+    `format_money(Decimal("0.1"), "EUR")` -> `"0.10 EUR"`.
+    """
     text = format_amount(amount)
-    return f"{text} {currency_or_symbol}" if currency_or_symbol else text
+    if currency_or_symbol:
+        text += f" {currency_or_symbol}"
+    token = symbol or ""
+    named = token.isalnum() and len(token) <= 12 and not token.isdigit()
+    if named and token != currency_or_symbol and not token.lower().startswith("0x"):
+        text += f" ({token})"
+    return text
 
 
 def money_of(amount: Decimal, currency: str, asset_symbol: str | None = None) -> str:
     """A payment's money: in its currency, with the asset's symbol when it names a token
     of another name (`0.10 EUR (EURQ)`); an address or a number is no symbol."""
-    text = format_money(amount, currency)
-    symbol = asset_symbol or ""
-    named = symbol.isalnum() and len(symbol) <= 12 and not symbol.isdigit()
-    if named and symbol != currency and not symbol.lower().startswith("0x"):
-        return f"{text} ({symbol})"
-    return text
+    return format_money(amount, currency, asset_symbol)

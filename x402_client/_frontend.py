@@ -46,13 +46,18 @@ __all__ = [
     "check_budget",
     "check_origin",
     "check_url",
+    "configured_in_env",
     "destination_guard",
     "environment_help",
     "note_payment_id",
     "one_line",
     "open_state",
+    "paid_symbol",
     "parse_budget_texts",
     "payment_options",
+    "payment_record",
+    "quote_json",
+    "state_file_message",
     "state_path",
     "token_problem",
 ]
@@ -263,11 +268,32 @@ def payment_record(request: httpx.Request) -> Any:
     return getattr(request.extensions.get(GUARD), "record", None)
 
 
+def paid_symbol(response: httpx.Response) -> str | None:
+    """The symbol of the asset `response` was paid in (its receipt names the asset by
+    address or id), when its payment is known."""
+    record = payment_record(response.request)
+    symbol = None if record is None else record.entry.intent.asset_symbol
+    return symbol if isinstance(symbol, str) else None
+
+
 def note_payment_id(exc: X402Error, request: httpx.Request) -> None:
     """Give `exc` the journal id of the payment `request` made, when it has none."""
     record = payment_record(request)
     if exc.payment_id is None and record is not None:
         exc.payment_id = record.journal_id
+
+
+def quote_json(quote: Any) -> dict[str, Any]:
+    """A quote as JSON, each entry's amount written as everywhere (`format_amount`)."""
+    from decimal import Decimal
+
+    from ._amounts import format_amount
+
+    data: dict[str, Any] = quote.to_json()
+    for entry in data["entries"]:
+        if entry["amount"] is not None:  # written the same way on every rail
+            entry["amount"] = format_amount(Decimal(entry["amount"]))
+    return data
 
 
 def configured_in_env() -> bool:

@@ -8,7 +8,6 @@ import asyncio
 import sys
 from contextlib import AbstractContextManager
 from datetime import datetime, timezone
-from decimal import Decimal
 from typing import IO, TYPE_CHECKING, Any
 
 from .. import _frontend
@@ -187,7 +186,8 @@ def _report_response(
     lead = "\n" if output.to_stdout and not output.ends_with_newline else ""
     sys.stderr.write(f"{lead}HTTP {response.status_code}\n")
     if receipt is not None:
-        for key, value in _receipt_rows(receipt):
+        symbol = _frontend.paid_symbol(response)
+        for key, value in _receipt_rows(receipt, symbol):
             sys.stderr.write(f"  {key}: {value}\n")
 
 
@@ -213,7 +213,7 @@ async def _quote(args: argparse.Namespace) -> int:
     finally:
         _close_state(options)
     if args.json:
-        _json_line(_quote_json(quote), sys.stdout)
+        _json_line(_frontend.quote_json(quote), sys.stdout)
     else:
         if not configured:
             sys.stderr.write(
@@ -224,16 +224,6 @@ async def _quote(args: argparse.Namespace) -> int:
     if quote.error is not None:
         return 1
     return 0 if quote.status_code < 400 or quote.status_code == 402 else 22
-
-
-def _quote_json(quote: Any) -> dict[str, Any]:
-    from .._amounts import format_amount
-
-    data: dict[str, Any] = quote.to_json()
-    for entry in data["entries"]:
-        if entry["amount"] is not None:  # written the same way on every rail
-            entry["amount"] = format_amount(Decimal(entry["amount"]))
-    return data
 
 
 # --- payments and resume -------------------------------------------------------------------

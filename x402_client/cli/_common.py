@@ -78,10 +78,10 @@ def _open_store(args: argparse.Namespace, path: Path) -> SqliteStore:
 
 
 def _confirm(intent: Any) -> bool:
-    from .._amounts import format_amount
+    from .._amounts import format_money
 
     sys.stderr.write(
-        f"Pay {format_amount(intent.amount)} {intent.currency} ({intent.rail}) to "
+        f"Pay {format_money(intent.amount, intent.currency)} ({intent.rail}) to "
         f"{intent.pay_to} for {safe_url(intent.resource)}? [y/N] "
     )
     sys.stderr.flush()

@@ -73,27 +73,31 @@ def _grid(headers: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence
     return "\n".join([line(headers), *(line(row) for row in rows)])
 
 
-def _money(amount: Decimal | None, currency: str | None) -> str:
-    from .._amounts import format_amount
+def _money(amount: Decimal | None, currency: str | None, symbol: str | None = None) -> str:
+    from .._amounts import format_money
 
     if amount is None:
         return "?"
-    return f"{format_amount(amount)} {currency or ''}".rstrip()
+    return format_money(amount, currency, symbol)
 
 
-def _receipt_rows(receipt: Any) -> list[tuple[str, str]]:
+def _receipt_rows(receipt: Any, symbol: str | None = None) -> list[tuple[str, str]]:
+    """A receipt's lines; `symbol` is the paid asset's, when known (the receipt names the
+    asset by its address or id)."""
     rows = [
         ("rail", receipt.rail),
         ("scheme / network", f"{receipt.scheme} / {receipt.network}"),
-        ("amount", _money(receipt.amount, receipt.currency)),
+        ("amount", _money(receipt.amount, receipt.currency, symbol)),
         ("asset", receipt.asset),
         ("paid to", receipt.pay_to),
     ]
+    # on the bridge the chain transaction id is also the tx hash: shown once
+    tx_hash = None if receipt.tx_hash == receipt.blockchain_tx_id else receipt.tx_hash
     for label, value in (
         ("payment request", receipt.payment_request_code),
         ("transaction code", receipt.transaction_code),
         ("chain tx id", receipt.blockchain_tx_id),
-        ("tx hash", receipt.tx_hash),
+        ("tx hash", tx_hash),
         ("payer", receipt.payer),
     ):
         if value:
@@ -225,7 +229,7 @@ def _quote_row(entry: Any) -> list[str]:
         _money(entry.amount, entry.currency) if entry.intent else _raw_price(entry.accept),
         str(data["rail"] or data["scheme"] or "?"),
         str(data["network"] or "?"),
-        str(data["asset"] or "?"),
+        str((entry.intent.asset_symbol if entry.intent else None) or data["asset"] or "?"),
         verdict,
     ]
 

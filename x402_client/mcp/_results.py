@@ -10,6 +10,8 @@ from collections.abc import Sequence
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
+from .._amounts import format_amount
+
 if TYPE_CHECKING:
     from .._budget import BudgetReport
     from .._exceptions import RecoveryAdvice, X402Error
@@ -84,7 +86,6 @@ def _body_json(
 
 
 def _budget_json(report: BudgetReport, options: PaymentOptions) -> dict[str, Any]:
-    from .._amounts import format_amount
     from .._budget_spec import window_text
 
     budgets = [
@@ -202,7 +203,7 @@ def _x402_error_json(exc: X402Error) -> dict[str, Any]:
     intent = exc.intent
     if intent is not None:
         body["intent"] = {
-            "amount": str(intent.amount),
+            "amount": format_amount(intent.amount),
             "currency": intent.currency,
             "rail": intent.rail,
             "network": intent.network,
@@ -274,7 +275,7 @@ def _add_payments_made(error: dict[str, Any], made: Sequence[LedgerEntry]) -> No
             "id": e.id,
             "outcome": e.outcome,
             "delivered": e.delivered,
-            "amount": str(e.intent.amount),
+            "amount": format_amount(e.intent.amount),
             "currency": e.intent.currency,
             "rail": e.intent.rail,
             "paymentRequestCode": e.payment_request_code,

@@ -30,12 +30,11 @@ logger = logging.getLogger("x402_client.mcp")
 
 
 def _instructions(options: PaymentOptions) -> str:
-    from .._amounts import format_amount
+    from .._amounts import format_money
 
     limits = [budget.name + ("" if budget.window else " in total") for budget in options.budgets]
     caps = ", ".join(
-        f"{format_amount(cap)} {currency}"
-        for currency, cap in options.max_amount_per_payment.items()
+        format_money(cap, currency) for currency, cap in options.max_amount_per_payment.items()
     )
     refused = _uncovered(options)
     return (

@@ -215,15 +215,17 @@ class PaymentTools:
             _log_failure("quote", where, exc)
             raise
         logger.info("quote %s -> %d, %d payable", where, quote.status_code, len(quote.payable))
-        return quote.to_json()
+        return _frontend.quote_json(quote)
 
     async def payments(self, limit: int = 20) -> dict[str, Any]:
+        from .._amounts import format_amount
         from .._transport import payment_ledger
 
         entries = payment_ledger(self.options).entries()
         listed = []
         for entry in reversed(entries[-limit:]):
             item = entry.to_json()
+            item["amount"] = format_amount(entry.intent.amount)
             item.pop("steps", None)
             item["proof"] = _useful_proof(entry)
             listed.append(item)
