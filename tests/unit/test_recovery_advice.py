@@ -165,3 +165,21 @@ def test_the_command_line_gives_the_advice_as_the_command_to_run() -> None:
         "finish it without paying again: x402-eur resume 3f9c2a77"
     )
     assert _next_step(BudgetExceeded("over"), journaled=True) is None
+
+
+def test_the_command_line_leaves_out_the_python_instruction_of_a_message() -> None:
+    from argparse import Namespace
+
+    from x402_client.cli._render import _failure_text
+
+    error = PaymentOutcomeUnknown(
+        "bridge transaction T42: the wait timed out; the EURO payment was made. Resume "
+        "with extensions={'x402': {'resume_transaction_code': 'T42'}} (or "
+        "`resume_bridge_payment`); do not pay again",
+        transaction_code="T42",
+    )
+    assert _failure_text(Namespace(), error) == (
+        "PaymentOutcomeUnknown: bridge transaction T42: the wait timed out; the EURO payment "
+        "was made"
+    )
+    assert "extensions={'x402'" in str(error)  # Python callers keep their hint

@@ -147,7 +147,14 @@ def _failure_text(args: Any, exc: X402Error) -> str:
             else f" ({_money(intent.amount, intent.currency)} to {intent.pay_to})"
         )
         return f"declined at the prompt: nothing was paid{what}"
-    return f"{type(exc).__name__}: {_flat(exc)}"
+    return f"{type(exc).__name__}: {_without_python(_flat(exc))}"
+
+
+def _without_python(text: str) -> str:
+    """`text` without its sentences written for Python callers (`extensions={...}`): the
+    command line says the command to run instead."""
+    kept = [part for part in text.split(". ") if "extensions=" not in part]
+    return ". ".join(kept) if kept else text
 
 
 def _fetch_json(
