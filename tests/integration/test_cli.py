@@ -2,17 +2,9 @@
 
 import json
 import os
-import pty
 import re
-import select
-import signal
-import socket
-import stat
 import subprocess
 import sys
-import threading
-import time
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -58,8 +50,21 @@ def env_of(sandbox, payer) -> dict[str, str]:
 def test_help_lists_the_commands() -> None:
     result = run("--help")
     assert result.returncode == 0
-    for command in ("fetch", "quote", "payments", "resume", "demo", "sandbox", "mcp"):
+    for command in ("fetch", "quote", "payments", "resume", "mcp"):
         assert command in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "moved"),
+    [
+        (("demo",), "x402-eur-sandbox demo"),
+        (("--debug", "sandbox", "--evm"), "x402-eur-sandbox serve"),
+    ],
+)
+def test_the_sandbox_commands_point_to_their_own_distribution(args, moved) -> None:
+    result = run(*args)
+    assert result.returncode == 2
+    assert f"run `{moved}`" in result.stderr and "Traceback" not in result.stderr
 
 
 def test_version() -> None:
@@ -75,19 +80,6 @@ def test_fetch_help_lists_the_environment_it_reads() -> None:
             assert variable in result.stdout
     assert "X402_EUR_STATE" in result.stdout
     assert "on stdout with -o FILE, else on stderr" in " ".join(result.stdout.split())
-
-
-@pytest.mark.slow
-def test_demo_pays_on_every_rail_and_prints_the_resources() -> None:
-    result = run("demo")
-    assert result.returncode == 0, result.stdout + result.stderr
-    out = result.stdout
-    assert "Amsterdam" in out  # the euro-paid resource
-    assert "provider:mainnet" in out and "eip155:137" in out and "eip155:1" in out
-    assert "eip3009" in out  # the standard x402 merchant, paid with EIP-3009
-    assert "ledgera:mainnet" in out
-    assert "payment failed" not in out
-    assert "sk_sandbox_" not in out + result.stderr
 
 
 def test_fetch_pays_from_the_environment(sandbox, payer) -> None:
@@ -248,188 +240,6 @@ def test_an_unfinished_payment_is_resumed_without_paying_again(sandbox, payer) -
 # --- the sandbox command ---------------------------------------------------------------------
 
 
-def free_base_port(count: int = 3) -> int:
-    """A port N such that N .. N+count-1 are free right now."""
-    for _ in range(200):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            base = probe.getsockname()[1]
-        if base + count > 65535:
-            continue
-        try:
-            for port in range(base, base + count):
-                with socket.socket() as sock:
-                    sock.bind(("127.0.0.1", port))
-        except OSError:
-            continue
-        return base
-    raise RuntimeError("no free port range")
-
-
-@contextmanager
-def running_sandbox(*args: str, timeout: float = 120):
-    """`x402-eur sandbox ARGS` in the background: yields (process, stdout so far) once ready."""
-    process = subprocess.Popen(
-        [*CLI, "sandbox", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, "COLUMNS": "120"},
-    )
-    lines: list[str] = []
-    try:
-        deadline = time.monotonic() + timeout
-        assert process.stdout is not None
-        while time.monotonic() < deadline:
-            line = process.stdout.readline()
-            if not line:
-                raise AssertionError(f"the sandbox ended: {process.wait()} {process.stderr.read()}")
-            lines.append(line)
-            if line.startswith("export X402_EUR_STATE="):
-                break
-        else:
-            raise AssertionError("the sandbox did not start in time")
-        yield process, "".join(lines)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-        for stream in (process.stdout, process.stderr):
-            if stream is not None:
-                stream.close()
-
-
-def children(pid: int) -> set[int]:
-    found: set[int] = set()
-    for task in Path(f"/proc/{pid}/task").iterdir():
-        text = (task / "children").read_text().split()
-        found |= {int(child) for child in text}
-    return found
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return state != "Z"
-
-
-def exports_of(text: str) -> dict[str, str]:
-    found = dict(re.findall(r"^export (X402_EUR_[A-Z0-9_]+)=(.*)$", text, re.MULTILINE))
-    return {key: value.strip("'") for key, value in found.items()}
-
-
-@pytest.mark.slow
-@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs /proc")
-def test_sigterm_stops_the_sandbox_and_its_anvil_nodes(tmp_path) -> None:
-    port = free_base_port()
-    env_file = tmp_path / "sandbox.env"
-    with running_sandbox("--evm", "--port", str(port), "--env-file", str(env_file)) as (
-        process,
-        out,
-    ):
-        assert f"http://127.0.0.1:{port + 2}" in out  # the merchant, at N+2
-        resources = re.search(r"paid resources\s+(.*)", out).group(1)
-        assert "/paid/evm-polygon" in resources and "/paid/bridge" not in resources
-        assert stat.S_IMODE(env_file.stat().st_mode) == 0o600
-        exported = exports_of(env_file.read_text())
-        assert exported["X402_EUR_API_URL"] == f"http://127.0.0.1:{port}"
-        assert {"X402_EUR_EVM_PRIVATE_KEY", "X402_EUR_RPC_URL_137", "X402_EUR_STATE"} <= set(
-            exported
-        )
-        quoted = run("quote", f"http://127.0.0.1:{port + 2}/paid/evm-polygon", env=exported)
-        assert quoted.returncode == 0 and "eip155:137" in quoted.stdout and "yes" in quoted.stdout
-        anvils = {
-            pid
-            for pid in children(process.pid)
-            if "anvil" in Path(f"/proc/{pid}/cmdline").read_text()
-        }
-        assert len(anvils) == 2
-        started = time.monotonic()
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=30) == 0, process.stderr.read()
-        assert time.monotonic() - started < 15
-        assert not any(alive(pid) for pid in anvils)
-        assert process.stderr.read() == ""
-        assert not Path(exported["X402_EUR_STATE"]).parent.exists()  # its own state, removed
-
-
-@pytest.mark.slow
-def test_a_bridge_wait_shows_progress_on_a_terminal_and_when_asked(tmp_path) -> None:
-    with running_sandbox("--chain-a", "--bridge-delay", "1.5") as (process, out):
-        resources = re.search(r"paid resources\s+(.*)", out).group(1)
-        assert "/paid/bridge" in resources and "/paid/evm" not in resources
-        env = exports_of(out)
-        url = re.search(r"merchant\s+(http://\S+)", out).group(1) + "/paid/bridge"
-
-        asked = run("fetch", "--progress", url, env=env)
-        assert asked.returncode == 0, asked.stderr
-        assert "x402 bridge: waiting for" in asked.stderr and "ledgera:mainnet" in asked.stderr
-        quiet = run("fetch", "--json", url, env=env)  # stderr is a pipe: no progress by default
-        assert quiet.returncode == 0 and "x402 bridge" not in quiet.stderr
-        receipt = json.loads(quiet.stderr)["receipt"]
-        assert (receipt["rail"], receipt["amount"], receipt["currency"]) == (
-            "bridge",
-            "0.30",
-            "EUR",
-        )
-        journaled = [
-            json.loads(line) for line in run("payments", "--json", env=env).stdout.splitlines()
-        ]
-        assert [(r["rail"], r["amount"]) for r in journaled] == [("bridge", "0.30")] * 2
-        assert " 0.30 EUR  bridge " in run("payments", env=env).stdout
-
-        # On a terminal, the live display is on by default (rich draws it).
-        controller, terminal = pty.openpty()
-        drawn: list[bytes] = []
-
-        def drain() -> None:
-            while True:
-                ready, _, _ = select.select([controller], [], [], 30)
-                if not ready:
-                    return
-                try:
-                    chunk = os.read(controller, 4096)
-                except OSError:
-                    return
-                if not chunk:
-                    return
-                drawn.append(chunk)
-
-        reader = threading.Thread(target=drain, daemon=True)
-        reader.start()
-        try:
-            live = subprocess.run(
-                [*CLI, "fetch", url], stdout=subprocess.PIPE, stderr=terminal,
-                env={**os.environ, **env, "COLUMNS": "120", "TERM": "xterm"}, timeout=120,
-            )  # fmt: skip
-        finally:
-            os.close(terminal)
-            reader.join(10)
-            os.close(controller)
-        screen = b"".join(drawn).decode(errors="replace")
-        assert live.returncode == 0, screen
-        assert "on chain" in screen or "waiting for" in screen, screen
-        assert "x402 bridge:" not in screen  # the live display, not the plain lines
-        process.send_signal(signal.SIGINT)
-        assert process.wait(timeout=30) == 0
-
-
-def test_a_port_in_use_is_one_line_and_a_plain_sandbox_lists_only_its_euro_resources() -> None:
-    port = free_base_port()
-    with running_sandbox("--port", str(port)) as (process, out):
-        resources = re.search(r"paid resources\s+(.*)", out).group(1)
-        assert "/weather" in resources and "/paid/" not in resources
-        second = run("sandbox", "--port", str(port), timeout=60)
-        assert second.returncode == 1
-        assert second.stderr.strip() == (
-            f"x402-eur: 127.0.0.1:{port} (payment-api) is in use: choose another --port"
-        )
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=30) == 0
-
-
 # --- mistakes ----------------------------------------------------------------------------------
 
 MISTAKES = [
@@ -468,9 +278,6 @@ MISTAKES = [
     (("payments", "--state", "{garbage}"), 2, "not a database"),
     (("resume",), 2, "required"),
     (("resume", "0123456789abcdef"), 2, "no payment '0123456789abcdef'"),
-    (("sandbox", "--port", "70000"), 2, "not a port"),
-    (("sandbox", "--bridge-delay", "-1"), 2, "seconds"),
-    (("sandbox", "--env-file", "{file}/env.sh"), 2, "cannot write the env file"),
 ]
 
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.integration.test_cli import env_of, exports_of, run, running_sandbox
-from x402_client.sandbox import Fault
+from tests.integration.test_cli import env_of, run
+from x402_eur_sandbox import Fault, Sandbox
 
 CLI = [sys.executable, "-m", "x402_client.cli"]
 KEYS = ["url", "method", "status", "output", "receipt", "error"]
@@ -110,9 +110,9 @@ def test_an_unknown_outcome_names_the_command_that_finishes_it(sandbox, payer) -
 
 def test_ctrl_c_during_a_bridge_wait_prints_the_command_that_finishes_it(tmp_path) -> None:
     state = tmp_path / "bridge.sqlite3"
-    with running_sandbox("--chain-a", "--bridge-delay", "60") as (sandbox, out):
-        env = {**exports_of(out), "X402_EUR_STATE": str(state)}
-        url = re.search(r"merchant\s+(http://\S+)", out).group(1) + "/paid/bridge"
+    with Sandbox.run_in_thread(chain_a=True, bridge_delay=60) as sandbox:
+        env = {**sandbox.env(), "X402_EUR_STATE": str(state)}
+        url = sandbox.url("/paid/bridge")
         fetch = subprocess.Popen(
             [*CLI, "fetch", "--progress", url],
             stdout=subprocess.PIPE,
@@ -145,5 +145,3 @@ def test_ctrl_c_during_a_bridge_wait_prints_the_command_that_finishes_it(tmp_pat
         )
         assert "extensions=" not in rest and "resume_transaction_code" not in rest
         assert "Traceback" not in rest
-        sandbox.send_signal(signal.SIGINT)
-        assert sandbox.wait(timeout=30) == 0

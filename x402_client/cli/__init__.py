@@ -7,10 +7,6 @@
   nothing is paid.
 - `x402-eur payments`: the payments journaled in the state file; `x402-eur resume ID`
   finishes one that a failure left unfinished, never paying again.
-- `x402-eur demo`: starts the sandbox and pays for resources on every rail it can run
-  (euro; EVM permit when anvil is installed; the bridge with a live progress display).
-- `x402-eur sandbox`: runs the sandbox until Ctrl-C or SIGTERM and prints its URLs,
-  credentials and the `export` lines that make `fetch` pay from the sandbox payer.
 - `x402-eur mcp`: an MCP server whose tools pay for HTTP within a budget (`x402_client.mcp`).
 
 State: `fetch`, `quote`, `payments` and `resume` keep the payment journal and the budgets
@@ -23,8 +19,8 @@ Heavy imports happen inside the commands, so `x402-eur --help` stays fast.
 
 Layout: `_arguments` (the parser), `_commands` (the paying commands), `_render` (what they
 print), `_common` (state file, options, bodies); the budget grammar, amounts, state path
-and environment are `x402_client._frontend`'s, shared with the MCP server. The `demo` and
-`sandbox` commands are `_sandbox_commands`.
+and environment are `x402_client._frontend`'s, shared with the MCP server. The sandbox and its
+demo are a distribution of their own (`x402-eur-sandbox serve|demo`).
 
 Exit codes: 0 success; 1 an error (network, configuration, a port in use, a payment that
 could not be finished); 2 a usage mistake (a bad option, a file named on the command line
@@ -54,8 +50,21 @@ from ._render import _shell_logging
 __all__ = ["main"]
 
 
+#: Commands that moved to the sandbox's own distribution, and where they went.
+MOVED = {"demo": "x402-eur-sandbox demo", "sandbox": "x402-eur-sandbox serve"}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    debug = "--debug" in (sys.argv[1:] if argv is None else argv)
+    given = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in given
+    command = next((word for word in given if not word.startswith("-")), None)
+    moved = MOVED.get(command or "")
+    if moved is not None:
+        sys.stderr.write(
+            f"x402-eur: the sandbox is its own distribution now: run `{moved}` "
+            "(pip install ./sandbox from the x402-eur repository)\n"
+        )
+        return 2
     try:
         args = _parser().parse_args(argv)
         debug = args.debug

@@ -9,7 +9,7 @@ from typing import Any
 
 from .. import _frontend
 from ..__version__ import __version__
-from . import _commands, _sandbox_commands
+from . import _commands
 from ._common import _UsageError
 
 
@@ -244,7 +244,6 @@ def _parser() -> argparse.ArgumentParser:
     _add_quote(commands, groups)
     _add_payments(commands, groups)
     _add_resume(commands, groups)
-    _sandbox_commands.add_commands(commands)
     _add_mcp(commands)
     for command in commands.choices.values():
         _global_options(command, top=False)
