@@ -4,15 +4,28 @@ accounts per test, and small scripted servers on 127.0.0.1 for hostile merchants
 from __future__ import annotations
 
 import logging
+import os
 import re
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 from tests.sandboxes import payment_options
 from x402_client import PaymentOptions
 from x402_eur_sandbox import Account, Sandbox, ServedApp
+
+# Property tests check behaviour, not speed: on a loaded machine a case may take longer
+# than hypothesis' default 200 ms deadline without anything being wrong.
+settings.register_profile("x402", deadline=None)
+settings.load_profile("x402")
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """`-n auto`: two workers per core. The integration lane spends about half its time
+    waiting on its servers (anvil, uvicorn, subprocesses), so a core can serve two."""
+    return 2 * (os.cpu_count() or 1)
 
 
 @pytest.fixture(scope="session")

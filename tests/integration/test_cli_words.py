@@ -10,12 +10,13 @@ import signal
 import subprocess
 import sys
 import time
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
 
 from tests.integration.test_cli import env_of, run
-from x402_eur_sandbox import Fault, Sandbox
+from x402_eur_sandbox import Fault, Price, Sandbox
 
 CLI = [sys.executable, "-m", "x402_client.cli"]
 KEYS = ["url", "method", "status", "output", "receipt", "error"]
@@ -110,7 +111,8 @@ def test_an_unknown_outcome_names_the_command_that_finishes_it(sandbox, payer) -
 
 def test_ctrl_c_during_a_bridge_wait_prints_the_command_that_finishes_it(tmp_path) -> None:
     state = tmp_path / "bridge.sqlite3"
-    with Sandbox.run_in_thread(chain_a=True, bridge_delay=60) as sandbox:
+    bridged = {"/paid/bridge": Price(Decimal("0.30"), "Bridged to chain A", rails=("ledgera",))}
+    with Sandbox.run_in_thread(chain_a=True, bridge_delay=60, prices=bridged) as sandbox:
         env = {**sandbox.env(), "X402_EUR_STATE": str(state)}
         url = sandbox.url("/paid/bridge")
         fetch = subprocess.Popen(
