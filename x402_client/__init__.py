@@ -63,6 +63,7 @@ if TYPE_CHECKING:
     from ._progress import PaymentProgress
     from ._proof import decode_proof, encode_proof
     from ._quote import Quote, QuoteEntry, budget_status, quote_payment, quote_response
+    from ._rails.permit2 import Permit2Approval, approve_permit2, approve_permit2_sync
     from ._recovery import Recovery, recover_payment, recover_payments, unfinished_payments
     from ._request import EXTENSION, RECEIPT_EXTENSION
     from ._requests import PaymentAdapter, payment_settings
@@ -86,6 +87,8 @@ if TYPE_CHECKING:
 
 _EXPORTS = {
     "AmountLimitExceeded": "._exceptions",
+    "approve_permit2": "._rails.permit2",
+    "approve_permit2_sync": "._rails.permit2",
     "Asset": "._assets",
     "BridgeResumeRefused": "._exceptions",
     "BridgeTransferFailed": "._exceptions",
@@ -131,6 +134,7 @@ _EXPORTS = {
     "PaymentRejectedByHook": "._exceptions",
     "PaymentTransport": "._transport",
     "PaymentVerificationFailed": "._exceptions",
+    "Permit2Approval": "._rails.permit2",
     "Quote": "._quote",
     "quote_payment": "._quote",
     "quote_payment_sync": "._sync",
@@ -213,6 +217,7 @@ __all__ = [
     "PaymentRejectedByHook",
     "PaymentTransport",
     "PaymentVerificationFailed",
+    "Permit2Approval",
     "Quote",
     "QuoteEntry",
     "Recovery",
@@ -226,6 +231,8 @@ __all__ = [
     "UnreplayableRequest",
     "X402Error",
     "__version__",
+    "approve_permit2",
+    "approve_permit2_sync",
     "budget_status",
     "budget_status_sync",
     "decode_proof",

@@ -191,7 +191,7 @@ def test_describe_matches_the_asset_address_case_insensitively() -> None:
         ),
         (
             {"extra": {"name": "EURC", "version": "2", "assetTransferMethod": "permit2"}},
-            "Permit2 entries are not supported yet",
+            "not an EIP-3009 entry (a Permit2 one)",
         ),
         (
             {"extra": {"name": "EURC", "version": "2", "assetTransferMethod": "erc7710"}},

@@ -68,7 +68,7 @@ EIP712_DOMAIN: list[dict[str, str]] = [
 
 #: The rail modules, in the order the payer tries their rails on an entry (the first that
 #: can describe it pays it). Each has `build(context) -> Rail | None`.
-RAILS = ("euro", "evm", "eip3009", "bridge")
+RAILS = ("euro", "evm", "eip3009", "permit2", "bridge")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -33,13 +33,11 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import importlib
-import importlib.util
 import logging
 import os
 import re
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from types import MappingProxyType
 from typing import Any
@@ -47,7 +45,6 @@ from typing import Any
 from .._assets import Asset, find_asset
 from .._challenge import AcceptEntry
 from .._models import ExactAcceptEntry
-from .._secret import SecretStr
 from .._types import PaymentIntent
 from . import (
     EIP712_DOMAIN,
@@ -60,6 +57,12 @@ from . import (
     setting,
     unpayable,
 )
+from ._evm_signing import ADDRESS_RE as _ADDRESS_RE
+from ._evm_signing import UINT256_LIMIT as _UINT256_LIMIT
+from ._evm_signing import DigestSigner, SignerCache, keccak256, recover_signer
+from ._evm_signing import address_word as _address_word
+from ._evm_signing import evm_extra_installed as _evm_extra_installed
+from ._evm_signing import uint_word as _uint_word
 
 __all__ = [
     "EIP712_DOMAIN_TYPE",
@@ -125,10 +128,8 @@ V1_VALID_AFTER_SKEW = 600
 
 # CAIP-2 for EVM: a decimal chain id without leading zeros (a uint64 in practice).
 _CAIP2_RE = re.compile(r"\Aeip155:([1-9][0-9]{0,19})\Z")
-_ADDRESS_RE = re.compile(r"\A0x[0-9a-fA-F]{40}\Z")
 _UINT_RE = re.compile(r"\A(?:0|[1-9][0-9]{0,77})\Z")
 _NONCE_RE = re.compile(r"\A0x[0-9a-fA-F]{64}\Z")
-_UINT256_LIMIT = 1 << 256
 
 
 def chain_id_of(network: str) -> int | None:
@@ -147,43 +148,11 @@ def _is_v1_network(network: str) -> bool:
 
 
 @functools.cache
-def _keccak() -> Callable[[bytes], bytes]:
-    try:
-        # pycryptodome directly: a third faster than eth-hash's checking wrapper.
-        keccak_module: Any = importlib.import_module("Crypto.Hash.keccak")
-    except ImportError:
-        from eth_hash.auto import keccak as eth_keccak
-
-        return eth_keccak
-
-    def pycryptodome_keccak(data: bytes) -> bytes:
-        digest: bytes = keccak_module.new(digest_bits=256, data=data).digest()
-        return digest
-
-    return pycryptodome_keccak
-
-
-def keccak256(data: bytes) -> bytes:
-    """Keccak-256 (Ethereum's, not SHA3-256)."""
-    return _keccak()(data)
-
-
-@functools.cache
 def _type_hashes() -> tuple[bytes, bytes]:
     return (
         keccak256(EIP712_DOMAIN_TYPE.encode()),
         keccak256(TRANSFER_WITH_AUTHORIZATION_TYPE.encode()),
     )
-
-
-def _address_word(address: str) -> bytes:
-    if not _ADDRESS_RE.match(address):
-        raise ValueError(f"{address[:50]!r} is not a 0x address")
-    return bytes(12) + bytes.fromhex(address[2:])
-
-
-def _uint_word(value: int) -> bytes:
-    return value.to_bytes(32, "big")
 
 
 @functools.lru_cache(maxsize=256)
@@ -366,83 +335,14 @@ def authorization_payload(authorization: TransferAuthorization, signature: bytes
     return {"authorization": authorization.to_wire(), "signature": "0x" + signature.hex()}
 
 
-# --- signing -----------------------------------------------------------------------------
-
-
-def _coincurve() -> Any:
-    """libsecp256k1's Python binding when installed (optional: eth-keys' backend otherwise)."""
-    if importlib.util.find_spec("coincurve") is None:
-        return None
-    return importlib.import_module("coincurve")
-
-
-class DigestSigner:
-    """A private key ready to sign 32-byte digests; made once, used for every payment.
-
-    `sign(digest)` returns 65 bytes `r ‖ s ‖ v` with `v` 27 or 28, as eth-account does.
-    The key object is built once (deriving the address costs as much as a signature).
-    """
-
-    def __init__(self, private_key: bytes) -> None:
-        from eth_keys.datatypes import PrivateKey
-
-        self._key = PrivateKey(private_key)
-        self.address: str = str(self._key.public_key.to_checksum_address())
-        coincurve = _coincurve()
-        self._fast: Any = None if coincurve is None else coincurve.PrivateKey(private_key)
-
-    def __repr__(self) -> str:
-        return f"DigestSigner(address={self.address!r})"
-
-    @property
-    def backend(self) -> str:
-        return "coincurve" if self._fast is not None else type(self._key.backend).__name__
-
-    def sign(self, digest: bytes) -> bytes:
-        if len(digest) != 32:
-            raise ValueError("a digest is 32 bytes")
-        if self._fast is not None:
-            raw: bytes = self._fast.sign_recoverable(digest, hasher=None)
-        else:
-            raw = self._key.sign_msg_hash(digest).to_bytes()
-        return raw[:64] + bytes((raw[64] + 27,))
-
-
-def recover_signer(digest: bytes, signature: bytes) -> str:
-    """The checksummed address whose key made `signature` (65 bytes, v 27/28 or 0/1) over
-    `digest`; `ValueError` when it is not a valid ECDSA signature."""
-    from eth_keys.datatypes import Signature
-    from eth_keys.exceptions import BadSignature
-    from eth_utils.exceptions import ValidationError
-
-    if len(signature) != 65:
-        raise ValueError("not a 65-byte signature")
-    v = signature[64]
-    if v >= 27:
-        v -= 27
-    if v not in (0, 1):
-        raise ValueError("signature v must be 27/28 or 0/1")
-    try:
-        sig = Signature(signature[:64] + bytes((v,)))
-        return str(sig.recover_public_key_from_msg_hash(digest).to_checksum_address())
-    except (BadSignature, ValidationError) as exc:
-        raise ValueError(f"invalid signature: {exc}") from None
-
-
 # --- the rail ----------------------------------------------------------------------------
-
-
-def _evm_extra_installed() -> bool:
-    return importlib.util.find_spec("eth_keys") is not None
 
 
 def _blockers(entry: ExactAcceptEntry, extra: Mapping[str, Any]) -> list[str]:
     """What in an EIP-3009 entry itself keeps it from being paid (not the options)."""
     blockers = []
     method = extra.get("assetTransferMethod", "eip3009")
-    if method == "permit2":
-        blockers.append("Permit2 entries are not supported yet")
-    elif method != "eip3009":
+    if method != "eip3009":
         blockers.append(f"asset transfer method {str(method)[:40]!r} is not supported")
     name, version = extra.get("name"), extra.get("version")
     if not isinstance(name, str) or not name or not isinstance(version, str) or not version:
@@ -470,7 +370,7 @@ class Eip3009Rail:
 
     def __init__(self, context: RailContext) -> None:
         self._context = context
-        self._signer: tuple[SecretStr, DigestSigner] | None = None
+        self._signers = SignerCache()
 
     def __repr__(self) -> str:
         return "Eip3009Rail()"
@@ -486,6 +386,8 @@ class Eip3009Rail:
         extra = entry.extra or {}
         if "spender" in extra:
             return NotForThisRail("not an EIP-3009 entry")
+        if extra.get("assetTransferMethod") == "permit2":
+            return NotForThisRail("not an EIP-3009 entry (a Permit2 one)")
         options = self._context.options
         asset = find_asset(chain_id, entry.asset, options.assets)
         blockers = _blockers(entry, extra)
@@ -550,14 +452,7 @@ class Eip3009Rail:
     @property
     def signer(self) -> DigestSigner:
         """The payer's signer, made once per key (deriving the address is not free)."""
-        evm = self._context.options.evm
-        if evm is None:
-            raise RuntimeError("no EVM key configured (PaymentOptions.evm)")
-        cached = self._signer
-        if cached is None or cached[0] is not evm.private_key:
-            secret = evm.private_key.get_secret_value().removeprefix("0x")
-            cached = self._signer = (evm.private_key, DigestSigner(bytes.fromhex(secret)))
-        return cached[1]
+        return self._signers.signer(self._context.options)
 
 
 def _intent(entry: ExactAcceptEntry, asset: Asset, resource: str) -> PaymentIntent:

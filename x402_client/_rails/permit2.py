@@ -1,0 +1,678 @@
+"""The `permit2` rail: pay the standard x402 `exact` scheme on EVM chains through Uniswap's
+Permit2 contract (`extra.assetTransferMethod: "permit2"`), for any ERC-20 the asset table
+knows or the user declared, on any `eip155` chain.
+
+The payer signs a Permit2 `PermitWitnessTransferFrom` whose spender is the x402 foundation's
+exact Permit2 proxy and whose witness binds the recipient: the merchant's facilitator calls
+the proxy's `settle`, which has Permit2 move exactly the signed amount to `payTo`, and pays
+the gas. What is signed (as the foundation's clients sign it, and its facilitator verifies):
+
+    domain  {name: "Permit2", chainId, verifyingContract: PERMIT2_ADDRESS}   (no version)
+    message PermitWitnessTransferFrom(
+                permitted: TokenPermissions(token=asset, amount),
+                spender: EXACT_PERMIT2_PROXY_ADDRESS,
+                nonce: a random uint256,
+                deadline: now + maxTimeoutSeconds,
+                witness: Witness(to=payTo, validAfter=0))
+
+Permit2 can move a token only once the payer has approved it on the token (one ERC-20
+`approve(PERMIT2_ADDRESS, ...)`, a transaction that costs gas). This rail never sends that
+transaction by itself: `prepare` reads the allowance through the chain's configured RPC
+URL, and an entry the allowance does not cover is skipped with a reason that names the
+approval and `approve_permit2(...)`, the explicit call that makes it. Without an RPC URL
+for the chain the entry is skipped too (the allowance cannot be known).
+
+x402 v1 has no Permit2 payloads: only v2 entries (`eip155:<id>`) are paid.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+import os
+import time
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any
+
+import httpx
+
+from .._amounts import format_amount
+from .._assets import Asset, find_asset
+from .._challenge import AcceptEntry
+from .._exceptions import ConfigurationError, X402Error
+from .._models import ExactAcceptEntry
+from .._redact import endpoint_url
+from .._types import PaymentIntent
+from . import Note, Paid, RailContext, RequestSettings, no_note
+from ._evm_signing import (
+    ADDRESS_RE,
+    UINT256_LIMIT,
+    DigestSigner,
+    SignerCache,
+    address_word,
+    checksum_address,
+    evm_extra_installed,
+    keccak256,
+    uint_word,
+)
+from .eip3009 import chain_id_of
+
+if TYPE_CHECKING:
+    from .._options import PaymentOptions
+
+__all__ = [
+    "EXACT_PERMIT2_PROXY_ADDRESS",
+    "PERMIT2_ADDRESS",
+    "PERMIT2_DOMAIN_TYPE",
+    "PERMIT_WITNESS_TRANSFER_FROM_TYPE",
+    "Permit2Approval",
+    "Permit2Authorization",
+    "Permit2Rail",
+    "approve_permit2",
+    "approve_permit2_sync",
+    "new_permit2_authorization",
+    "permit2_digest",
+    "permit2_domain_separator",
+    "permit2_payload",
+    "permit2_typed_data",
+]
+
+logger = logging.getLogger("x402_client")
+
+#: Uniswap's Permit2, at the same address on every EVM chain.
+PERMIT2_ADDRESS = "0x000000000022D473030F116dDEE9F6B43aC78BA3"
+#: The x402 foundation's `x402ExactPermit2Proxy`, the spender of every exact Permit2
+#: payment (the foundation's facilitator refuses any other).
+EXACT_PERMIT2_PROXY_ADDRESS = "0x402085c248EeA27D92E8b30b2C58ed07f9E20001"
+
+PERMIT2_EVM_EXTRA_MISSING = "Permit2 entries need the evm extra: pip install 'x402-eur[evm]'"
+
+PERMIT2_DOMAIN_TYPE = "EIP712Domain(string name,uint256 chainId,address verifyingContract)"
+_PERMISSIONS_TYPE = "TokenPermissions(address token,uint256 amount)"
+_WITNESS_TYPE = "Witness(address to,uint256 validAfter)"
+#: The full EIP-712 type of the signed message (referenced types in alphabetical order).
+PERMIT_WITNESS_TRANSFER_FROM_TYPE = (
+    "PermitWitnessTransferFrom(TokenPermissions permitted,address spender,uint256 nonce,"
+    "uint256 deadline,Witness witness)" + _PERMISSIONS_TYPE + _WITNESS_TYPE
+)
+#: The largest allowance (what `approve_permit2` approves unless told an amount).
+MAX_UINT256 = UINT256_LIMIT - 1
+#: ERC-20 `allowance(address,address)` and `approve(address,uint256)` selectors.
+_ALLOWANCE = bytes.fromhex("dd62ed3e")
+_RPC_TIMEOUT = 10.0
+
+
+@functools.cache
+def _type_hashes() -> tuple[bytes, bytes, bytes, bytes]:
+    return (
+        keccak256(PERMIT2_DOMAIN_TYPE.encode()),
+        keccak256(PERMIT_WITNESS_TRANSFER_FROM_TYPE.encode()),
+        keccak256(_PERMISSIONS_TYPE.encode()),
+        keccak256(_WITNESS_TYPE.encode()),
+    )
+
+
+@functools.lru_cache(maxsize=64)
+def permit2_domain_separator(chain_id: int) -> bytes:
+    """Permit2's EIP-712 domain separator on `chain_id` (cached per chain)."""
+    domain_type_hash = _type_hashes()[0]
+    return keccak256(
+        domain_type_hash
+        + keccak256(b"Permit2")
+        + uint_word(chain_id)
+        + address_word(PERMIT2_ADDRESS)
+    )
+
+
+# --- the authorization -------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Permit2Authorization:
+    """The fields of a Permit2 `PermitWitnessTransferFrom` for the exact proxy, typed.
+
+    `to_wire()` gives them as the foundation's clients send them (`permit2Authorization`):
+    every number a decimal string, addresses checksummed.
+    """
+
+    from_address: str
+    token: str
+    amount: int
+    spender: str
+    nonce: int = dataclasses.field(repr=False)
+    deadline: int
+    to: str
+    valid_after: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("from_address", "token", "spender", "to"):
+            if not ADDRESS_RE.match(getattr(self, name)):
+                raise ValueError(f"{name} is not a 0x address")
+        for name in ("amount", "nonce", "deadline", "valid_after"):
+            number = getattr(self, name)
+            if isinstance(number, bool) or not isinstance(number, int):
+                raise ValueError(f"{name} must be an int")
+            if not 0 <= number < UINT256_LIMIT:
+                raise ValueError(f"{name} is out of uint256 range")
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "from": checksum_address(self.from_address),
+            "permitted": {"token": checksum_address(self.token), "amount": str(self.amount)},
+            "spender": checksum_address(self.spender),
+            "nonce": str(self.nonce),
+            "deadline": str(self.deadline),
+            "witness": {"to": checksum_address(self.to), "validAfter": str(self.valid_after)},
+        }
+
+
+def new_permit2_authorization(
+    *,
+    payer: str,
+    token: str,
+    pay_to: str,
+    amount: int,
+    max_timeout_seconds: int,
+    now: float,
+    nonce: int | None = None,
+) -> Permit2Authorization:
+    """A fresh authorization of exactly `amount` of `token` to `pay_to` through the exact
+    proxy: a random uint256 nonce, `deadline = now + maxTimeoutSeconds`, `validAfter = 0`
+    (what the foundation's client sends)."""
+    return Permit2Authorization(
+        from_address=payer,
+        token=token,
+        amount=amount,
+        spender=EXACT_PERMIT2_PROXY_ADDRESS,
+        nonce=int.from_bytes(os.urandom(32), "big") if nonce is None else nonce,
+        deadline=int(now) + max_timeout_seconds,
+        to=pay_to,
+        valid_after=0,
+    )
+
+
+def _struct_hash(authorization: Permit2Authorization) -> bytes:
+    _, primary_hash, permissions_hash, witness_hash = _type_hashes()
+    permitted = keccak256(
+        permissions_hash + address_word(authorization.token) + uint_word(authorization.amount)
+    )
+    witness = keccak256(
+        witness_hash + address_word(authorization.to) + uint_word(authorization.valid_after)
+    )
+    return keccak256(
+        primary_hash
+        + permitted
+        + address_word(authorization.spender)
+        + uint_word(authorization.nonce)
+        + uint_word(authorization.deadline)
+        + witness
+    )
+
+
+def permit2_digest(authorization: Permit2Authorization, *, chain_id: int) -> bytes:
+    """The EIP-712 digest that is signed: `keccak256(0x1901 ‖ domainSeparator ‖ structHash)`."""
+    return keccak256(b"\x19\x01" + permit2_domain_separator(chain_id) + _struct_hash(authorization))
+
+
+def permit2_typed_data(authorization: Permit2Authorization, *, chain_id: int) -> dict[str, Any]:
+    """The same message as a full EIP-712 document, as eth-account's `sign_typed_data` and
+    `encode_typed_data(full_message=...)` take it (for reference and independent checks)."""
+    return {
+        "types": {
+            "EIP712Domain": [
+                {"name": "name", "type": "string"},
+                {"name": "chainId", "type": "uint256"},
+                {"name": "verifyingContract", "type": "address"},
+            ],
+            "PermitWitnessTransferFrom": [
+                {"name": "permitted", "type": "TokenPermissions"},
+                {"name": "spender", "type": "address"},
+                {"name": "nonce", "type": "uint256"},
+                {"name": "deadline", "type": "uint256"},
+                {"name": "witness", "type": "Witness"},
+            ],
+            "TokenPermissions": [
+                {"name": "token", "type": "address"},
+                {"name": "amount", "type": "uint256"},
+            ],
+            "Witness": [
+                {"name": "to", "type": "address"},
+                {"name": "validAfter", "type": "uint256"},
+            ],
+        },
+        "primaryType": "PermitWitnessTransferFrom",
+        "domain": {"name": "Permit2", "chainId": chain_id, "verifyingContract": PERMIT2_ADDRESS},
+        "message": {
+            "permitted": {"token": authorization.token, "amount": authorization.amount},
+            "spender": authorization.spender,
+            "nonce": authorization.nonce,
+            "deadline": authorization.deadline,
+            "witness": {"to": authorization.to, "validAfter": authorization.valid_after},
+        },
+    }
+
+
+def permit2_payload(authorization: Permit2Authorization, signature: bytes) -> dict[str, Any]:
+    """The scheme payload: `{"permit2Authorization": {...}, "signature": "0x..."}`."""
+    if len(signature) != 65:
+        raise ValueError("a Permit2 ECDSA signature is 65 bytes")
+    return {
+        "permit2Authorization": authorization.to_wire(),
+        "signature": "0x" + signature.hex(),
+    }
+
+
+# --- reading the chain -------------------------------------------------------------------
+
+
+class _RpcUnavailable(Exception):
+    """No RPC endpoint of a chain answered."""
+
+
+class _ChainReader:
+    """`eth_call`s on the configured RPC endpoints of each chain, tried in order. Each URL is
+    used only after its `eth_chainId` matched (checked once): a mismatch is a
+    `ConfigurationError`, never a fall-back. Errors name endpoints by scheme, host and port."""
+
+    def __init__(self, rpc_urls: Mapping[int, tuple[str, ...]]) -> None:
+        self._rpc_urls = rpc_urls
+        self._verified: set[tuple[int, str]] = set()
+        self._http: httpx.AsyncClient | None = None
+
+    def __repr__(self) -> str:
+        return f"_ChainReader(chains={sorted(self._rpc_urls)})"
+
+    async def aclose(self) -> None:
+        if self._http is not None:
+            await self._http.aclose()
+            self._http = None
+
+    async def _rpc(self, url: str, method: str, params: list[Any]) -> Any:
+        if self._http is None:
+            self._http = httpx.AsyncClient(timeout=_RPC_TIMEOUT, trust_env=False)
+        response = await self._http.post(
+            url, json={"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+        )
+        response.raise_for_status()
+        answer = response.json()
+        if not isinstance(answer, dict) or "result" not in answer:
+            raise ValueError("not a JSON-RPC result")
+        return answer["result"]
+
+    async def call(self, chain_id: int, to: str, data: bytes) -> bytes:
+        """`eth_call` at `latest`; the raw return data."""
+        failures: list[str] = []
+        for url in self._rpc_urls.get(chain_id, ()):
+            try:
+                if (chain_id, url) not in self._verified:
+                    reported = int(str(await self._rpc(url, "eth_chainId", [])), 16)
+                    if reported != chain_id:
+                        raise ConfigurationError(
+                            f"the RPC endpoint {endpoint_url(url)} reports chain id "
+                            f"{reported}, but it is configured for chain id {chain_id} "
+                            f"(eip155:{chain_id})"
+                        )
+                    self._verified.add((chain_id, url))
+                result = await self._rpc(
+                    url, "eth_call", [{"to": to, "data": "0x" + data.hex()}, "latest"]
+                )
+                if not isinstance(result, str) or not result.startswith("0x"):
+                    raise ValueError("eth_call result is not hex")
+                return bytes.fromhex(result[2:])
+            except (httpx.HTTPError, ValueError) as exc:
+                failures.append(f"{endpoint_url(url)}: {type(exc).__name__}")
+        raise _RpcUnavailable(
+            f"no RPC endpoint for chain {chain_id} answered ({'; '.join(failures)})"
+        )
+
+    async def allowance(self, chain_id: int, token: str, owner: str, spender: str) -> int:
+        data = _ALLOWANCE + address_word(owner) + address_word(spender)
+        result = await self.call(chain_id, token, data)
+        if len(result) != 32:
+            raise _RpcUnavailable(
+                f"{token} on eip155:{chain_id} answered allowance() with no uint256 "
+                "(is it an ERC-20 token?)"
+            )
+        return int.from_bytes(result, "big")
+
+
+# --- the rail ----------------------------------------------------------------------------
+
+
+def _approval_call(chain_id: int, asset: str) -> str:
+    return f"x402_client.approve_permit2(options, chain_id={chain_id}, asset={asset!r})"
+
+
+class Permit2Rail:
+    """Signs Permit2 witness transfers for standard x402 `exact` entries on any EVM chain.
+
+    Built once per payer: `Permit2Rail(context)`. It reads the key from
+    `context.options.evm.private_key`, the RPC endpoints (for the allowance) from
+    `context.options.evm.rpc_urls`, and the assets it may pay from `_assets.KNOWN_ASSETS`
+    plus `context.options.assets`.
+    """
+
+    name = "permit2"
+    #: The proof is a signed permit: the merchant's facilitator moves the money.
+    money_moves_before_proof = False
+
+    def __init__(self, context: RailContext) -> None:
+        self._context = context
+        self._signers = SignerCache()
+        self._reader: _ChainReader | None = None
+
+    def __repr__(self) -> str:
+        return "Permit2Rail()"
+
+    # --- Rail ------------------------------------------------------------------------------
+
+    def describe(self, entry: AcceptEntry, resource: str) -> PaymentIntent | str:
+        if not isinstance(entry, ExactAcceptEntry):
+            return "not an exact entry"
+        chain_id = chain_id_of(entry.network)
+        if chain_id is None:
+            return "not an EVM entry"
+        extra = entry.extra or {}
+        if extra.get("assetTransferMethod") != "permit2" or "spender" in extra:
+            return "not a Permit2 entry"
+        if not entry.network.startswith("eip155:"):
+            return "Permit2 entry on an x402 v1 network (Permit2 is paid on v2 eip155 networks)"
+        if not ADDRESS_RE.match(entry.asset):
+            return "Permit2 entry whose asset is not a token address"
+        if not ADDRESS_RE.match(entry.pay_to):
+            return "Permit2 entry whose payTo is not an address"
+        options = self._context.options
+        asset = find_asset(chain_id, entry.asset, options.assets)
+        if asset is None:
+            return (
+                f"unknown asset {entry.asset} on {entry.network} "
+                "(declare it in PaymentOptions.assets to pay it)"
+            )
+        if options.evm is None:
+            return "no EVM key configured (PaymentOptions.evm)"
+        if chain_id not in options.evm.rpc_urls:
+            return (
+                f"Permit2 entry on {entry.network}: no RPC URL configured for chain {chain_id} "
+                "(EvmOptions.rpc_urls), so the Permit2 approval cannot be checked"
+            )
+        if not evm_extra_installed():
+            return PERMIT2_EVM_EXTRA_MISSING
+        return _intent(entry, asset, resource)
+
+    async def prepare(self, entry: AcceptEntry, intent: PaymentIntent) -> str | None:
+        assert isinstance(entry, ExactAcceptEntry)
+        chain_id = chain_id_of(entry.network)
+        assert chain_id is not None
+        owner = self.signer.address
+        try:
+            allowance = await self._chain().allowance(chain_id, entry.asset, owner, PERMIT2_ADDRESS)
+        except _RpcUnavailable as exc:
+            return f"the Permit2 approval cannot be checked: {exc}"
+        if allowance >= entry.max_amount_required:
+            return None
+        asset = find_asset(chain_id, entry.asset, self._context.options.assets)
+        assert asset is not None
+        return (
+            f"Permit2 is not approved to move {asset.symbol} for {owner} on {entry.network} "
+            f"(allowance {format_amount(asset.amount(allowance))}, the payment "
+            f"needs {format_amount(intent.amount)}): approve it once with "
+            f"{_approval_call(chain_id, entry.asset)} (one ERC-20 approve transaction; "
+            "it costs gas, nothing is paid)"
+        )
+
+    @asynccontextmanager
+    async def pay(
+        self,
+        entry: AcceptEntry,
+        intent: PaymentIntent,
+        settings: RequestSettings,
+        note: Note = no_note,
+    ) -> AsyncIterator[Paid]:
+        assert isinstance(entry, ExactAcceptEntry)
+        chain_id = chain_id_of(entry.network)
+        assert chain_id is not None
+        signer = self.signer
+        authorization = new_permit2_authorization(
+            payer=signer.address,
+            token=entry.asset,
+            pay_to=entry.pay_to,
+            amount=entry.max_amount_required,
+            max_timeout_seconds=entry.max_timeout_seconds,
+            now=time.time(),
+        )
+        payload = permit2_payload(
+            authorization, signer.sign(permit2_digest(authorization, chain_id=chain_id))
+        )
+        logger.debug("x402: signed a Permit2 transfer on %s for %s", entry.network, signer.address)
+        yield Paid(proof="", payload=payload, payer=signer.address)
+
+    async def aclose(self) -> None:
+        if self._reader is not None:
+            await self._reader.aclose()
+
+    # --- helpers ---------------------------------------------------------------------------
+
+    @property
+    def signer(self) -> DigestSigner:
+        """The payer's `DigestSigner`, made once per key."""
+        return self._signers.signer(self._context.options)
+
+    def _chain(self) -> _ChainReader:
+        evm = self._context.options.evm
+        assert evm is not None
+        if self._reader is None or self._reader._rpc_urls is not evm.rpc_urls:
+            self._reader = _ChainReader(evm.rpc_urls)
+        return self._reader
+
+
+def _intent(entry: ExactAcceptEntry, asset: Asset, resource: str) -> PaymentIntent:
+    return PaymentIntent(
+        rail="permit2",
+        scheme=entry.scheme,
+        network=entry.network,
+        asset=entry.asset,
+        asset_symbol=asset.symbol,
+        amount=asset.amount(entry.max_amount_required),
+        currency=asset.currency,
+        pay_to=entry.pay_to,
+        resource=resource,
+        atomic_amount=entry.max_amount_required,
+        description=entry.description,
+        accept=entry.to_wire(),
+    )
+
+
+def build(context: RailContext) -> Permit2Rail | None:
+    """The standard `exact` Permit2 rail: needs an EVM key and the chain's RPC URL (it says
+    so per entry)."""
+    return Permit2Rail(context)
+
+
+# --- the one-time approval ---------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Permit2Approval:
+    """What `approve_permit2` did: the allowance `owner` gave Permit2 on `asset`
+    (`amount`, atomic units), and the approval transaction's hash, or None when the
+    allowance already covered `amount` and nothing was sent."""
+
+    chain_id: int
+    asset: str
+    owner: str
+    amount: int
+    tx_hash: str | None
+    spender: str = PERMIT2_ADDRESS
+
+
+async def approve_permit2(
+    options: PaymentOptions,
+    chain_id: int,
+    asset: str,
+    amount: Decimal | str | None = None,
+) -> Permit2Approval:
+    """Approve Permit2 to move `asset` on `chain_id` for the key of `options.evm`: the
+    one-time ERC-20 `approve(PERMIT2_ADDRESS, amount)` transaction that Permit2 payments
+    need. The payer's key sends it and pays its gas (it needs the chain's native coin);
+    nothing is paid to anyone.
+
+    `amount` is in token units (a `Decimal` or a decimal string; the asset must then be
+    known or declared in `options.assets`, for its decimals); None approves without limit
+    (the usual one-time approval). When the allowance already covers `amount`, nothing is
+    sent (`tx_hash` None). Waits for the transaction's receipt.
+
+    Raises `ConfigurationError` without a key, an RPC URL for `chain_id`, the `evm` extra,
+    or with a malformed asset or amount; `X402Error` when the chain refused or did not
+    confirm the transaction (the message says which).
+    """
+    evm = options.evm
+    if evm is None:
+        raise ConfigurationError("approve_permit2 needs an EVM key (PaymentOptions.evm)")
+    if not isinstance(asset, str) or not ADDRESS_RE.match(asset):
+        raise ConfigurationError(f"asset {str(asset)[:50]!r} is not a 0x token address")
+    urls = evm.rpc_urls.get(chain_id)
+    if not urls:
+        raise ConfigurationError(
+            f"approve_permit2 needs an RPC URL for chain {chain_id} (EvmOptions.rpc_urls)"
+        )
+    if not evm_extra_installed():
+        raise ConfigurationError(PERMIT2_EVM_EXTRA_MISSING)
+    atomic = MAX_UINT256 if amount is None else _atomic_amount(options, chain_id, asset, amount)
+    signer = SignerCache().signer(options)
+    reader = _ChainReader(evm.rpc_urls)
+    try:
+        try:
+            current = await reader.allowance(chain_id, asset, signer.address, PERMIT2_ADDRESS)
+        except _RpcUnavailable as exc:
+            raise X402Error(f"the allowance could not be read: {exc}") from None
+    finally:
+        await reader.aclose()
+    if current >= atomic:
+        return Permit2Approval(chain_id, checksum_address(asset), signer.address, current, None)
+    tx_hash = await _send_approval(options, chain_id, urls, asset, atomic)
+    return Permit2Approval(chain_id, checksum_address(asset), signer.address, atomic, tx_hash)
+
+
+def approve_permit2_sync(
+    options: PaymentOptions,
+    chain_id: int,
+    asset: str,
+    amount: Decimal | str | None = None,
+) -> Permit2Approval:
+    """`approve_permit2` for sync code (runs on a short-lived event loop of its own)."""
+    from .._sync import _run_alone
+
+    return _run_alone(approve_permit2(options, chain_id, asset, amount))
+
+
+def _atomic_amount(
+    options: PaymentOptions, chain_id: int, asset: str, amount: Decimal | str
+) -> int:
+    known = find_asset(chain_id, asset, options.assets)
+    if known is None:
+        raise ConfigurationError(
+            f"an amount needs the asset's decimals: declare {asset} on chain {chain_id} in "
+            "PaymentOptions.assets, or approve without an amount"
+        )
+    try:
+        value = Decimal(amount) if isinstance(amount, str) else amount
+        if not isinstance(value, Decimal) or not value.is_finite() or value < 0:
+            raise ValueError
+        scaled = value.scaleb(known.decimals)
+        if scaled != scaled.to_integral_value():
+            raise ValueError
+    except (ValueError, ArithmeticError):
+        raise ConfigurationError(
+            f"amount {str(amount)[:40]!r} is not a non-negative {known.symbol} amount with at "
+            f"most {known.decimals} decimals"
+        ) from None
+    atomic = int(scaled)
+    if atomic > MAX_UINT256:
+        raise ConfigurationError("amount is out of uint256 range")
+    return atomic
+
+
+_APPROVE_ABI = [
+    {
+        "type": "function",
+        "name": "approve",
+        "stateMutability": "nonpayable",
+        "inputs": [
+            {"name": "spender", "type": "address"},
+            {"name": "amount", "type": "uint256"},
+        ],
+        "outputs": [{"name": "", "type": "bool"}],
+    }
+]
+
+
+async def _send_approval(
+    options: PaymentOptions, chain_id: int, urls: tuple[str, ...], asset: str, atomic: int
+) -> str:
+    """Send `approve(PERMIT2, atomic)` from the options' key on the first endpoint that
+    takes it, and wait for its receipt; the transaction hash."""
+    import aiohttp
+    from eth_account import Account
+    from web3 import AsyncHTTPProvider, AsyncWeb3
+    from web3.exceptions import TimeExhausted, Web3Exception
+
+    from .._redact import guard_library_logs
+
+    evm = options.evm
+    assert evm is not None
+    guard_library_logs()
+    account = Account.from_key(evm.private_key.get_secret_value())
+    failures: list[str] = []
+    for url in urls:
+        provider = AsyncHTTPProvider(
+            url,
+            request_kwargs={"timeout": aiohttp.ClientTimeout(total=_RPC_TIMEOUT)},
+            exception_retry_configuration=None,
+        )
+        w3 = AsyncWeb3(provider, middleware=[])
+        sent: str | None = None
+        try:
+            reported = int(await w3.eth.chain_id)
+            if reported != chain_id:
+                raise ConfigurationError(
+                    f"the RPC endpoint {endpoint_url(url)} reports chain id {reported}, "
+                    f"but it is configured for chain id {chain_id} (eip155:{chain_id})"
+                )
+            token = w3.eth.contract(address=w3.to_checksum_address(asset), abi=_APPROVE_ABI)
+            tx = await token.functions.approve(PERMIT2_ADDRESS, atomic).build_transaction(
+                {
+                    "from": account.address,
+                    "chainId": chain_id,
+                    "nonce": await w3.eth.get_transaction_count(account.address, "pending"),
+                }
+            )
+            signed = account.sign_transaction(dict(tx))
+            raw_hash = await w3.eth.send_raw_transaction(signed.raw_transaction)
+            sent = "0x" + bytes(raw_hash).hex()
+            receipt = await w3.eth.wait_for_transaction_receipt(raw_hash, timeout=120)
+        except TimeExhausted:
+            raise X402Error(
+                f"the Permit2 approval {sent} was sent but not confirmed within 120 s: look "
+                "it up before approving again"
+            ) from None
+        except (OSError, TimeoutError, aiohttp.ClientError, Web3Exception, ValueError) as exc:
+            if sent is not None:
+                raise X402Error(
+                    f"the Permit2 approval {sent} was sent but its receipt could not be read "
+                    f"({type(exc).__name__}): look it up before approving again"
+                ) from None
+            failures.append(f"{endpoint_url(url)}: {type(exc).__name__}")
+            continue
+        finally:
+            await provider.disconnect()
+        if int(receipt["status"]) != 1:
+            raise X402Error(f"the Permit2 approval {sent} reverted on eip155:{chain_id}")
+        logger.info("x402: approved Permit2 for %s on eip155:%s", asset, chain_id)
+        return sent
+    raise X402Error(
+        f"the Permit2 approval was not sent: no RPC endpoint for chain {chain_id} took it "
+        f"({'; '.join(failures)})"
+    )
