@@ -59,11 +59,11 @@ if TYPE_CHECKING:
     from ._ledger import LedgerEntry, PaymentLedger
     from ._netguard import DestinationGuard
     from ._options import EvmOptions, PaymentOptions
+    from ._permit2 import Permit2Approval, approve_permit2, approve_permit2_sync
     from ._policy import SkippedEntry, SkipReason
     from ._progress import PaymentProgress
     from ._proof import decode_proof, encode_proof
     from ._quote import Quote, QuoteEntry, budget_status, quote_payment, quote_response
-    from ._rails.permit2 import Permit2Approval, approve_permit2, approve_permit2_sync
     from ._recovery import Recovery, recover_payment, recover_payments, unfinished_payments
     from ._request import EXTENSION, RECEIPT_EXTENSION
     from ._requests import PaymentAdapter, payment_settings
@@ -87,8 +87,8 @@ if TYPE_CHECKING:
 
 _EXPORTS = {
     "AmountLimitExceeded": "._exceptions",
-    "approve_permit2": "._rails.permit2",
-    "approve_permit2_sync": "._rails.permit2",
+    "approve_permit2": "._permit2",
+    "approve_permit2_sync": "._permit2",
     "Asset": "._assets",
     "BridgeResumeRefused": "._exceptions",
     "BridgeTransferFailed": "._exceptions",
@@ -134,7 +134,7 @@ _EXPORTS = {
     "PaymentRejectedByHook": "._exceptions",
     "PaymentTransport": "._transport",
     "PaymentVerificationFailed": "._exceptions",
-    "Permit2Approval": "._rails.permit2",
+    "Permit2Approval": "._permit2",
     "Quote": "._quote",
     "quote_payment": "._quote",
     "quote_payment_sync": "._sync",

@@ -1,6 +1,9 @@
 #!/usr/bin/env node
 // Compile contracts/*.sol with the pinned npm `solc` and write one artifact per
 // contract to x402_eur_sandbox/contracts/<Name>.json (paths relative to sandbox/).
+// Also write Permit2.json: Uniswap's Permit2 runtime bytecode (MIT), as published
+// precompiled in the npm package @uniswap/v4-periphery (lib/permit2/test/utils/
+// DeployPermit2.sol), which the sandbox sets at Permit2's canonical address.
 //
 // Usage:
 //   node sandbox/scripts/compile_contracts.mjs           # (re)write the artifacts
@@ -110,9 +113,36 @@ function compileAll() {
   return artifacts;
 }
 
+const PERMIT2_ADDRESS = "0x000000000022D473030F116dDEE9F6B43aC78BA3";
+const PERMIT2_SOURCE = "@uniswap/v4-periphery/lib/permit2/test/utils/DeployPermit2.sol";
+
+function permit2Artifact() {
+  const found = findImports(PERMIT2_SOURCE);
+  if (found.error) {
+    console.error(found.error);
+    process.exit(1);
+  }
+  const match = /bytes memory bytecode =\s*hex"([0-9a-f]+)"/.exec(found.contents);
+  if (!match) {
+    console.error(`${PERMIT2_SOURCE} holds no bytecode literal`);
+    process.exit(1);
+  }
+  const version = JSON.parse(findImports("@uniswap/v4-periphery/package.json").contents).version;
+  const artifact = {
+    contractName: "Permit2",
+    address: PERMIT2_ADDRESS,
+    runtimeBytecode: `0x${match[1]}`,
+    source: `${PERMIT2_SOURCE} (@uniswap/v4-periphery ${version})`,
+    license: "MIT (Uniswap Labs)",
+    sourceSha256: createHash("sha256").update(found.contents).digest("hex"),
+  };
+  return `${JSON.stringify(sortKeys(artifact), null, 2)}\n`;
+}
+
 function main() {
   const check = process.argv.includes("--check");
   const artifacts = compileAll();
+  artifacts["Permit2.json"] = permit2Artifact();
   let stale = 0;
   for (const [fileName, text] of Object.entries(artifacts)) {
     const outPath = path.join(OUT_DIR, fileName);

@@ -34,7 +34,6 @@ import os
 import time
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
-from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 import httpx
@@ -42,7 +41,7 @@ import httpx
 from .._amounts import format_amount
 from .._assets import Asset, find_asset
 from .._challenge import AcceptEntry
-from .._exceptions import ConfigurationError, X402Error
+from .._exceptions import ConfigurationError
 from .._models import ExactAcceptEntry
 from .._redact import endpoint_url
 from .._types import PaymentIntent
@@ -61,18 +60,19 @@ from ._evm_signing import (
 from .eip3009 import chain_id_of
 
 if TYPE_CHECKING:
-    from .._options import PaymentOptions
+    pass
 
 __all__ = [
     "EXACT_PERMIT2_PROXY_ADDRESS",
+    "MAX_UINT256",
     "PERMIT2_ADDRESS",
     "PERMIT2_DOMAIN_TYPE",
+    "PERMIT2_EVM_EXTRA_MISSING",
     "PERMIT_WITNESS_TRANSFER_FROM_TYPE",
-    "Permit2Approval",
+    "ChainReader",
     "Permit2Authorization",
     "Permit2Rail",
-    "approve_permit2",
-    "approve_permit2_sync",
+    "RpcUnavailable",
     "new_permit2_authorization",
     "permit2_digest",
     "permit2_domain_separator",
@@ -268,11 +268,11 @@ def permit2_payload(authorization: Permit2Authorization, signature: bytes) -> di
 # --- reading the chain -------------------------------------------------------------------
 
 
-class _RpcUnavailable(Exception):
+class RpcUnavailable(Exception):
     """No RPC endpoint of a chain answered."""
 
 
-class _ChainReader:
+class ChainReader:
     """`eth_call`s on the configured RPC endpoints of each chain, tried in order. Each URL is
     used only after its `eth_chainId` matched (checked once): a mismatch is a
     `ConfigurationError`, never a fall-back. Errors name endpoints by scheme, host and port."""
@@ -283,7 +283,7 @@ class _ChainReader:
         self._http: httpx.AsyncClient | None = None
 
     def __repr__(self) -> str:
-        return f"_ChainReader(chains={sorted(self._rpc_urls)})"
+        return f"ChainReader(chains={sorted(self._rpc_urls)})"
 
     async def aclose(self) -> None:
         if self._http is not None:
@@ -324,7 +324,7 @@ class _ChainReader:
                 return bytes.fromhex(result[2:])
             except (httpx.HTTPError, ValueError) as exc:
                 failures.append(f"{endpoint_url(url)}: {type(exc).__name__}")
-        raise _RpcUnavailable(
+        raise RpcUnavailable(
             f"no RPC endpoint for chain {chain_id} answered ({'; '.join(failures)})"
         )
 
@@ -332,7 +332,7 @@ class _ChainReader:
         data = _ALLOWANCE + address_word(owner) + address_word(spender)
         result = await self.call(chain_id, token, data)
         if len(result) != 32:
-            raise _RpcUnavailable(
+            raise RpcUnavailable(
                 f"{token} on eip155:{chain_id} answered allowance() with no uint256 "
                 "(is it an ERC-20 token?)"
             )
@@ -362,7 +362,7 @@ class Permit2Rail:
     def __init__(self, context: RailContext) -> None:
         self._context = context
         self._signers = SignerCache()
-        self._reader: _ChainReader | None = None
+        self._reader: ChainReader | None = None
 
     def __repr__(self) -> str:
         return "Permit2Rail()"
@@ -409,7 +409,7 @@ class Permit2Rail:
         owner = self.signer.address
         try:
             allowance = await self._chain().allowance(chain_id, entry.asset, owner, PERMIT2_ADDRESS)
-        except _RpcUnavailable as exc:
+        except RpcUnavailable as exc:
             return f"the Permit2 approval cannot be checked: {exc}"
         if allowance >= entry.max_amount_required:
             return None
@@ -460,11 +460,11 @@ class Permit2Rail:
         """The payer's `DigestSigner`, made once per key."""
         return self._signers.signer(self._context.options)
 
-    def _chain(self) -> _ChainReader:
+    def _chain(self) -> ChainReader:
         evm = self._context.options.evm
         assert evm is not None
         if self._reader is None or self._reader._rpc_urls is not evm.rpc_urls:
-            self._reader = _ChainReader(evm.rpc_urls)
+            self._reader = ChainReader(evm.rpc_urls)
         return self._reader
 
 
@@ -489,190 +489,3 @@ def build(context: RailContext) -> Permit2Rail | None:
     """The standard `exact` Permit2 rail: needs an EVM key and the chain's RPC URL (it says
     so per entry)."""
     return Permit2Rail(context)
-
-
-# --- the one-time approval ---------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True)
-class Permit2Approval:
-    """What `approve_permit2` did: the allowance `owner` gave Permit2 on `asset`
-    (`amount`, atomic units), and the approval transaction's hash, or None when the
-    allowance already covered `amount` and nothing was sent."""
-
-    chain_id: int
-    asset: str
-    owner: str
-    amount: int
-    tx_hash: str | None
-    spender: str = PERMIT2_ADDRESS
-
-
-async def approve_permit2(
-    options: PaymentOptions,
-    chain_id: int,
-    asset: str,
-    amount: Decimal | str | None = None,
-) -> Permit2Approval:
-    """Approve Permit2 to move `asset` on `chain_id` for the key of `options.evm`: the
-    one-time ERC-20 `approve(PERMIT2_ADDRESS, amount)` transaction that Permit2 payments
-    need. The payer's key sends it and pays its gas (it needs the chain's native coin);
-    nothing is paid to anyone.
-
-    `amount` is in token units (a `Decimal` or a decimal string; the asset must then be
-    known or declared in `options.assets`, for its decimals); None approves without limit
-    (the usual one-time approval). When the allowance already covers `amount`, nothing is
-    sent (`tx_hash` None). Waits for the transaction's receipt.
-
-    Raises `ConfigurationError` without a key, an RPC URL for `chain_id`, the `evm` extra,
-    or with a malformed asset or amount; `X402Error` when the chain refused or did not
-    confirm the transaction (the message says which).
-    """
-    evm = options.evm
-    if evm is None:
-        raise ConfigurationError("approve_permit2 needs an EVM key (PaymentOptions.evm)")
-    if not isinstance(asset, str) or not ADDRESS_RE.match(asset):
-        raise ConfigurationError(f"asset {str(asset)[:50]!r} is not a 0x token address")
-    urls = evm.rpc_urls.get(chain_id)
-    if not urls:
-        raise ConfigurationError(
-            f"approve_permit2 needs an RPC URL for chain {chain_id} (EvmOptions.rpc_urls)"
-        )
-    if not evm_extra_installed():
-        raise ConfigurationError(PERMIT2_EVM_EXTRA_MISSING)
-    atomic = MAX_UINT256 if amount is None else _atomic_amount(options, chain_id, asset, amount)
-    signer = SignerCache().signer(options)
-    reader = _ChainReader(evm.rpc_urls)
-    try:
-        try:
-            current = await reader.allowance(chain_id, asset, signer.address, PERMIT2_ADDRESS)
-        except _RpcUnavailable as exc:
-            raise X402Error(f"the allowance could not be read: {exc}") from None
-    finally:
-        await reader.aclose()
-    if current >= atomic:
-        return Permit2Approval(chain_id, checksum_address(asset), signer.address, current, None)
-    tx_hash = await _send_approval(options, chain_id, urls, asset, atomic)
-    return Permit2Approval(chain_id, checksum_address(asset), signer.address, atomic, tx_hash)
-
-
-def approve_permit2_sync(
-    options: PaymentOptions,
-    chain_id: int,
-    asset: str,
-    amount: Decimal | str | None = None,
-) -> Permit2Approval:
-    """`approve_permit2` for sync code (runs on a short-lived event loop of its own)."""
-    from .._sync import _run_alone
-
-    return _run_alone(approve_permit2(options, chain_id, asset, amount))
-
-
-def _atomic_amount(
-    options: PaymentOptions, chain_id: int, asset: str, amount: Decimal | str
-) -> int:
-    known = find_asset(chain_id, asset, options.assets)
-    if known is None:
-        raise ConfigurationError(
-            f"an amount needs the asset's decimals: declare {asset} on chain {chain_id} in "
-            "PaymentOptions.assets, or approve without an amount"
-        )
-    try:
-        value = Decimal(amount) if isinstance(amount, str) else amount
-        if not isinstance(value, Decimal) or not value.is_finite() or value < 0:
-            raise ValueError
-        scaled = value.scaleb(known.decimals)
-        if scaled != scaled.to_integral_value():
-            raise ValueError
-    except (ValueError, ArithmeticError):
-        raise ConfigurationError(
-            f"amount {str(amount)[:40]!r} is not a non-negative {known.symbol} amount with at "
-            f"most {known.decimals} decimals"
-        ) from None
-    atomic = int(scaled)
-    if atomic > MAX_UINT256:
-        raise ConfigurationError("amount is out of uint256 range")
-    return atomic
-
-
-_APPROVE_ABI = [
-    {
-        "type": "function",
-        "name": "approve",
-        "stateMutability": "nonpayable",
-        "inputs": [
-            {"name": "spender", "type": "address"},
-            {"name": "amount", "type": "uint256"},
-        ],
-        "outputs": [{"name": "", "type": "bool"}],
-    }
-]
-
-
-async def _send_approval(
-    options: PaymentOptions, chain_id: int, urls: tuple[str, ...], asset: str, atomic: int
-) -> str:
-    """Send `approve(PERMIT2, atomic)` from the options' key on the first endpoint that
-    takes it, and wait for its receipt; the transaction hash."""
-    import aiohttp
-    from eth_account import Account
-    from web3 import AsyncHTTPProvider, AsyncWeb3
-    from web3.exceptions import TimeExhausted, Web3Exception
-
-    from .._redact import guard_library_logs
-
-    evm = options.evm
-    assert evm is not None
-    guard_library_logs()
-    account = Account.from_key(evm.private_key.get_secret_value())
-    failures: list[str] = []
-    for url in urls:
-        provider = AsyncHTTPProvider(
-            url,
-            request_kwargs={"timeout": aiohttp.ClientTimeout(total=_RPC_TIMEOUT)},
-            exception_retry_configuration=None,
-        )
-        w3 = AsyncWeb3(provider, middleware=[])
-        sent: str | None = None
-        try:
-            reported = int(await w3.eth.chain_id)
-            if reported != chain_id:
-                raise ConfigurationError(
-                    f"the RPC endpoint {endpoint_url(url)} reports chain id {reported}, "
-                    f"but it is configured for chain id {chain_id} (eip155:{chain_id})"
-                )
-            token = w3.eth.contract(address=w3.to_checksum_address(asset), abi=_APPROVE_ABI)
-            tx = await token.functions.approve(PERMIT2_ADDRESS, atomic).build_transaction(
-                {
-                    "from": account.address,
-                    "chainId": chain_id,
-                    "nonce": await w3.eth.get_transaction_count(account.address, "pending"),
-                }
-            )
-            signed = account.sign_transaction(dict(tx))
-            raw_hash = await w3.eth.send_raw_transaction(signed.raw_transaction)
-            sent = "0x" + bytes(raw_hash).hex()
-            receipt = await w3.eth.wait_for_transaction_receipt(raw_hash, timeout=120)
-        except TimeExhausted:
-            raise X402Error(
-                f"the Permit2 approval {sent} was sent but not confirmed within 120 s: look "
-                "it up before approving again"
-            ) from None
-        except (OSError, TimeoutError, aiohttp.ClientError, Web3Exception, ValueError) as exc:
-            if sent is not None:
-                raise X402Error(
-                    f"the Permit2 approval {sent} was sent but its receipt could not be read "
-                    f"({type(exc).__name__}): look it up before approving again"
-                ) from None
-            failures.append(f"{endpoint_url(url)}: {type(exc).__name__}")
-            continue
-        finally:
-            await provider.disconnect()
-        if int(receipt["status"]) != 1:
-            raise X402Error(f"the Permit2 approval {sent} reverted on eip155:{chain_id}")
-        logger.info("x402: approved Permit2 for %s on eip155:%s", asset, chain_id)
-        return sent
-    raise X402Error(
-        f"the Permit2 approval was not sent: no RPC endpoint for chain {chain_id} took it "
-        f"({'; '.join(failures)})"
-    )
