@@ -15,27 +15,126 @@ the chain id is not the one it cached), so installing costs two RPC calls and no
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import re
+from collections.abc import Mapping
 from importlib import resources
 from typing import Any
 
 from ._anvil import _checksum, _sign_and_send, _web3
+from ._eip712 import keccak256
 
 __all__ = [
+    "ALLOWANCE_SELECTOR",
+    "BALANCE_OF_SELECTOR",
     "ERC20_APPROVE_ABI",
     "EXACT_PERMIT2_PROXY_ADDRESS",
     "PERMIT2_ADDRESS",
+    "SETTLE_SIGNATURE",
+    "Permit2Transfer",
     "approve_permit2",
     "install_permit2",
     "load_permit2_artifact",
     "load_proxy_artifact",
     "permit2_allowance",
+    "settle_call",
 ]
 
 PERMIT2_ADDRESS = "0x000000000022D473030F116dDEE9F6B43aC78BA3"
 #: The x402 foundation's `x402ExactPermit2Proxy` address (the spender its facilitator
 #: requires in every exact Permit2 payment).
 EXACT_PERMIT2_PROXY_ADDRESS = "0x402085c248EeA27D92E8b30b2C58ed07f9E20001"
+
+#: The proxy's `settle(permit, owner, witness, signature)`, as the foundation's facilitator
+#: calls it.
+SETTLE_SIGNATURE = "settle(((address,uint256),uint256,uint256),address,(address,uint256),bytes)"
+ALLOWANCE_SELECTOR = bytes.fromhex("dd62ed3e")  # allowance(address,address)
+BALANCE_OF_SELECTOR = bytes.fromhex("70a08231")  # balanceOf(address)
+_ADDRESS = re.compile(r"\A0x[0-9a-fA-F]{40}\Z")
+_UINT = re.compile(r"\A(?:0|[1-9][0-9]{0,77})\Z")
+
+
+def _word(value: int | str) -> bytes:
+    if isinstance(value, str):
+        return bytes(12) + bytes.fromhex(value[2:])
+    return value.to_bytes(32, "big")
+
+
+@dataclasses.dataclass(frozen=True)
+class Permit2Transfer:
+    """A payload's `permit2Authorization`, parsed strictly (addresses `0x` + 40 hex, every
+    number a decimal string of a uint256): what the proxy's `settle` is called with."""
+
+    from_address: str
+    token: str
+    amount: int
+    spender: str
+    nonce: int
+    deadline: int
+    to: str
+    valid_after: int
+
+    @classmethod
+    def from_wire(cls, data: object) -> Permit2Transfer:
+        """`ValueError` when `data` is not a well-formed `permit2Authorization`."""
+        if not isinstance(data, Mapping):
+            raise ValueError("permit2Authorization must be an object")
+        permitted, witness = data.get("permitted"), data.get("witness")
+        if not isinstance(permitted, Mapping) or not isinstance(witness, Mapping):
+            raise ValueError("permitted and witness must be objects")
+        addresses = {
+            "from": data.get("from"),
+            "token": permitted.get("token"),
+            "spender": data.get("spender"),
+            "to": witness.get("to"),
+        }
+        numbers = {
+            "amount": permitted.get("amount"),
+            "nonce": data.get("nonce"),
+            "deadline": data.get("deadline"),
+            "validAfter": witness.get("validAfter"),
+        }
+        for name, address in addresses.items():
+            if not isinstance(address, str) or not _ADDRESS.match(address):
+                raise ValueError(f"{name} is not a 0x address")
+        parsed: dict[str, int] = {}
+        for name, text in numbers.items():
+            if not isinstance(text, str) or not _UINT.match(text) or int(text) >= 1 << 256:
+                raise ValueError(f"{name} is not a decimal uint256")
+            parsed[name] = int(text)
+        return cls(
+            from_address=str(addresses["from"]),
+            token=str(addresses["token"]),
+            amount=parsed["amount"],
+            spender=str(addresses["spender"]),
+            nonce=parsed["nonce"],
+            deadline=parsed["deadline"],
+            to=str(addresses["to"]),
+            valid_after=parsed["validAfter"],
+        )
+
+
+def settle_call(transfer: Permit2Transfer, signature: bytes) -> bytes:
+    """Calldata of the proxy's `settle((token, amount), nonce, deadline), owner, (to,
+    validAfter), signature)`: seven static words, then the offset and the padded bytes."""
+    selector = keccak256(SETTLE_SIGNATURE.encode())[:4]
+    head = b"".join(
+        _word(value)
+        for value in (
+            transfer.token,
+            transfer.amount,
+            transfer.nonce,
+            transfer.deadline,
+            transfer.from_address,
+            transfer.to,
+            transfer.valid_after,
+            8 * 32,  # where the signature's bytes start
+        )
+    )
+    padded = signature + bytes(-len(signature) % 32)
+    return selector + head + _word(len(signature)) + padded
+
 
 ERC20_APPROVE_ABI: list[dict[str, Any]] = [
     {

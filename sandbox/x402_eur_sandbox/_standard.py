@@ -1,5 +1,6 @@
 """`StandardMerchant`: a lean merchant of the standard x402 protocol (v2, `exact` on EVM
-with EIP-3009), with its own facilitator inside, on a sandbox anvil chain.
+with EIP-3009, and with Permit2 on its Permit2 routes), with its own facilitator inside, on
+a sandbox anvil chain.
 
 It speaks the wire of the x402 foundation's resource server (`docs/x402-standard.md`):
 
@@ -20,6 +21,16 @@ It speaks the wire of the x402 foundation's resource server (`docs/x402-standard
   key, which pays the gas), and serves the answer with `PAYMENT-RESPONSE` =
   base64 of `{success: true, payer, transaction, network}`.
 
+A Permit2 route (`permit2_prices`, `/permit2` by default) offers the same token with
+`extra.assetTransferMethod: "permit2"`. Its payload's `permit2Authorization` is checked like
+the foundation's facilitator does (spender is the exact Permit2 proxy, `witness.to` is
+`payTo`, `deadline >= now + 6`, `validAfter <= now`, exact amount and token), then the
+payer's ERC-20 allowance to Permit2 (`permit2_allowance_required`) and balance are read, and
+the proxy's `settle` is simulated with `eth_call` (Permit2 recovers the signer); settling
+sends that `settle` from the hot wallet. Permit2 and the proxy are set at their canonical
+addresses on the chain (`_permit2.install_permit2`); the sandbox payer's one-time approval
+is made at start (`approve_permit2=False` leaves it to the client's `approve_permit2`).
+
 Every refusal after a payment was offered is a 402 with both `PAYMENT-REQUIRED` (its
 `error` the reason) and `PAYMENT-RESPONSE` (`{success: false, errorReason, ...}`). The
 foundation's server sends only the first after a failed verification and only the second
@@ -35,6 +46,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import dataclasses
 import json
 import time
 from collections.abc import Mapping
@@ -52,6 +64,15 @@ from starlette.routing import Route
 from ._anvil import ANVIL_DEV_KEYS, AnvilNode, _sign_and_send, _web3, token_balance
 from ._eip712 import DigestSigner, TransferAuthorization, keccak256
 from ._merchant import Price
+from ._permit2 import (
+    ALLOWANCE_SELECTOR,
+    BALANCE_OF_SELECTOR,
+    EXACT_PERMIT2_PROXY_ADDRESS,
+    PERMIT2_ADDRESS,
+    Permit2Transfer,
+    install_permit2,
+    settle_call,
+)
 from ._server import ServedApp
 from ._wire import to_atomic
 
@@ -60,6 +81,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_CHAIN_ID",
+    "PERMIT2_PRICES",
     "STANDARD_PRICES",
     "TOKEN_NAME",
     "TOKEN_SYMBOL",
@@ -96,6 +118,11 @@ STANDARD_PRICES: dict[str, Price] = {
     "/paid": Price(Decimal("0.01"), "A paid sandbox resource (x402 v2)"),
 }
 
+#: The standard merchant's Permit2 routes (the same token, paid through Permit2).
+PERMIT2_PRICES: dict[str, Price] = {
+    "/permit2": Price(Decimal("0.05"), "Paid through Permit2 (x402 v2, any ERC-20)"),
+}
+
 # The foundation's error codes (`x402/mechanisms/evm/constants.py`), so that a client sees
 # the reasons a real merchant would give.
 ERR_PAYMENT_REQUIRED = "Payment required"
@@ -111,6 +138,23 @@ ERR_INSUFFICIENT_BALANCE = "invalid_exact_evm_insufficient_balance"
 ERR_SIMULATION_FAILED = "invalid_exact_evm_transaction_simulation_failed"
 ERR_TRANSACTION_FAILED = "transaction_failed"
 ERR_UNEXPECTED_SETTLE = "unexpected_settle_error"
+ERR_PERMIT2_INVALID_SPENDER = "invalid_permit2_spender"
+ERR_PERMIT2_RECIPIENT_MISMATCH = "invalid_permit2_recipient_mismatch"
+ERR_PERMIT2_DEADLINE_EXPIRED = "permit2_deadline_expired"
+ERR_PERMIT2_NOT_YET_VALID = "permit2_not_yet_valid"
+ERR_PERMIT2_AMOUNT_MISMATCH = "permit2_amount_mismatch"
+ERR_PERMIT2_TOKEN_MISMATCH = "permit2_token_mismatch"  # noqa: S105
+ERR_PERMIT2_INVALID_SIGNATURE = "invalid_permit2_signature"
+ERR_PERMIT2_ALLOWANCE_REQUIRED = "permit2_allowance_required"
+ERR_PERMIT2_INVALID_PAYLOAD = "invalid_permit2_payload_format"
+# Permit2's custom errors (selectors) -> codes, for a failed `settle` simulation.
+_PERMIT2_REVERTS = (
+    ("0x815e1d64", ERR_PERMIT2_INVALID_SIGNATURE),  # InvalidSigner()
+    ("0x8baa579f", ERR_PERMIT2_INVALID_SIGNATURE),  # InvalidSignature()
+    ("0x4be6321b", ERR_PERMIT2_INVALID_SIGNATURE),  # InvalidSignatureLength()
+    ("0xcd21db4f", ERR_PERMIT2_DEADLINE_EXPIRED),  # SignatureExpired(uint256)
+    ("0x756688fe", "permit2_invalid_nonce"),  # InvalidNonce()
+)
 # FiatToken revert strings -> codes, matched by substring like the foundation's v2 code.
 _REVERTS = (
     ("authorization is used", ERR_NONCE_USED),
@@ -332,6 +376,18 @@ class _Refusal(Exception):
         self.payer = payer
 
 
+@dataclasses.dataclass(frozen=True)
+class _Settlement:
+    """A verified payment: the call that settles it (to `contract`), and the transfer its
+    receipt must show."""
+
+    payer: str
+    contract: str
+    data: bytes = dataclasses.field(repr=False)
+    pay_to: str
+    value: int
+
+
 class StandardMerchant:
     """A standard x402 v2 merchant and its facilitator, as one ASGI app on its own port.
 
@@ -349,12 +405,19 @@ class StandardMerchant:
         payer_funding: Decimal | str = "100",
         payer_key: str | None = None,
         max_timeout_seconds: int = MAX_TIMEOUT_SECONDS,
+        permit2_prices: Mapping[str, Price] | None = None,
+        approve_permit2: bool = True,
     ) -> None:
         from eth_account import Account
 
         self.chain_id = chain_id
         self.network = f"eip155:{chain_id}"
         self.prices: dict[str, Price] = dict(STANDARD_PRICES if prices is None else prices)
+        permit2 = PERMIT2_PRICES if permit2_prices is None else permit2_prices
+        #: The paths paid through Permit2 (each also in `prices`).
+        self.permit2_paths: set[str] = set(permit2)
+        self.prices.update(permit2)
+        self.approve_permit2 = approve_permit2
         self.payer_funding = Decimal(payer_funding)
         self.max_timeout_seconds = max_timeout_seconds
         self.pay_to: str = str(Account.create().address)
@@ -428,9 +491,12 @@ class StandardMerchant:
         }
 
     def evm_config(self) -> dict[str, Any]:
-        """The payer's EVM settings as plain data: its key (the EIP-3009 rail needs no
-        RPC URL)."""
-        return {"private_key": self.payer_key}
+        """The payer's EVM settings as plain data: its key, and the chain's RPC URL (the
+        EIP-3009 rail needs none; the Permit2 rail reads the payer's approval with it)."""
+        return {
+            "private_key": self.payer_key,
+            "rpc_urls": {self.chain_id: self.rpc_url} if self.rpc_url else {},
+        }
 
     def price_atomic(self, path: str) -> int:
         """The route's price in atomic token units."""
@@ -447,7 +513,11 @@ class StandardMerchant:
             "amount": str(self.price_atomic(path)),
             "payTo": self.pay_to,
             "maxTimeoutSeconds": self.max_timeout_seconds,
-            "extra": {"name": TOKEN_NAME, "version": TOKEN_VERSION},
+            "extra": (
+                {"assetTransferMethod": "permit2"}
+                if path in self.permit2_paths
+                else {"name": TOKEN_NAME, "version": TOKEN_VERSION}
+            ),
         }
 
     def payment_required(self, path: str, url: str, error: str) -> dict[str, Any]:
@@ -518,6 +588,10 @@ class StandardMerchant:
         self.token = await deploy_eip3009_token(self.rpc_url, _OWNER_KEY)
         if self.payer_funding > 0:
             await self.fund(self.payer_address, self.payer_funding)
+        if self.permit2_paths:
+            await install_permit2(self.rpc_url)
+            if self.approve_permit2:
+                await _approve_without_gas(self.rpc_url, self.token, self.payer_key)
         self._rpc = _JsonRpc(self.rpc_url)
         self._served = ServedApp(self, "standard-merchant")
         await self._served.start()
@@ -562,7 +636,17 @@ class StandardMerchant:
             await self._payment_required(send, path, url, ERR_NO_MATCH)
             return
         try:
-            authorization, signature = await self._verify(payment, requirements)
+            if path in self.permit2_paths:
+                settlement = await self._verify_permit2(payment, requirements)
+            else:
+                authorization, signature = await self._verify(payment, requirements)
+                settlement = _Settlement(
+                    payer=authorization.from_address,
+                    contract=str(self.token),
+                    data=transfer_with_authorization_call(authorization, signature),
+                    pay_to=authorization.to,
+                    value=authorization.value,
+                )
         except _Refusal as refusal:
             await self._refuse(send, path, url, refusal)
             return
@@ -572,14 +656,14 @@ class StandardMerchant:
             await _send(send, status, headers, body)
             return
         try:
-            settlement = await self._settle(authorization, signature)
+            settled = await self._settle_transfer(settlement)
         except _Refusal as refusal:
             await self._refuse(send, path, url, refusal)
             return
-        self.settlements.append(settlement)
+        self.settlements.append(settled)
         headers = [
             *headers,
-            (b"payment-response", encode_header(settlement, compact=False).encode()),
+            (b"payment-response", encode_header(settled, compact=False).encode()),
             (b"access-control-expose-headers", b"PAYMENT-RESPONSE"),
         ]
         await _send(send, status, headers, body)
@@ -639,6 +723,81 @@ class StandardMerchant:
         await self._simulate(authorization, signature)
         return authorization, signature
 
+    async def _verify_permit2(
+        self, payment: Mapping[str, Any], requirements: Mapping[str, Any]
+    ) -> _Settlement:
+        """The foundation facilitator's Permit2 checks, in its order; the signature (and the
+        nonce) are checked by Permit2 itself in an `eth_call` simulation of `settle`."""
+        payload = payment["payload"]
+        try:
+            transfer = Permit2Transfer.from_wire(payload.get("permit2Authorization"))
+        except ValueError:
+            raise _Refusal(ERR_PERMIT2_INVALID_PAYLOAD) from None
+        payer = transfer.from_address
+        if transfer.spender.lower() != EXACT_PERMIT2_PROXY_ADDRESS.lower():
+            raise _Refusal(ERR_PERMIT2_INVALID_SPENDER, payer)
+        if transfer.to.lower() != str(requirements["payTo"]).lower():
+            raise _Refusal(ERR_PERMIT2_RECIPIENT_MISMATCH, payer)
+        now = int(time.time())
+        if transfer.deadline < now + 6:
+            raise _Refusal(ERR_PERMIT2_DEADLINE_EXPIRED, payer)
+        if transfer.valid_after > now:
+            raise _Refusal(ERR_PERMIT2_NOT_YET_VALID, payer)
+        if transfer.amount != int(requirements["amount"]):
+            raise _Refusal(ERR_PERMIT2_AMOUNT_MISMATCH, payer)
+        if transfer.token.lower() != str(requirements["asset"]).lower():
+            raise _Refusal(ERR_PERMIT2_TOKEN_MISMATCH, payer)
+        signature = _parse_signature(payload.get("signature"))
+        if signature is None:
+            raise _Refusal(ERR_PERMIT2_INVALID_SIGNATURE, payer)
+        owner = bytes(12) + bytes.fromhex(payer[2:])
+        allowance = await self._read_uint(
+            ALLOWANCE_SELECTOR + owner + bytes(12) + bytes.fromhex(PERMIT2_ADDRESS[2:]), payer
+        )
+        if allowance < transfer.amount:
+            raise _Refusal(ERR_PERMIT2_ALLOWANCE_REQUIRED, payer)
+        if await self._read_uint(BALANCE_OF_SELECTOR + owner, payer) < transfer.amount:
+            raise _Refusal(ERR_INSUFFICIENT_BALANCE, payer)
+        settlement = _Settlement(
+            payer=payer,
+            contract=EXACT_PERMIT2_PROXY_ADDRESS,
+            data=settle_call(transfer, signature),
+            pay_to=transfer.to,
+            value=transfer.amount,
+        )
+        await self._simulate_call(settlement, _PERMIT2_REVERTS)
+        return settlement
+
+    async def _read_uint(self, data: bytes, payer: str) -> int:
+        """A uint256 view of the token (`eth_call` at `latest`)."""
+        assert self._rpc is not None
+        try:
+            result = await self._rpc.call(
+                "eth_call", {"to": self.token, "data": "0x" + data.hex()}, "latest"
+            )
+            return int(str(result), 16)
+        except (_RpcError, httpx.HTTPError, ValueError):
+            raise _Refusal(ERR_SIMULATION_FAILED, payer) from None
+
+    async def _simulate_call(
+        self, settlement: _Settlement, reverts: tuple[tuple[str, str], ...]
+    ) -> None:
+        assert self._rpc is not None
+        call = {
+            "from": self.facilitator_address,
+            "to": settlement.contract,
+            "gas": hex(_SETTLE_GAS),
+            "data": "0x" + settlement.data.hex(),
+        }
+        try:
+            await self._rpc.call("eth_call", call, "pending")
+        except httpx.HTTPError:
+            raise _Refusal(ERR_SIMULATION_FAILED, settlement.payer) from None
+        except _RpcError as exc:
+            text = f"{exc} {json.dumps(exc.error)}".lower()
+            reason = next((code for needle, code in reverts if needle in text), None)
+            raise _Refusal(reason or ERR_SIMULATION_FAILED, settlement.payer) from None
+
     async def _simulate(self, authorization: TransferAuthorization, signature: bytes) -> None:
         assert self._rpc is not None
         assert self.token is not None
@@ -662,14 +821,27 @@ class StandardMerchant:
         self, authorization: TransferAuthorization, signature: bytes
     ) -> dict[str, Any]:
         """Send `transferWithAuthorization` from the hot wallet and wait for its receipt."""
+        assert self.token is not None
+        return await self._settle_transfer(
+            _Settlement(
+                payer=authorization.from_address,
+                contract=self.token,
+                data=transfer_with_authorization_call(authorization, signature),
+                pay_to=authorization.to,
+                value=authorization.value,
+            )
+        )
+
+    async def _settle_transfer(self, settlement: _Settlement) -> dict[str, Any]:
+        """Send the settlement's call from the hot wallet and wait for its receipt, which
+        must carry the token's `Transfer(payer, payTo, value)`."""
         rpc, token = self._rpc, self.token
         assert rpc is not None
         assert token is not None
-        payer = authorization.from_address
-        data = transfer_with_authorization_call(authorization, signature)
+        payer = settlement.payer
         async with self._settle_lock:  # one hot wallet: one transaction nonce sequence
             try:
-                tx_hash = await self._send_transaction(rpc, token, data)
+                tx_hash = await self._send_transaction(rpc, settlement.contract, settlement.data)
             except (_RpcError, httpx.HTTPError):
                 raise _Refusal(ERR_UNEXPECTED_SETTLE, payer) from None
         try:
@@ -678,7 +850,7 @@ class StandardMerchant:
             raise _Refusal(ERR_UNEXPECTED_SETTLE, payer) from None
         if receipt is None or receipt.get("status") != "0x1":
             raise _Refusal(ERR_TRANSACTION_FAILED, payer)
-        if not _has_transfer_log(receipt, token, authorization):
+        if not _has_transfer_log(receipt, token, payer, settlement.pay_to, settlement.value):
             raise _Refusal(ERR_TRANSACTION_FAILED, payer)
         return {"success": True, "payer": payer, "transaction": tx_hash, "network": self.network}
 
@@ -749,20 +921,20 @@ async def _receipt(rpc: _JsonRpc, tx_hash: str) -> dict[str, Any] | None:
 
 
 def _has_transfer_log(
-    receipt: Mapping[str, Any], token: str, authorization: TransferAuthorization
+    receipt: Mapping[str, Any], token: str, payer: str, pay_to: str, value: int
 ) -> bool:
     """The receipt carries the token's `Transfer(from, to, value)` (the foundation checks it)."""
     topic = "0x" + keccak256(_TRANSFER_EVENT.encode()).hex()
     expected = [
         topic,
-        "0x" + (bytes(12) + bytes.fromhex(authorization.from_address[2:])).hex(),
-        "0x" + (bytes(12) + bytes.fromhex(authorization.to[2:])).hex(),
+        "0x" + (bytes(12) + bytes.fromhex(payer[2:])).hex(),
+        "0x" + (bytes(12) + bytes.fromhex(pay_to[2:])).hex(),
     ]
     for log in receipt.get("logs") or []:
         if str(log.get("address", "")).lower() != token.lower():
             continue
         topics = [str(t).lower() for t in log.get("topics") or []]
-        if topics == expected and int(str(log.get("data", "0x0")), 16) == authorization.value:
+        if topics == expected and int(str(log.get("data", "0x0")), 16) == value:
             return True
     return False
 
@@ -790,3 +962,25 @@ async def _send(send: Any, status: int, headers: list[Any], body: bytes) -> None
     headers.append((b"content-length", str(len(body)).encode()))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
+
+
+async def _approve_without_gas(rpc_url: str, token: str, owner_key: str) -> None:
+    """The sandbox payer's one-time Permit2 approval, leaving its native balance as it was
+    (anvil only: the gas is lent with `anvil_setBalance` and the balance set back)."""
+    from eth_account import Account
+
+    from ._permit2 import approve_permit2, permit2_allowance
+
+    owner = str(Account.from_key(owner_key).address)
+    if await permit2_allowance(rpc_url, token, owner) > 0:
+        return
+    rpc = _JsonRpc(rpc_url)
+    try:
+        before = await rpc.call("eth_getBalance", owner, "latest")
+        await rpc.call("anvil_setBalance", owner, hex(int(before, 16) + 10**18))
+        try:
+            await approve_permit2(rpc_url, token, owner_key)
+        finally:
+            await rpc.call("anvil_setBalance", owner, before)
+    finally:
+        await rpc.aclose()
