@@ -82,6 +82,7 @@ def test_demo_pays_on_every_rail_and_prints_the_resources() -> None:
     assert "Amsterdam" in out  # the euro-paid resource
     assert "provider:mainnet" in out and "eip155:137" in out and "eip155:1" in out
     assert "eip3009" in out  # the standard x402 merchant, paid with EIP-3009
+    assert "permit2" in out  # and through Permit2
     assert "ledgera:mainnet" in out
     assert "payment failed" not in out
     assert "sk_sandbox_" not in out + result.stderr

@@ -123,6 +123,10 @@ def _steps(sandbox: Sandbox, *, evm: bool, bridge: bool) -> list[Step]:
                 "standard x402, EIP-3009",
                 sandbox.standard.resource_url("/weather"),
             ),
+            (
+                "standard x402 v2 merchant, Permit2 (any ERC-20) on chain 137",
+                sandbox.standard.resource_url("/permit2"),
+            ),
         ]
     if bridge:
         steps.append(
