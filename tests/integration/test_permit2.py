@@ -8,10 +8,12 @@ skipped with a reason naming `approve_permit2`, and nothing is signed or sent.
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from decimal import Decimal
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 
@@ -28,8 +30,11 @@ from x402_client import (
     PaymentOptions,
     approve_permit2,
     approve_permit2_sync,
+    payment_ledger,
+    unfinished_payments,
     with_eur_payment,
 )
+from x402_client._state import state_of
 
 pytestmark = pytest.mark.anyio
 
@@ -178,4 +183,30 @@ async def test_over_the_cap_and_beyond_the_budget_nothing_is_signed(stack):
     assert beyond.value.money_moved is False
     assert len(hook.intents) == 1  # the second payment never reached signing
     assert settlements(stack) == signed
+    assert await stack.balance(address) == 4 * stack.price_atomic
+
+
+async def test_the_ledger_and_the_journal_record_it_and_the_sync_client_pays_too(stack, tmp_path):
+    key, address = await stack.new_payer(tokens_atomic=5 * stack.price_atomic)
+    await stack.approve(key)
+    opts = options(stack, key, state_path=tmp_path / "state.sqlite3")
+
+    def fetch() -> httpx.Response:  # the sync client, off the loop that serves the merchant
+        with with_eur_payment(httpx.Client(timeout=30), opts) as client:
+            return client.get(stack.paid_url)
+
+    response = await anyio.to_thread.run_sync(fetch)
+    assert response.status_code == 200, response.text
+    receipt = response.extensions["x402_payment"]
+    assert receipt.rail == "permit2"
+    (entry,) = payment_ledger(opts).entries(outcome="paid")
+    assert entry.intent.rail == "permit2" and entry.delivered
+    journal = state_of(opts).journal
+    assert journal is not None
+    (record,) = await journal.payments()
+    assert (record.rail, record.outcome, record.delivered) == ("permit2", "paid", True)
+    assert record.proof == receipt.proof and record.amount == PRICE
+    assert await unfinished_payments(opts) == []
+    assert key.removeprefix("0x") not in json.dumps(record.to_json(), default=str)
+    state_of(opts).close()
     assert await stack.balance(address) == 4 * stack.price_atomic

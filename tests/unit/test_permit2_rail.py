@@ -265,3 +265,27 @@ async def test_an_unreachable_rpc_is_a_skip_reason_and_nothing_is_signed() -> No
     assert "Permit2 approval cannot be checked" in problem
     assert "127.0.0.1:9" in problem
     assert RequestSettings().proof is None
+
+
+# --- approve_permit2: refused before anything is sent --------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("options", "asset", "amount", "message"),
+    [
+        ({"key": None}, TOKEN, None, "needs an EVM key"),
+        ({}, "USDC", None, "is not a 0x token address"),
+        ({"rpc": False}, TOKEN, None, "needs an RPC URL for chain 84532"),
+        ({}, TOKEN, "-1", "is not a non-negative sEURT amount"),
+        ({}, TOKEN, "0.0000001", "at most 6 decimals"),
+        ({}, TOKEN, "lots", "is not a non-negative sEURT amount"),
+        ({"assets": ()}, TOKEN, "1", "declare"),
+    ],
+)
+async def test_approve_permit2_refuses_what_cannot_work(
+    options: dict[str, Any], asset: str, amount: str | None, message: str
+) -> None:
+    from x402_client import ConfigurationError, approve_permit2
+
+    with pytest.raises(ConfigurationError, match=message):
+        await approve_permit2(_options(**options), CHAIN, asset, amount)
