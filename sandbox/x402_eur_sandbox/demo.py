@@ -123,8 +123,9 @@ def _steps(sandbox: Sandbox, *, evm: bool, bridge: bool) -> list[Step]:
                 "standard x402, EIP-3009",
                 sandbox.standard.resource_url("/weather"),
             ),
-            (
+            Step(
                 "standard x402 v2 merchant, Permit2 (any ERC-20) on chain 137",
+                "standard x402, Permit2",
                 sandbox.standard.resource_url("/permit2"),
             ),
         ]

@@ -45,7 +45,16 @@ from .._exceptions import ConfigurationError
 from .._models import ExactAcceptEntry
 from .._redact import endpoint_url
 from .._types import PaymentIntent
-from . import Note, Paid, RailContext, RequestSettings, no_note
+from . import (
+    Note,
+    NotForThisRail,
+    Paid,
+    RailContext,
+    RequestSettings,
+    no_note,
+    setting,
+    unpayable,
+)
 from ._evm_signing import (
     ADDRESS_RE,
     UINT256_LIMIT,
@@ -358,6 +367,9 @@ class Permit2Rail:
     name = "permit2"
     #: The proof is a signed permit: the merchant's facilitator moves the money.
     money_moves_before_proof = False
+    #: The v2 frame (`accepted`, `resource`) is the flow's to add.
+    frames_own_proof = False
+    resumes_transactions = False
 
     def __init__(self, context: RailContext) -> None:
         self._context = context
@@ -371,35 +383,34 @@ class Permit2Rail:
 
     def describe(self, entry: AcceptEntry, resource: str) -> PaymentIntent | str:
         if not isinstance(entry, ExactAcceptEntry):
-            return "not an exact entry"
+            return NotForThisRail("not an exact entry")
         chain_id = chain_id_of(entry.network)
         if chain_id is None:
-            return "not an EVM entry"
+            return NotForThisRail("not an EVM entry")
         extra = entry.extra or {}
         if extra.get("assetTransferMethod") != "permit2" or "spender" in extra:
-            return "not a Permit2 entry"
-        if not entry.network.startswith("eip155:"):
-            return "Permit2 entry on an x402 v1 network (Permit2 is paid on v2 eip155 networks)"
-        if not ADDRESS_RE.match(entry.asset):
-            return "Permit2 entry whose asset is not a token address"
-        if not ADDRESS_RE.match(entry.pay_to):
-            return "Permit2 entry whose payTo is not an address"
+            return NotForThisRail("not a Permit2 entry")
         options = self._context.options
         asset = find_asset(chain_id, entry.asset, options.assets)
-        if asset is None:
-            return (
-                f"unknown asset {entry.asset} on {entry.network} "
-                "(declare it in PaymentOptions.assets to pay it)"
+        blockers = _blockers(entry)
+        if asset is None and ADDRESS_RE.match(entry.asset):
+            blockers.append(
+                f"unknown asset {entry.asset[:42]} on {entry.network} (declare it in "
+                f"PaymentOptions.assets or {setting('assets')} to pay it)"
             )
-        if options.evm is None:
-            return "no EVM key configured (PaymentOptions.evm)"
-        if chain_id not in options.evm.rpc_urls:
-            return (
-                f"Permit2 entry on {entry.network}: no RPC URL configured for chain {chain_id} "
-                "(EvmOptions.rpc_urls), so the Permit2 approval cannot be checked"
+        settings = [] if options.evm is not None else [setting("evm_private_key")]
+        if options.evm is None or chain_id not in options.evm.rpc_urls:
+            blockers.append(
+                f"no RPC URL configured for chain {chain_id} (EvmOptions.rpc_urls), so the "
+                "Permit2 approval cannot be checked"
             )
         if not evm_extra_installed():
-            return PERMIT2_EVM_EXTRA_MISSING
+            blockers.append(PERMIT2_EVM_EXTRA_MISSING)
+        if asset is None or blockers or settings:
+            label = asset.symbol if asset is not None else "a token"
+            return unpayable(
+                f"Permit2 transfer for {label} on {entry.network[:40]}", blockers, settings
+            )
         return _intent(entry, asset, resource)
 
     async def prepare(self, entry: AcceptEntry, intent: PaymentIntent) -> str | None:
@@ -483,6 +494,18 @@ def _intent(entry: ExactAcceptEntry, asset: Asset, resource: str) -> PaymentInte
         description=entry.description,
         accept=entry.to_wire(),
     )
+
+
+def _blockers(entry: ExactAcceptEntry) -> list[str]:
+    """What in a Permit2 entry itself keeps it from being paid (not the options)."""
+    blockers = []
+    if not entry.network.startswith("eip155:"):
+        blockers.append("it is on an x402 v1 network (Permit2 is paid on v2 eip155 networks)")
+    if not ADDRESS_RE.match(entry.asset):
+        blockers.append("its asset is not a token address")
+    if not ADDRESS_RE.match(entry.pay_to):
+        blockers.append("its payTo is not an address")
+    return blockers
 
 
 def build(context: RailContext) -> Permit2Rail | None:
