@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from decimal import Decimal
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ._assets import find_asset
 from ._exceptions import ConfigurationError, X402Error
@@ -149,6 +149,29 @@ _APPROVE_ABI = [
 ]
 
 
+async def _send_approve(
+    w3: Any, account: Any, url: str, chain_id: int, asset: str, atomic: int
+) -> Any:
+    """Check that the endpoint serves `chain_id`, then sign and send
+    `approve(PERMIT2, atomic)`; the transaction's hash as web3 returns it."""
+    reported = int(await w3.eth.chain_id)
+    if reported != chain_id:
+        raise ConfigurationError(
+            f"the RPC endpoint {endpoint_url(url)} reports chain id {reported}, "
+            f"but it is configured for chain id {chain_id} (eip155:{chain_id})"
+        )
+    token = w3.eth.contract(address=w3.to_checksum_address(asset), abi=_APPROVE_ABI)
+    tx = await token.functions.approve(PERMIT2_ADDRESS, atomic).build_transaction(
+        {
+            "from": account.address,
+            "chainId": chain_id,
+            "nonce": await w3.eth.get_transaction_count(account.address, "pending"),
+        }
+    )
+    signed = account.sign_transaction(dict(tx))
+    return await w3.eth.send_raw_transaction(signed.raw_transaction)
+
+
 async def _send_approval(
     options: PaymentOptions, chain_id: int, urls: tuple[str, ...], asset: str, atomic: int
 ) -> str:
@@ -175,22 +198,7 @@ async def _send_approval(
         w3 = AsyncWeb3(provider, middleware=[])
         sent: str | None = None
         try:
-            reported = int(await w3.eth.chain_id)
-            if reported != chain_id:
-                raise ConfigurationError(
-                    f"the RPC endpoint {endpoint_url(url)} reports chain id {reported}, "
-                    f"but it is configured for chain id {chain_id} (eip155:{chain_id})"
-                )
-            token = w3.eth.contract(address=w3.to_checksum_address(asset), abi=_APPROVE_ABI)
-            tx = await token.functions.approve(PERMIT2_ADDRESS, atomic).build_transaction(
-                {
-                    "from": account.address,
-                    "chainId": chain_id,
-                    "nonce": await w3.eth.get_transaction_count(account.address, "pending"),
-                }
-            )
-            signed = account.sign_transaction(dict(tx))
-            raw_hash = await w3.eth.send_raw_transaction(signed.raw_transaction)
+            raw_hash = await _send_approve(w3, account, url, chain_id, asset, atomic)
             sent = "0x" + bytes(raw_hash).hex()
             receipt = await w3.eth.wait_for_transaction_receipt(raw_hash, timeout=120)
         except TimeExhausted:

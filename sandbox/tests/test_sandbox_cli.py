@@ -69,12 +69,13 @@ def test_demo_pays_on_every_rail_and_prints_the_resources() -> None:
         "EVM permit, chain 137      0.25 EUR",
         "EVM permit, chain 1        0.25 EUR",
         "standard x402, EIP-3009    0.10 EUR",
+        "standard x402, Permit2     0.05 EUR",
         "bridge to chain A          0.30 EUR",
-        "total                      1.00 EUR",
+        "total                      1.05 EUR",
         "payer account left         99.60 EURO",
         "EVM payer left, chain 137  99.75 EURQ",
         "EVM payer left, chain 1    99.75 EURQ",
-        "EVM payer left, sEURC      99.90 sEURC",
+        "EVM payer left, sEURC      99.85 sEURC",
     ):
         assert paid in summary, summary
     assert max(len(line.rstrip()) for line in out.splitlines()) <= 80

@@ -199,6 +199,7 @@ RAILS = {
     "euro": (True, True, False),
     "evm-permit": (False, True, False),
     "eip3009": (False, False, False),
+    "permit2": (False, False, False),
     "bridge": (True, True, True),
 }
 

@@ -233,7 +233,7 @@ def test_describes_a_permit2_entry_in_the_declared_asset() -> None:
         ({"network": "base-sepolia"}, {}, "x402 v1 network"),
         ({"asset": "USDC"}, {}, "asset is not a token address"),
         ({"asset": "0x" + "11" * 20}, {}, "unknown asset"),
-        ({}, {"key": None}, "no EVM key configured"),
+        ({}, {"key": None}, "set X402_EUR_EVM_PRIVATE_KEY"),
         ({}, {"rpc": False}, "no RPC URL configured for chain 84532"),
     ],
 )

@@ -113,10 +113,10 @@ TABLE = [
     (
         EVM_137,
         eip3009(extra={"assetTransferMethod": "permit2"}, payTo="merchant"),
-        f"EIP-3009 transfer for a token on eip155:8453: Permit2 entries are not supported "
-        "yet; it comes without the token's EIP-712 extra.name and extra.version; its payTo is "
-        f"not an address; unknown asset {USDC_BASE} on eip155:8453 (declare it in "
-        "PaymentOptions.assets or X402_EUR_ASSETS to pay it)",
+        f"Permit2 transfer for a token on eip155:8453: its payTo is not an address; unknown "
+        f"asset {USDC_BASE} on eip155:8453 (declare it in PaymentOptions.assets or "
+        "X402_EUR_ASSETS to pay it); no RPC URL configured for chain 8453 "
+        "(EvmOptions.rpc_urls), so the Permit2 approval cannot be checked",
     ),
     (
         EVM_137,
