@@ -17,6 +17,12 @@ foundation's server compares it field by field). The `euro` scheme exists only i
 dialect. Base64 is read leniently (standard or url-safe, padded or not) and written as
 each dialect's peers read it: url-safe unpadded for the euro gates, standard padded for the
 foundation's servers, which decode strictly.
+
+The v2 `payment-identifier` extension (idempotency): a merchant that declares it in the
+402's `extensions` gets, in the paid retry's `extensions`, its declaration echoed with
+`info.id` added, one identifier per payment (`payment_id_for`), so it can deduplicate the
+re-sends of one payment. Not declared: nothing is added. Only a proof this module frames
+can carry it (`Challenge.payment_identifier`, `payment_id_problem`).
 """
 
 from __future__ import annotations
@@ -24,6 +30,8 @@ from __future__ import annotations
 import base64
 import dataclasses
 import enum
+import hashlib
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -36,6 +44,7 @@ from ._models import ExactAcceptEntry
 from ._proof import ProofError, b64_json_decode, encode_proof
 
 __all__ = [
+    "PAYMENT_IDENTIFIER",
     "PAYMENT_REQUIRED",
     "PAYMENT_SIGNATURE",
     "SETTLEMENT_HEADERS",
@@ -44,7 +53,11 @@ __all__ = [
     "Dialect",
     "challenge_of",
     "encode_payment",
+    "is_valid_payment_id",
     "is_x402",
+    "payment_id_for",
+    "payment_id_of",
+    "payment_id_problem",
     "read_challenge",
 ]
 
@@ -56,6 +69,11 @@ X_PAYMENT = "X-PAYMENT"
 PAYMENT_SIGNATURE = "PAYMENT-SIGNATURE"
 #: Response headers carrying the merchant's settlement of a paid retry (euro and v1, v2).
 SETTLEMENT_HEADERS = ("X-PAYMENT-RESPONSE", "PAYMENT-RESPONSE")
+#: The v2 extension that carries a payment's idempotency key (`info.id`).
+PAYMENT_IDENTIFIER = "payment-identifier"
+#: An identifier's rule (the foundation's `payment_identifier/types.py`): 16 to 128
+#: characters of `A-Z a-z 0-9 _ -`.
+_PAYMENT_ID = re.compile(r"[A-Za-z0-9_-]{16,128}")
 
 
 class Dialect(str, enum.Enum):
@@ -74,6 +92,16 @@ class Challenge:
     error: str | None = None
     resource: Mapping[str, Any] | None = None
     extensions: Mapping[str, Any] | None = None
+
+    @property
+    def payment_identifier(self) -> bool | None:
+        """Whether the merchant declared the `payment-identifier` extension: None when it
+        did not (or not in its shape: `info.required` a boolean), else whether it is
+        `required`."""
+        declared = (self.extensions or {}).get(PAYMENT_IDENTIFIER)
+        info = declared.get("info") if isinstance(declared, Mapping) else None
+        required = info.get("required") if isinstance(info, Mapping) else None
+        return required if isinstance(required, bool) else None
 
     def parse_entry(self, raw: Any) -> AcceptEntry | None:
         """One entry as the client's models read it; None for a scheme it does not know."""
@@ -208,14 +236,64 @@ def _from_body(parsed: Mapping[str, Any]) -> Challenge:
     return Challenge(dialect, _accepts(parsed, "402 body"), error)
 
 
+def payment_id_for(payment: str) -> str:
+    """The `payment-identifier` of the payment whose ledger / journal id is `payment` (32
+    hex digits): the same for every send of its proof, and known to recovery. An id of
+    another shape is hashed into one that follows the extension's rule."""
+    payment_id = f"pay_{payment}"
+    if is_valid_payment_id(payment_id):
+        return payment_id
+    return "pay_" + hashlib.sha256(payment.encode()).hexdigest()[:32]
+
+
+def is_valid_payment_id(value: Any) -> bool:
+    """16 to 128 characters of letters, digits, `_` and `-` (the extension's rule)."""
+    return isinstance(value, str) and _PAYMENT_ID.fullmatch(value) is not None
+
+
+def payment_id_of(decoded: Mapping[str, Any]) -> str | None:
+    """The `payment-identifier` a decoded v2 proof carries, if any."""
+    extensions = decoded.get("extensions")
+    declared = extensions.get(PAYMENT_IDENTIFIER) if isinstance(extensions, Mapping) else None
+    info = declared.get("info") if isinstance(declared, Mapping) else None
+    found = info.get("id") if isinstance(info, Mapping) else None
+    return found if is_valid_payment_id(found) else None
+
+
+def payment_id_problem(challenge: Challenge, rail: str, frames_own_proof: bool) -> str | None:
+    """Why `rail` must not pay an entry of `challenge`: the merchant requires a payment
+    identifier and the rail's proof, which it frames itself, has no place for one."""
+    if not frames_own_proof or challenge.payment_identifier is not True:
+        return None
+    return (
+        f"the merchant requires a payment identifier (the x402 payment-identifier "
+        f"extension), which a {rail} proof cannot carry"
+    )
+
+
+def _with_payment_id(extensions: Mapping[str, Any], payment_id: str) -> dict[str, Any]:
+    """The 402's extensions as echoed, with `payment_id` added to the declaration's `info`
+    (every declared field kept, as the foundation's server checks)."""
+    echoed = dict(extensions)
+    declared = dict(echoed[PAYMENT_IDENTIFIER])
+    declared["info"] = {**declared["info"], "id": payment_id}
+    echoed[PAYMENT_IDENTIFIER] = declared
+    return echoed
+
+
 def _b64(data: Mapping[str, Any]) -> str:
     return base64.b64encode(_json.dumps(dict(data))).decode("ascii")
 
 
 def encode_payment(
-    challenge: Challenge, raw_entry: Mapping[str, Any], payload: Mapping[str, Any]
+    challenge: Challenge,
+    raw_entry: Mapping[str, Any],
+    payload: Mapping[str, Any],
+    *,
+    payment_id: str | None = None,
 ) -> tuple[str, str]:
-    """The header (name, value) that carries `payload` for `raw_entry` of `challenge`."""
+    """The header (name, value) that carries `payload` for `raw_entry` of `challenge`;
+    `payment_id` goes in when the challenge declared the `payment-identifier` extension."""
     scheme, network = raw_entry.get("scheme"), raw_entry.get("network")
     if challenge.dialect is Dialect.STANDARD_V2:
         framed: dict[str, Any] = {
@@ -226,7 +304,11 @@ def encode_payment(
         if challenge.resource is not None:
             framed["resource"] = dict(challenge.resource)
         if challenge.extensions is not None:
-            framed["extensions"] = dict(challenge.extensions)
+            framed["extensions"] = (
+                _with_payment_id(challenge.extensions, payment_id)
+                if payment_id is not None and challenge.payment_identifier is not None
+                else dict(challenge.extensions)
+            )
         return PAYMENT_SIGNATURE, _b64(framed)
     if challenge.dialect is Dialect.STANDARD_V1:
         framed = {"x402Version": 1, "scheme": scheme, "network": network, "payload": payload}

@@ -33,7 +33,14 @@ import httpx
 from ._amounts import format_amount
 from ._challenge import AcceptEntry, VerifierReason, classify_reason
 from ._deliver import PayFresh, Send, deliver, receipt_of, resend_proof
-from ._dialects import PAYMENT_REQUIRED, Challenge, challenge_of, encode_payment
+from ._dialects import (
+    PAYMENT_REQUIRED,
+    Challenge,
+    challenge_of,
+    encode_payment,
+    payment_id_for,
+    payment_id_problem,
+)
 from ._exceptions import (
     BudgetExceeded,
     ChallengeError,
@@ -387,7 +394,12 @@ class Payer:
                 message = f"not tried: {limit} candidates were prepared already (max_candidates)"
                 skipped.append(SkippedEntry(index, SkipReason.NOT_TRIED, message, intent))
                 continue
-            problem = await candidate.rail.prepare(candidate.entry, intent)
+            rail = candidate.rail
+            problem = payment_id_problem(challenge, rail.name, rail.frames_own_proof)
+            if problem is not None:
+                skipped.append(SkippedEntry(index, SkipReason.UNPAYABLE, problem, intent))
+                continue
+            problem = await rail.prepare(candidate.entry, intent)
             if problem is not None:
                 skipped.append(SkippedEntry(index, SkipReason.PREPARE_FAILED, problem, intent))
                 continue
@@ -419,7 +431,7 @@ class Payer:
             await self._journal(record, request, body, entry)
             record.calling_rail(intent.rail)
             async with rail.pay(entry, intent, guard.settings, record.note) as paid:
-                paid = self._framed(rail, paid, challenge, candidate.index)
+                paid = self._framed(rail, paid, challenge, candidate.index, record)
                 made = await self._proved(guard, record, intent, paid)
                 result = await self._deliver(
                     guard, request, body, send, intent, paid, record, made=made
@@ -466,12 +478,19 @@ class Payer:
         )
 
     @staticmethod
-    def _framed(rail: Rail, paid: Paid, challenge: Challenge, index: int) -> Paid:
+    def _framed(
+        rail: Rail, paid: Paid, challenge: Challenge, index: int, record: PaymentRecord
+    ) -> Paid:
         """The rail's proof, framed the way this 402 speaks when the rail leaves that to
-        the dialect (`Rail.frames_own_proof`)."""
+        the dialect (`Rail.frames_own_proof`), with the payment's identifier when the 402
+        declared the `payment-identifier` extension (the journal's id of this payment: the
+        same in every send of the proof, recovery's included)."""
         if rail.frames_own_proof or paid.payload is None:
             return paid
-        header, framed = encode_payment(challenge, challenge.accepts[index], paid.payload)
+        payment_id = payment_id_for(record.journal_id or record.id)
+        header, framed = encode_payment(
+            challenge, challenge.accepts[index], paid.payload, payment_id=payment_id
+        )
         return dataclasses.replace(paid, proof=framed, header=header)
 
     async def _proved(
