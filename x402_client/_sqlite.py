@@ -372,6 +372,22 @@ class JournalRecord:
 
         return fields_table(f"payment {self.id}", self.facts())
 
+    @property
+    def payment_identifier(self) -> str | None:
+        """The x402 `payment-identifier` its proof carries (a standard v2 merchant that
+        declared the extension deduplicates its re-sends by it), if any."""
+        if not self.proof:
+            return None
+        # These load pydantic, which opening a journal does not: only when asked.
+        from ._dialects import payment_id_of
+        from ._proof import ProofError, b64_json_decode
+
+        try:
+            decoded = b64_json_decode(self.proof)
+        except ProofError:
+            return None
+        return payment_id_of(decoded) if isinstance(decoded, dict) else None
+
     def facts(self) -> list[tuple[str, object]]:
         """What a person reads of this payment, as (label, text) pairs (no proof)."""
         return [
@@ -388,6 +404,7 @@ class JournalRecord:
             ("transaction", self.transaction_code),
             ("chain tx id", self.blockchain_tx_id),
             ("tx hash", self.tx_hash if self.tx_hash != self.blockchain_tx_id else None),
+            ("payment identifier", self.payment_identifier),
             ("error", None if self.error is None else redact_urls(self.error)),
             (
                 "unrecoverable",
@@ -433,6 +450,7 @@ class JournalRecord:
                 data[field.name] = None if value is None else str(value)
             else:
                 data[field.name] = _jsonable(value)
+        data["payment_identifier"] = self.payment_identifier
         return data
 
 

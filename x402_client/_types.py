@@ -55,7 +55,9 @@ class PaymentReceipt:
     `extensions={"x402": {"proof": ...}}`): that request moved no money (`payments` is 0).
     `resource` is the URL as requested; `repr` and `to_json` redact its credentials.
     `asset_symbol` names the asset paid in (`EURQ`, `EURC`, `EURO`) where the offer made it
-    known; `asset` is its address or the merchant's id for it.
+    known; `asset` is its address or the merchant's id for it. `payment_identifier` is the
+    x402 `payment-identifier` the proof carried (a standard v2 merchant that declared the
+    extension deduplicates by it), if any.
     """
 
     rail: Rail
@@ -99,6 +101,19 @@ class PaymentReceipt:
             shown.append(f"payments={self.payments}")
         return f"PaymentReceipt({', '.join(shown)})"
 
+    @property
+    def payment_identifier(self) -> str | None:
+        """The x402 `payment-identifier` the proof carried, if any."""
+        # These load pydantic, which the receipt's module does not: only when asked.
+        from ._dialects import payment_id_of
+        from ._proof import ProofError, b64_json_decode
+
+        try:
+            decoded = b64_json_decode(self.proof)
+        except ProofError:
+            return None
+        return payment_id_of(decoded) if isinstance(decoded, dict) else None
+
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready dict (camelCase, the amount as `format_amount` writes it on every
         rail). Not the proof: it was spent on the response this receipt came with. The
@@ -123,4 +138,5 @@ class PaymentReceipt:
             "blockchainTxId": self.blockchain_tx_id,
             "txHash": self.tx_hash,
             "payer": self.payer,
+            "paymentIdentifier": self.payment_identifier,
         }

@@ -226,14 +226,18 @@ def settlements(stack: FoundationStack) -> int:
 async def test_each_payment_carries_its_own_identifier_the_merchant_checks(stack, merchant):
     url, layer = merchant
     before, settled = await stack.balance(stack.payer_address), settlements(stack)
+    receipts = []
     async with with_eur_payment(httpx.AsyncClient(timeout=30), options(stack)) as client:
         for path in (OPTIONAL, OPTIONAL, REQUIRED):
             response = await client.get(url + path)
             assert response.status_code == 200, response.text
+            receipts.append(response.extensions["x402_payment"])
         entries = payment_ledger(client).entries()
     ids = layer.ids(OPTIONAL)[-2:] + layer.ids(REQUIRED)[-1:]
     # One identifier per payment: its own ledger id, so the journal knows it too.
     assert ids == [f"pay_{entry.id}" for entry in entries]
+    assert [r.payment_identifier for r in receipts] == ids
+    assert receipts[0].to_json()["paymentIdentifier"] == ids[0]
     assert len(set(ids)) == 3
     echoed = layer.sends[-1][1].extensions or {}
     assert echoed[PAYMENT_IDENTIFIER]["info"] == {"required": True, "id": ids[-1]}
@@ -246,10 +250,12 @@ async def test_each_payment_carries_its_own_identifier_the_merchant_checks(stack
 async def test_an_undeclared_extension_leaves_the_wire_as_it_was(stack, merchant):
     url, layer = merchant
     async with with_eur_payment(httpx.AsyncClient(timeout=30), options(stack)) as client:
-        assert (await client.get(url + PLAIN)).status_code == 200
+        response = await client.get(url + PLAIN)
+    assert response.status_code == 200
     header = dict(layer.sends[-1][1].model_dump(by_alias=True, exclude_none=True))
     assert set(header) == {"x402Version", "payload", "accepted", "resource"}
     assert layer.ids(PLAIN)[-1] is None
+    assert response.extensions["x402_payment"].payment_identifier is None
 
 
 async def test_a_proof_re_sent_after_a_500_carries_the_same_identifier(stack, merchant):
@@ -281,6 +287,7 @@ async def test_a_proof_re_sent_after_an_unknown_outcome_is_served_once(stack, me
     assert again.json() == {"paid": True, "path": REQUIRED}
     first, resent = layer.ids(REQUIRED)[-2:]
     assert first is not None and first == resent
+    assert again.extensions["x402_payment"].payment_identifier == first
     assert layer.replayed == replayed + 1
     assert settlements(stack) == settled + 1
     assert await stack.balance(stack.payer_address) == before - stack.price_atomic
@@ -305,6 +312,10 @@ async def test_recovery_from_the_journal_re_sends_the_same_identifier(stack, mer
         (recovery,) = await recover_payments(client)
     assert recovery.status == "delivered", recovery.reason
     assert recovery.record.id == entry.id
+    # The journal keeps it with the payment: its proof carries it.
+    assert recovery.record.payment_identifier == f"pay_{entry.id}"
+    assert ("payment identifier", f"pay_{entry.id}") in recovery.record.facts()
+    assert recovery.record.to_json()["payment_identifier"] == f"pay_{entry.id}"
     first, resent = layer.ids(OPTIONAL)[-2:]
     assert first == resent == f"pay_{entry.id}"
     assert layer.replayed == replayed + 1
