@@ -267,7 +267,7 @@ def payment_id_problem(challenge: Challenge, rail: str, frames_own_proof: bool) 
         return None
     return (
         f"the merchant requires a payment identifier (the x402 payment-identifier "
-        f"extension), which a {rail} proof cannot carry"
+        f"extension), which the {rail} rail's proof cannot carry"
     )
 
 

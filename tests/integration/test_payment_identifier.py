@@ -95,6 +95,8 @@ class Deduplicating:
         self.fail = 0
         self.hold: anyio.Event | None = None
         self.arrived = anyio.Event()
+        #: An entry put first in the `accepts` of every 402 (one the merchant cannot take).
+        self.prepend: dict[str, Any] | None = None
 
     def ids(self, path: str) -> list[str | None]:
         return [extract_payment_identifier(p) for where, p in self.sends if where == path]
@@ -103,7 +105,7 @@ class Deduplicating:
         headers = {k.decode().lower(): v.decode() for k, v in scope.get("headers", [])}
         header = headers.get("payment-signature")
         if scope["type"] != "http" or header is None:
-            await self.app(scope, receive, send)
+            await self.app(scope, receive, send if self.prepend is None else self._prepending(send))
             return
         payload = parse_payment_payload(b64_json(header))
         assert isinstance(payload, PaymentPayload)
@@ -129,6 +131,21 @@ class Deduplicating:
         if payment_id is not None and messages[0]["status"] == 200:
             self.served[payment_id] = messages
         await self._forward(messages, send)
+
+    def _prepending(self, send: Any) -> Any:
+        async def rewritten(message: Message) -> None:
+            if message["type"] == "http.response.start" and message["status"] == 402:
+                headers = []
+                for name, value in message["headers"]:
+                    if name.lower() == b"payment-required":
+                        required = b64_json(value.decode())
+                        required["accepts"].insert(0, self.prepend)
+                        value = _b64(required).encode()
+                    headers.append((name, value))
+                message = {**message, "headers": headers}
+            await send(message)
+
+        return rewritten
 
     async def _forward(self, messages: list[Message], send: Any) -> None:
         if self.hold is not None:
@@ -380,21 +397,50 @@ def _b64(value: Any) -> str:
     return base64.b64encode(json.dumps(value).encode()).decode()
 
 
-async def test_a_required_identifier_no_rail_can_carry_pays_nothing(stack, serve):
-    # The only entry is for the evm-permit rail, whose proof is not a v2 frame: it cannot
-    # carry the identifier the merchant requires. No signature, no RPC, no facilitator.
-    recorder = Recorder()
-    recorded = await serve(recorder)
-    permit = {
+def _permit_entry(facilitator: str) -> dict[str, Any]:
+    """An entry for the evm-permit rail, whose proof is not a v2 frame."""
+    return {
         "scheme": "exact",
         "network": "eip155:137",
         "asset": "0x" + "1a" * 20,
         "amount": "10000",
         "payTo": "0x" + "2b" * 20,
         "maxTimeoutSeconds": 300,
-        "facilitator": recorded,
+        "facilitator": facilitator,
         "extra": {"symbol": "EURQ", "spender": "0x" + "3c" * 20},
     }
+
+
+async def test_a_required_identifier_passes_over_a_rail_that_cannot_carry_it(
+    stack, merchant, serve
+):
+    # The 402 offers first an evm-permit entry, then the merchant's EIP-3009 one.
+    url, layer = merchant
+    recorder = Recorder()
+    recorded = await serve(recorder)
+    before = await stack.balance(stack.payer_address)
+    evm = EvmOptions(private_key=stack.payer_key, rpc_urls={137: recorded})
+    layer.prepend = _permit_entry(recorded)
+    try:
+        async with with_eur_payment(httpx.AsyncClient(timeout=30), options(stack, evm=evm)) as c:
+            required = await c.get(url + REQUIRED)
+            assert recorder.requests == []  # the permit entry was not even prepared
+            optional = await c.get(url + OPTIONAL)
+            assert recorder.requests != []  # declared optional, it was tried first
+    finally:
+        layer.prepend = None
+    assert (required.status_code, optional.status_code) == (200, 200), required.text
+    assert required.extensions["x402_payment"].rail == "eip3009"
+    assert layer.ids(REQUIRED)[-1] == required.extensions["x402_payment"].payment_identifier
+    assert await stack.balance(stack.payer_address) == before - 2 * stack.price_atomic
+
+
+async def test_a_required_identifier_no_rail_can_carry_pays_nothing(stack, serve):
+    # The only entry is for the evm-permit rail, whose proof is not a v2 frame: it cannot
+    # carry the identifier the merchant requires. No signature, no RPC, no facilitator.
+    recorder = Recorder()
+    recorded = await serve(recorder)
+    permit = _permit_entry(recorded)
     challenge = {
         "x402Version": 2,
         "error": "Payment required",
