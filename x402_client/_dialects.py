@@ -22,7 +22,8 @@ The v2 `payment-identifier` extension (idempotency): a merchant that declares it
 402's `extensions` gets, in the paid retry's `extensions`, its declaration echoed with
 `info.id` added, one identifier per payment (`payment_id_for`), so it can deduplicate the
 re-sends of one payment. Not declared: nothing is added. Only a proof this module frames
-can carry it (`Challenge.payment_identifier`, `payment_id_problem`).
+can carry it: when it is required, `Challenge.rail_problem` rules out the rails that frame
+their own proof (`payment_id_problem`).
 """
 
 from __future__ import annotations
@@ -102,6 +103,10 @@ class Challenge:
         info = declared.get("info") if isinstance(declared, Mapping) else None
         required = info.get("required") if isinstance(info, Mapping) else None
         return required if isinstance(required, bool) else None
+
+    def rail_problem(self, rail: Any) -> str | None:
+        """Why `rail` must not pay any entry of this 402 (`payment_id_problem`), or None."""
+        return payment_id_problem(self, rail.name, getattr(rail, "frames_own_proof", False))
 
     def parse_entry(self, raw: Any) -> AcceptEntry | None:
         """One entry as the client's models read it; None for a scheme it does not know."""

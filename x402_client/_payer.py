@@ -39,7 +39,6 @@ from ._dialects import (
     challenge_of,
     encode_payment,
     payment_id_for,
-    payment_id_problem,
 )
 from ._exceptions import (
     BudgetExceeded,
@@ -385,6 +384,7 @@ class Payer:
             now=time.time(),
             resource=str(request.url),
             parse=challenge.parse_entry,
+            rail_problem=challenge.rail_problem,
         )
         skipped: list[SkippedEntry] = list(selection.skipped)
         limit = self.options.max_candidates
@@ -394,12 +394,7 @@ class Payer:
                 message = f"not tried: {limit} candidates were prepared already (max_candidates)"
                 skipped.append(SkippedEntry(index, SkipReason.NOT_TRIED, message, intent))
                 continue
-            rail = candidate.rail
-            problem = payment_id_problem(challenge, rail.name, rail.frames_own_proof)
-            if problem is not None:
-                skipped.append(SkippedEntry(index, SkipReason.UNPAYABLE, problem, intent))
-                continue
-            problem = await rail.prepare(candidate.entry, intent)
+            problem = await candidate.rail.prepare(candidate.entry, intent)
             if problem is not None:
                 skipped.append(SkippedEntry(index, SkipReason.PREPARE_FAILED, problem, intent))
                 continue

@@ -198,10 +198,14 @@ def select(
     now: float,
     resource: str,
     parse: Callable[[Any], AcceptEntry | None] = parse_accept,
+    rail_problem: Callable[[Any], str | None] | None = None,
 ) -> Selection:
     """The payable candidates of a 402, in the order to try them, and why the rest are not.
 
-    `parse` reads one raw entry in the 402's dialect (`_dialects.Challenge.parse_entry`).
+    `parse` reads one raw entry in the 402's dialect (`_dialects.Challenge.parse_entry`);
+    `rail_problem` says why a rail must not pay this 402 at all
+    (`_dialects.Challenge.rail_problem`): its entries go to the other rails, or are skipped
+    with that reason.
     """
     resuming = settings.resume_transaction_code is not None
     limits = _Limits(options, settings, headroom, now, resuming)
@@ -221,20 +225,45 @@ def select(
                 SkippedEntry(index, SkipReason.UNKNOWN_SCHEME, f"unknown scheme {scheme!r}")
             )
             continue
-        rail, described = _describe(entry, rails, resource, resuming)
-        if rail is None:
-            assert not isinstance(described, PaymentIntent)
-            skipped.append(_unpayable(index, entry, described, resuming))
+        found = _paying_rail(index, entry, rails, resource, resuming, rail_problem)
+        if isinstance(found, SkippedEntry):
+            skipped.append(found)
             continue
-        assert isinstance(described, PaymentIntent)
-        refused = limits.refuse(index, entry, described)
+        refused = limits.refuse(index, entry, found.intent)
         if refused is not None:
             skipped.append(refused)
             continue
-        payable.append(Candidate(index, rail, entry, described))
+        payable.append(found)
     payable = _ordered(payable, options, skipped)
     skipped.sort(key=lambda s: s.index)
     return Selection(payable, skipped, readable)
+
+
+def _paying_rail(
+    index: int,
+    entry: AcceptEntry,
+    rails: Sequence[Describer],
+    resource: str,
+    resuming: bool,
+    rail_problem: Callable[[Any], str | None] | None,
+) -> Candidate | SkippedEntry:
+    """The rail that pays `entry`, with its intent, or why none does. A rail that
+    `rail_problem` rules out leaves the entry to the others, or skipped with its reason."""
+    rail, described = _describe(entry, rails, resource, resuming)
+    problem = None if rail is None or rail_problem is None else rail_problem(rail)
+    if problem is not None:
+        assert rail_problem is not None
+        assert isinstance(described, PaymentIntent)
+        refused = SkippedEntry(index, SkipReason.UNPAYABLE, problem, described)
+        allowed = [r for r in rails if rail_problem(r) is None]
+        rail, described = _describe(entry, allowed, resource, resuming)
+        if rail is None:
+            return refused
+    if rail is None:
+        assert not isinstance(described, PaymentIntent)
+        return _unpayable(index, entry, described, resuming)
+    assert isinstance(described, PaymentIntent)
+    return Candidate(index, rail, entry, described)
 
 
 def _unpayable(index: int, entry: AcceptEntry, why: str | None, resuming: bool) -> SkippedEntry:

@@ -211,6 +211,7 @@ def quote_response(
         now=time.time() if now is None else now,
         resource=url,
         parse=challenge.parse_entry,
+        rail_problem=challenge.rail_problem,
     )
     entries: dict[int, QuoteEntry] = {}
     for position, candidate in enumerate(selection.candidates):

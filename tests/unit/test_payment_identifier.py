@@ -157,3 +157,99 @@ def test_a_required_identifier_rules_out_the_rails_that_frame_their_own_proof():
 )
 def test_a_proof_without_a_valid_identifier_names_none(proof):
     assert payment_id_of(proof) is None
+
+
+# --- the selection: a rail that cannot carry a required identifier pays none of the 402 ----
+
+PERMIT = {
+    "scheme": "exact",
+    "network": "eip155:137",
+    "asset": "0x" + "5e" * 20,
+    "amount": "10000",
+    "payTo": "0x" + "2b" * 20,
+    "maxTimeoutSeconds": 300,
+    "facilitator": "https://facilitator.example",
+    "extra": {"symbol": "EURQ", "spender": "0x" + "3c" * 20},
+}
+
+
+def _selection(required: bool | None, selector: Any = None) -> Any:
+    from x402_client import Asset, EvmOptions, PaymentOptions
+    from x402_client._payer import Payer
+    from x402_client._policy import select
+    from x402_client._rails import RequestSettings
+
+    options = PaymentOptions(
+        evm=EvmOptions(private_key="0x" + "42" * 32, rpc_urls={137: "http://127.0.0.1:1"}),
+        assets=[Asset(chain_id=84532, address=ENTRY["asset"], symbol="EURC", currency="EUR")],
+        selector=selector,
+    )
+    declared = (
+        None
+        if required is None
+        else {PAYMENT_IDENTIFIER: declare_payment_identifier_extension(required=required)}
+    )
+    challenge = Challenge(Dialect.STANDARD_V2, [PERMIT, ENTRY], None, RESOURCE, declared)
+    return select(
+        challenge.accepts,
+        rails=Payer(options).describers,
+        options=options,
+        settings=RequestSettings(),
+        headroom={},
+        now=0.0,
+        resource=RESOURCE["url"],
+        parse=challenge.parse_entry,
+        rail_problem=challenge.rail_problem,
+    )
+
+
+@pytest.mark.parametrize("required", [None, False])
+def test_without_a_required_identifier_every_rail_may_pay(required):
+    selection = _selection(required)
+    assert [(c.index, c.rail.name) for c in selection.candidates] == [
+        (0, "evm-permit"),
+        (1, "eip3009"),
+    ]
+
+
+def test_a_required_identifier_leaves_only_the_entries_a_framed_proof_pays():
+    # Even a selector that would have chosen the permit entry only sees the other one.
+    seen: list[list[str]] = []
+
+    def selector(intents: list[Any]) -> Any:
+        seen.append([i.rail for i in intents])
+        return intents[0]
+
+    selection = _selection(True, selector)
+    assert [(c.index, c.rail.name) for c in selection.candidates] == [(1, "eip3009")]
+    assert seen == [["eip3009"]]
+    (skipped,) = selection.skipped
+    assert (skipped.index, skipped.reason.value) == (0, "unpayable")
+    assert "requires a payment identifier" in skipped.message
+    assert skipped.intent is not None and skipped.intent.rail == "evm-permit"
+
+
+def test_a_quote_says_which_entries_a_required_identifier_rules_out():
+    import httpx
+
+    from x402_client import Asset, EvmOptions, PaymentOptions
+    from x402_client._quote import quote_response
+
+    options = PaymentOptions(
+        evm=EvmOptions(private_key="0x" + "42" * 32, rpc_urls={137: "http://127.0.0.1:1"}),
+        assets=[Asset(chain_id=84532, address=ENTRY["asset"], symbol="EURC", currency="EUR")],
+    )
+    required = {
+        "x402Version": 2,
+        "resource": RESOURCE,
+        "accepts": [PERMIT, ENTRY],
+        "extensions": {PAYMENT_IDENTIFIER: declare_payment_identifier_extension(required=True)},
+    }
+    header = base64.b64encode(json.dumps(required).encode()).decode()
+    response = httpx.Response(402, headers={"payment-required": header}, content=b"{}")
+    quote = quote_response(response, options)
+    assert [(e.index, e.payable, e.reason) for e in quote.entries] == [
+        (0, False, "unpayable"),
+        (1, True, None),
+    ]
+    assert "requires a payment identifier" in (quote.entries[0].message or "")
