@@ -62,7 +62,7 @@ from x402_client import (
     recover_payments,
     with_eur_payment,
 )
-from x402_client.sandbox import ServedApp
+from x402_eur_sandbox import ServedApp
 
 pytestmark = pytest.mark.anyio
 
