@@ -57,6 +57,7 @@ if TYPE_CHECKING:
         X402Error,
     )
     from ._ledger import LedgerEntry, PaymentLedger
+    from ._mcp_pay import PaidToolResult, with_eur_payment_mcp
     from ._netguard import DestinationGuard
     from ._options import EvmOptions, PaymentOptions
     from ._permit2 import Permit2Approval, approve_permit2, approve_permit2_sync
@@ -118,6 +119,7 @@ _EXPORTS = {
     "JournalRecord": "._sqlite",
     "LedgerEntry": "._ledger",
     "NoSatisfiableOption": "._exceptions",
+    "PaidToolResult": "._mcp_pay",
     "payment_ledger": "._transport",
     "PaymentAdapter": "._requests",
     "PaymentAPIError": "._exceptions",
@@ -160,6 +162,7 @@ _EXPORTS = {
     "unfinished_payments_sync": "._sync",
     "UnreplayableRequest": "._exceptions",
     "with_eur_payment": "._transport",
+    "with_eur_payment_mcp": "._mcp_pay",
     "X402Error": "._exceptions",
 }
 
@@ -203,6 +206,7 @@ __all__ = [
     "JournalRecord",
     "LedgerEntry",
     "NoSatisfiableOption",
+    "PaidToolResult",
     "PaymentAPIError",
     "PaymentAdapter",
     "PaymentFailed",
@@ -256,4 +260,5 @@ __all__ = [
     "unfinished_payments",
     "unfinished_payments_sync",
     "with_eur_payment",
+    "with_eur_payment_mcp",
 ]

@@ -1,0 +1,207 @@
+"""Paid MCP tool calls against the x402 foundation's own paid MCP server.
+
+The server is the foundation's `x402.mcp` payment wrapper on a FastMCP server (`mcp` 1.x),
+run in an environment of its own (`tests/mcp_foundation.py`) and speaking streamable HTTP
+on 127.0.0.1; it verifies and settles EIP-3009 transfers through the foundation's
+facilitator on anvil (`tests/x402_foundation.py`). Our client is `mcp` 2.x's `Client` with
+`with_eur_payment_mcp`. The token balances on the chain are the proof.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from decimal import Decimal
+from typing import Any
+
+import httpx
+import pytest
+from mcp import Client
+
+from tests.mcp_foundation import foundation_mcp_python, foundation_mcp_server
+from tests.x402_foundation import FoundationStack, foundation_stack
+from x402_client import (
+    AmountLimitExceeded,
+    Asset,
+    Budget,
+    BudgetExceeded,
+    EvmOptions,
+    PaidToolResult,
+    PaymentOptions,
+    PaymentOutcomeUnknown,
+    PaymentRejectedByHook,
+    payment_ledger,
+    with_eur_payment,
+    with_eur_payment_mcp,
+)
+
+pytestmark = pytest.mark.anyio
+
+#: The stack's price: 10,000 atomic units of a six-decimal euro token = 0.01 EUR.
+PRICE = Decimal("0.01")
+
+
+@pytest.fixture(scope="module")
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(scope="module")
+def server_python() -> Any:
+    return foundation_mcp_python()
+
+
+@pytest.fixture(scope="module")
+async def stack(anyio_backend: str, server_python: Any) -> AsyncIterator[FoundationStack]:
+    async with foundation_stack() as started:
+        yield started
+
+
+@pytest.fixture(scope="module")
+async def mcp_url(stack: FoundationStack, server_python: Any) -> AsyncIterator[str]:
+    async with foundation_mcp_server(stack, server_python) as url:
+        yield url
+
+
+def options(stack: FoundationStack, **overrides: Any) -> PaymentOptions:
+    values: dict[str, Any] = {
+        "evm": EvmOptions(private_key=stack.payer_key),
+        "assets": [
+            Asset(chain_id=stack.chain_id, address=stack.token, symbol="EURC", currency="EUR")
+        ],
+    }
+    values.update(overrides)
+    return PaymentOptions(**values)
+
+
+async def balances(stack: FoundationStack) -> tuple[int, int]:
+    return await stack.balance(stack.payer_address), await stack.balance(stack.merchant_address)
+
+
+async def test_the_paid_tool_returns_its_result_with_a_receipt(stack, mcp_url):
+    payer_before, merchant_before = await balances(stack)
+    paying = options(stack)
+    async with Client(mcp_url) as client:
+        assert with_eur_payment_mcp(client, paying) is client
+        result = await client.call_tool("weather", {"city": "Paris"})
+    assert isinstance(result, PaidToolResult) and not result.is_error
+    assert "sunny" in result.content[0].text and "Paris" in result.content[0].text
+    receipt = result.x402_payment
+    assert receipt is not None
+    assert (receipt.rail, receipt.network, receipt.amount, receipt.currency) == (
+        "eip3009",
+        stack.network,
+        PRICE,
+        "EUR",
+    )
+    assert receipt.resource == "mcp://tool/weather"
+    assert receipt.settlement is not None and receipt.settlement["success"] is True
+    assert receipt.tx_hash and receipt.tx_hash == result.meta["x402/payment-response"]["transaction"]
+    assert "x402_payment" not in result.model_dump() and "x402Payment" not in result.model_dump(
+        by_alias=True
+    )
+    assert await balances(stack) == (
+        payer_before - stack.price_atomic,
+        merchant_before + stack.price_atomic,
+    )
+    [entry] = payment_ledger(paying).entries()
+    assert entry.outcome == "paid" and entry.intent.resource == "mcp://tool/weather"
+
+
+async def test_a_free_tool_passes_through_untouched(stack, mcp_url):
+    before = await balances(stack)
+    paying = options(stack)
+    async with Client(mcp_url) as client:
+        plain = await client.call_tool("echo", {"text": "hello"})
+        with_eur_payment_mcp(client, paying)
+        result = await client.call_tool("echo", {"text": "hello"})
+    assert type(result) is type(plain) and not isinstance(result, PaidToolResult)
+    assert result.model_dump() == plain.model_dump()
+    assert payment_ledger(paying).entries() == []
+    assert await balances(stack) == before
+
+
+async def test_over_the_cap_nothing_is_signed(stack, mcp_url):
+    before = await balances(stack)
+    asked: list[Any] = []
+    paying = options(stack, max_amount_per_payment="0.005", on_before_payment=asked.append)
+    async with Client(mcp_url) as client:
+        with_eur_payment_mcp(client, paying)
+        with pytest.raises(AmountLimitExceeded) as caught:
+            await client.call_tool("weather", {"city": "Paris"})
+    assert caught.value.money_moved is False
+    assert asked == []  # refused before the hook, before any signature
+    assert payment_ledger(paying).entries() == []
+    assert await balances(stack) == before
+
+
+async def test_the_hook_refuses_and_nothing_is_signed(stack, mcp_url):
+    before = await balances(stack)
+    paying = options(stack, on_before_payment=lambda intent: False)
+    async with Client(mcp_url) as client:
+        with_eur_payment_mcp(client, paying)
+        with pytest.raises(PaymentRejectedByHook) as caught:
+            await client.call_tool("weather", {"city": "Paris"})
+    assert caught.value.money_moved is False
+    assert caught.value.intent is not None and caught.value.intent.resource == "mcp://tool/weather"
+    assert await balances(stack) == before
+
+
+async def test_beyond_the_budget_nothing_is_signed(stack, mcp_url):
+    payer_before, _ = await balances(stack)
+    paying = options(stack, budgets=[Budget("0.015")])
+    async with Client(mcp_url) as client:
+        with_eur_payment_mcp(client, paying)
+        assert isinstance(await client.call_tool("weather", {"city": "Paris"}), PaidToolResult)
+        with pytest.raises(BudgetExceeded) as caught:
+            await client.call_tool("weather", {"city": "Rome"})
+    assert caught.value.money_moved is False
+    assert [e.outcome for e in payment_ledger(paying).entries()] == ["paid"]
+    assert await stack.balance(stack.payer_address) == payer_before - stack.price_atomic
+
+
+async def test_one_budget_holds_across_an_httpx_client_and_an_mcp_session(stack, mcp_url):
+    """A budget of exactly three payments, spent by one httpx client and one MCP session
+    taking turns: three payments, whoever asks; the fourth ask is refused unsigned."""
+    payer_before, merchant_before = await balances(stack)
+    shared = options(stack, budgets=[Budget("0.03")])
+    paid = 0
+    refused = 0
+    async with httpx.AsyncClient(timeout=30) as http, Client(mcp_url) as client:
+        with_eur_payment(http, shared)
+        with_eur_payment_mcp(client, shared)
+        for turn in range(6):
+            try:
+                if turn % 2 == 0:
+                    response = await http.get(stack.paid_url)
+                    assert response.status_code == 200, response.text
+                else:
+                    result = await client.call_tool("weather", {"city": "Oslo"})
+                    assert isinstance(result, PaidToolResult)
+                paid += 1
+            except BudgetExceeded as exc:
+                assert exc.money_moved is False
+                refused += 1
+    assert (paid, refused) == (3, 3)
+    resources = sorted(e.intent.resource for e in payment_ledger(shared).entries())
+    assert resources == sorted([stack.paid_url, stack.paid_url, "mcp://tool/weather"])
+    assert await balances(stack) == (
+        payer_before - 3 * stack.price_atomic,
+        merchant_before + 3 * stack.price_atomic,
+    )
+
+
+async def test_a_paid_tool_that_fails_says_the_money_may_have_moved(stack, mcp_url):
+    """The foundation's wrapper verifies the payment, runs the tool, and settles only when
+    the tool succeeds: a failing tool leaves a signed authorization with the server,
+    unsettled. The client must not call that paid, nor nothing."""
+    before = await balances(stack)
+    paying = options(stack)
+    async with Client(mcp_url) as client:
+        with_eur_payment_mcp(client, paying)
+        with pytest.raises(PaymentOutcomeUnknown) as caught:
+            await client.call_tool("broken", {"city": "Atlantis"})
+    error = caught.value
+    assert error.money_moved is None and error.proof
+    [entry] = payment_ledger(paying).entries()
+    assert entry.outcome == "unknown" and not entry.delivered
+    assert await balances(stack) == before  # not settled (yet): the authorization is out

@@ -1,0 +1,140 @@
+"""The x402 foundation's paid MCP server, in an environment of its own (test helper).
+
+The foundation's `x402.mcp` server wrapper is built on `mcp` 1.x (`mcp.server.fastmcp`,
+removed in 2.x) while the client under test uses `mcp` 2.x, so the server cannot share the
+project's environment. `foundation_mcp_python()` builds a virtual environment from
+`tests/mcp_foundation_requirements.txt` once (under the user's cache directory, keyed by
+that file and the Python version; pip's own cache is reused), and `foundation_mcp_server()`
+runs `tests/mcp_foundation_server.py` in it as a subprocess speaking streamable HTTP on
+127.0.0.1, settling through the foundation facilitator of a `FoundationStack`.
+
+Only if the environment cannot be built (no registry reachable) do the tests skip, with
+the reason pip gave.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import anyio
+import pytest
+
+from tests.x402_foundation import TOKEN_NAME, TOKEN_VERSION, FoundationStack
+
+__all__ = ["REQUIREMENTS", "foundation_mcp_python", "foundation_mcp_server"]
+
+HERE = Path(__file__).parent
+REQUIREMENTS = HERE / "mcp_foundation_requirements.txt"
+SERVER = HERE / "mcp_foundation_server.py"
+_BUILD_TIMEOUT = 900
+
+
+def _cache_root() -> Path:
+    configured = os.environ.get("X402_EUR_TEST_CACHE")
+    if configured:
+        return Path(configured)
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "x402-eur-tests"
+
+
+def _venv_dir() -> Path:
+    key = hashlib.sha256(REQUIREMENTS.read_bytes() + sys.version.encode()).hexdigest()[:16]
+    return _cache_root() / f"mcp-foundation-{key}"
+
+
+def _python_of(venv: Path) -> Path:
+    return venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+
+
+def _build(venv: Path) -> str | None:
+    """Build the environment at `venv`; None, or why it could not be built."""
+    steps = [
+        [sys.executable, "-m", "venv", "--clear", str(venv)],
+        [str(_python_of(venv)), "-m", "pip", "install", "--quiet", "-r", str(REQUIREMENTS)],
+    ]
+    for step in steps:
+        try:
+            done = subprocess.run(step, capture_output=True, text=True, timeout=_BUILD_TIMEOUT)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            return f"{' '.join(step[:3])}: {exc}"
+        if done.returncode != 0:
+            tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
+            return f"{' '.join(step[:3])} failed: {' / '.join(tail)}"
+    return None
+
+
+def foundation_mcp_python() -> Path:
+    """The Python of the foundation's MCP server environment, built on first use (once
+    per machine, under a file lock so parallel test workers build it once). Skips the
+    calling test, with the reason, only when the environment cannot be built."""
+    venv = _venv_dir()
+    ready = venv / ".ready"
+    if ready.exists():
+        return _python_of(venv)
+    venv.parent.mkdir(parents=True, exist_ok=True)
+    with open(venv.parent / f"{venv.name}.lock", "w") as lock:
+        if os.name != "nt":
+            import fcntl
+
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        if not ready.exists():
+            problem = _build(venv)
+            if problem is not None:
+                pytest.skip(
+                    "the x402 foundation's MCP server environment could not be built from "
+                    f"{REQUIREMENTS.name}: {problem}"
+                )
+            ready.write_text("built\n")
+    return _python_of(venv)
+
+
+@contextlib.asynccontextmanager
+async def foundation_mcp_server(stack: FoundationStack, python: Path) -> AsyncIterator[str]:
+    """Run the foundation's paid MCP server for `stack` and yield its streamable HTTP URL.
+
+    The server fetches the facilitator's `/supported` at start-up, from this process's
+    event loop: its announcement line is awaited, never read in a blocking way."""
+    command = [
+        str(python),
+        str(SERVER),
+        "--facilitator", stack.facilitator_url,
+        "--network", stack.network,
+        "--asset", stack.token,
+        "--pay-to", stack.merchant_address,
+        "--price", str(stack.price_atomic),
+        "--token-name", TOKEN_NAME,
+        "--token-version", TOKEN_VERSION,
+    ]  # fmt: skip
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
+    errors = tempfile.TemporaryFile()
+    process = await anyio.open_process(command, env=environment, stderr=errors)
+    try:
+        assert process.stdout is not None
+        line = b""
+        with anyio.fail_after(60):
+            async for chunk in process.stdout:
+                line += chunk
+                if b"\n" in line:
+                    break
+        if not line.strip():
+            errors.seek(0)
+            problem = errors.read().decode(errors="replace")
+            raise RuntimeError(f"the foundation's MCP server did not start: {problem[-2000:]}")
+        yield str(json.loads(line.splitlines()[0])["url"])
+    finally:
+        errors.close()
+        if process.returncode is None:
+            process.terminate()
+            with anyio.move_on_after(10):
+                await process.wait()
+            if process.returncode is None:
+                process.kill()
+        await process.aclose()
