@@ -23,8 +23,10 @@ import sys
 import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import IO
 
 import anyio
+import anyio.abc
 import pytest
 
 from tests.x402_foundation import TOKEN_NAME, TOKEN_VERSION, FoundationStack
@@ -114,27 +116,31 @@ async def foundation_mcp_server(stack: FoundationStack, python: Path) -> AsyncIt
         "--token-version", TOKEN_VERSION,
     ]  # fmt: skip
     environment = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
-    errors = tempfile.TemporaryFile()
-    process = await anyio.open_process(command, env=environment, stderr=errors)
-    try:
-        assert process.stdout is not None
-        line = b""
-        with anyio.fail_after(60):
-            async for chunk in process.stdout:
-                line += chunk
-                if b"\n" in line:
-                    break
-        if not line.strip():
-            errors.seek(0)
-            problem = errors.read().decode(errors="replace")
-            raise RuntimeError(f"the foundation's MCP server did not start: {problem[-2000:]}")
-        yield str(json.loads(line.splitlines()[0])["url"])
-    finally:
-        errors.close()
-        if process.returncode is None:
-            process.terminate()
-            with anyio.move_on_after(10):
-                await process.wait()
+    with tempfile.TemporaryFile() as errors:
+        process = await anyio.open_process(command, env=environment, stderr=errors)
+        try:
+            yield await _announced(process, errors)
+        finally:
             if process.returncode is None:
-                process.kill()
-        await process.aclose()
+                process.terminate()
+                with anyio.move_on_after(10):
+                    await process.wait()
+                if process.returncode is None:
+                    process.kill()
+            await process.aclose()
+
+
+async def _announced(process: anyio.abc.Process, errors: IO[bytes]) -> str:
+    """The URL the server prints once it serves (what it wrote to stderr, if it died)."""
+    assert process.stdout is not None
+    line = b""
+    with anyio.fail_after(60):
+        async for chunk in process.stdout:
+            line += chunk
+            if b"\n" in line:
+                break
+    if not line.strip():
+        errors.seek(0)
+        problem = errors.read().decode(errors="replace")
+        raise RuntimeError(f"the foundation's MCP server did not start: {problem[-2000:]}")
+    return str(json.loads(line.splitlines()[0])["url"])

@@ -59,11 +59,11 @@ from pydantic import ConfigDict, Field
 
 from . import _json
 from ._dialects import PAYMENT_REQUIRED, PAYMENT_SIGNATURE, X_PAYMENT
-from ._exceptions import ConfigurationError
+from ._exceptions import ConfigurationError, X402Error
 from ._options import PaymentOptions, coerce_options
 from ._payer import Payer
 from ._proof import ProofError, b64_json_decode
-from ._request import RECEIPT_EXTENSION, LogicalRequest
+from ._request import EXTENSION, RECEIPT_EXTENSION, LogicalRequest, _parse_settings
 from ._types import PaymentReceipt
 
 __all__ = [
@@ -113,7 +113,7 @@ def payment_required_of(result: Any, limit: int = 1_000_000) -> dict[str, Any] |
     if not getattr(result, "is_error", False):
         return None
     structured = getattr(result, "structured_content", None)
-    if _is_required(structured):
+    if isinstance(structured, dict) and _is_required(structured):
         return dict(structured)
     content = getattr(result, "content", None) or []
     first = content[0] if content else None
@@ -124,7 +124,7 @@ def payment_required_of(result: Any, limit: int = 1_000_000) -> dict[str, Any] |
         parsed = _json.loads(text.encode())
     except _json.JSONError:
         return None
-    return dict(parsed) if _is_required(parsed) else None
+    return dict(parsed) if isinstance(parsed, dict) and _is_required(parsed) else None
 
 
 def _b64(value: Mapping[str, Any]) -> str:
@@ -217,16 +217,27 @@ class _ToolCalls:
         return _answer(result, request, self.options.max_body_bytes)
 
     async def __call__(
-        self, name: str, arguments: Any = None, *args: Any, **kwargs: Any
+        self,
+        name: str,
+        arguments: Any = None,
+        *args: Any,
+        x402: Mapping[str, Any] | None = None,
+        **kwargs: Any,
     ) -> Any:
         """The session's `call_tool`, paying a tool call answered with x402 payment
-        requirements; a free tool's result comes back untouched."""
+        requirements; a free tool's result comes back untouched. `x402`: this call's
+        settings, what `extensions={"x402": ...}` is to an httpx request."""
+        if x402 is not None:
+            _parse_settings(x402)  # a mistake is said before anything is sent
         call = _ToolCall(name, arguments, args, kwargs)
+        extensions: dict[str, Any] = {_CALL: call}
+        if x402 is not None:
+            extensions[EXTENSION] = dict(x402)
         request = httpx.Request(
             "POST",
             f"mcp://tool/{quote(name, safe='')}",
             content=_json.dumps(arguments if arguments is not None else {}),
-            extensions={_CALL: call},
+            extensions=extensions,
         )
         first = await self.send(request)
         if first.status_code != 402:
@@ -240,6 +251,7 @@ class _ToolCalls:
         try:
             answer = await payer.handle_402(guard, request, first, self.send)
         except Exception as exc:
+            _say_tool_error(exc)
             error = await payer.conclude(guard, exc)
             if error is exc:
                 raise
@@ -248,6 +260,24 @@ class _ToolCalls:
             guard.end()
             await payer.aclose()
         return _paid(answer.extensions.get(_RESULT), answer.extensions.get(RECEIPT_EXTENSION))
+
+
+def _say_tool_error(exc: Exception) -> None:
+    """An error about a tool error answering the paid call says so in MCP's words (the
+    delivery rules speak of the status it stands for), with the tool's own text."""
+    response = exc.response if isinstance(exc, X402Error) else None
+    if response is None or response.status_code != _TOOL_ERROR or not exc.args:
+        return
+    content = getattr(response.extensions.get(_RESULT), "content", None) or []
+    text = getattr(content[0], "text", None) if content else None
+    said = f" ({text[:200]!r})" if isinstance(text, str) and text else ""
+    exc.args = (
+        str(exc.args[0]).replace(
+            f"the merchant answered {_TOOL_ERROR} to the paid request instead of the resource",
+            f"the tool answered the paid call with an error{said}",
+        ),
+        *exc.args[1:],
+    )
 
 
 def _paid(result: Any, receipt: PaymentReceipt | None) -> Any:

@@ -95,7 +95,9 @@ async def test_the_paid_tool_returns_its_result_with_a_receipt(stack, mcp_url):
     )
     assert receipt.resource == "mcp://tool/weather"
     assert receipt.settlement is not None and receipt.settlement["success"] is True
-    assert receipt.tx_hash and receipt.tx_hash == result.meta["x402/payment-response"]["transaction"]
+    assert (
+        receipt.tx_hash and receipt.tx_hash == result.meta["x402/payment-response"]["transaction"]
+    )
     assert "x402_payment" not in result.model_dump() and "x402Payment" not in result.model_dump(
         by_alias=True
     )

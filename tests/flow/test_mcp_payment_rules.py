@@ -1,0 +1,300 @@
+"""Paid MCP tool calls, rule by rule, against a scripted MCP session.
+
+The session answers each `call_tool` from a script (no server): what the x402 foundation's
+MCP transport lets a server say — payment required in `structuredContent`, in
+`content[0].text` only, or as a JSON-RPC error 402; a refusal, a settlement failure, "already
+used" — and the client's answer to each is checked: what it puts in `_meta["x402/payment"]`,
+what it hands back, what it raises and what that says of the money. The offers are standard
+x402 `exact` entries in Circle's USDC on Base, which an EVM key alone can pay (an EIP-3009
+signature: no chain, no RPC). The real server is `tests/integration/test_mcp_payments.py`'s.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Callable
+from decimal import Decimal
+from typing import Any
+
+import pytest
+from mcp.shared.exceptions import MCPError
+from mcp_types import CallToolResult, TextContent
+
+from x402_client import (
+    ConfigurationError,
+    EvmOptions,
+    PaidToolResult,
+    PaymentOptions,
+    PaymentOutcomeUnknown,
+    PaymentVerificationFailed,
+    payment_ledger,
+    with_eur_payment_mcp,
+)
+from x402_client._mcp_pay import payment_required_of
+
+pytestmark = pytest.mark.anyio
+
+EVM_KEY = "0x" + "42" * 32
+BASE_USDC = "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913"
+PAY_TO = "0x" + "ab" * 20
+TX = "0x" + "cd" * 32
+
+
+def entry(atomic: str = "10000") -> dict[str, Any]:
+    return {
+        "scheme": "exact",
+        "network": "eip155:8453",
+        "amount": atomic,
+        "asset": BASE_USDC,
+        "payTo": PAY_TO,
+        "maxTimeoutSeconds": 60,
+        "extra": {"name": "USD Coin", "version": "2"},
+    }
+
+
+def required(error: str = "Payment required", **extra: Any) -> dict[str, Any]:
+    return {
+        "x402Version": 2,
+        "error": error,
+        "resource": {"url": "mcp://tool/weather", "mimeType": "application/json"},
+        "accepts": [entry()],
+        **extra,
+    }
+
+
+def text(value: str) -> list[TextContent]:
+    return [TextContent(type="text", text=value)]
+
+
+def asks(challenge: dict[str, Any] | None = None, *, structured: bool = True) -> CallToolResult:
+    """The tool-result binding's "payment required"."""
+    challenge = challenge or required()
+    return CallToolResult(
+        content=text(json.dumps(challenge)),
+        structured_content=challenge if structured else None,
+        is_error=True,
+    )
+
+
+def served(result: str = "sunny") -> CallToolResult:
+    settlement = {"success": True, "transaction": TX, "network": "eip155:8453"}
+    return CallToolResult(content=text(result), meta={"x402/payment-response": settlement})
+
+
+Answer = CallToolResult | BaseException | Callable[[Any], CallToolResult]
+
+
+class ScriptedSession:
+    """An MCP client session whose tool calls are answered from `script`, in order;
+    `calls` keeps each call's (name, arguments, meta)."""
+
+    def __init__(self, *script: Answer) -> None:
+        self.script = list(script)
+        self.calls: list[tuple[str, Any, Any]] = []
+
+    async def call_tool(
+        self,
+        name: str,
+        arguments: dict[str, Any] | None = None,
+        read_timeout_seconds: float | None = None,
+        progress_callback: Any = None,
+        *,
+        meta: dict[str, Any] | None = None,
+    ) -> CallToolResult:
+        self.calls.append((name, arguments, meta))
+        answer = self.script.pop(0)
+        if isinstance(answer, BaseException):
+            raise answer
+        return answer(meta) if callable(answer) else answer
+
+    def payments(self) -> list[dict[str, Any]]:
+        return [meta["x402/payment"] for _, _, meta in self.calls if meta and "x402/payment" in meta]
+
+
+def options(**overrides: Any) -> PaymentOptions:
+    return PaymentOptions(evm=EvmOptions(private_key=EVM_KEY), **overrides)
+
+
+# --- what a tool result says -----------------------------------------------------------------
+
+
+def test_payment_required_is_a_tool_error_with_an_x402_object():
+    assert payment_required_of(asks()) == required()
+    assert payment_required_of(asks(structured=False)) == required()  # content[0].text
+    assert payment_required_of(served()) is None
+    not_error = CallToolResult(content=text(json.dumps(required())), structured_content=required())
+    assert payment_required_of(not_error) is None  # only a tool error asks for payment
+    plain_error = CallToolResult(content=text("city not found"), is_error=True)
+    assert payment_required_of(plain_error) is None
+    junk = CallToolResult(content=text('{"x402Version": 2, "accepts": '), is_error=True)
+    assert payment_required_of(junk) is None
+    no_accepts = {"x402Version": 2, "error": "nope"}
+    assert payment_required_of(asks(no_accepts)) is None
+    too_long = asks(structured=False)
+    assert payment_required_of(too_long, limit=10) is None
+
+
+# --- paying ----------------------------------------------------------------------------------
+
+
+async def test_pays_a_challenge_given_as_text_and_keeps_the_callers_meta():
+    session = ScriptedSession(asks(structured=False), served())
+    paying = options()
+    with_eur_payment_mcp(session, paying)
+    result = await session.call_tool(
+        "weather", {"city": "Paris"}, meta={"progressToken": "p1"}
+    )
+    assert isinstance(result, PaidToolResult) and result.content[0].text == "sunny"
+    assert result.x402_payment is not None and result.x402_payment.tx_hash == TX
+    assert result.x402_payment.amount == Decimal("0.01") and result.x402_payment.currency == "USD"
+    [first, paid] = session.calls
+    assert first == ("weather", {"city": "Paris"}, {"progressToken": "p1"})
+    assert paid[0:2] == ("weather", {"city": "Paris"}) and paid[2]["progressToken"] == "p1"
+    [payment] = session.payments()
+    assert payment["x402Version"] == 2
+    assert payment["accepted"] == entry()  # echoed exactly as offered
+    assert payment["resource"] == required()["resource"]
+    authorization = payment["payload"]["authorization"]
+    assert authorization["to"] == PAY_TO and authorization["value"] == "10000"
+    assert payment_ledger(paying).entries()[0].proof == result.x402_payment.proof
+
+
+async def test_pays_a_json_rpc_error_402():
+    session = ScriptedSession(MCPError(402, "Payment required", required()), served())
+    with_eur_payment_mcp(session, options())
+    result = await session.call_tool("weather", {"city": "Paris"})
+    assert isinstance(result, PaidToolResult)
+    assert len(session.payments()) == 1
+
+
+async def test_another_json_rpc_error_is_the_sessions_own():
+    session = ScriptedSession(MCPError(-32602, "unknown tool"))
+    with_eur_payment_mcp(session, options())
+    with pytest.raises(MCPError):
+        await session.call_tool("nope", {})
+
+
+async def test_pays_an_x402_v1_challenge_framed_for_v1():
+    v1_entry = {
+        "scheme": "exact",
+        "network": "base",
+        "maxAmountRequired": "10000",
+        "resource": "mcp://tool/weather",
+        "description": "paid",
+        "mimeType": "application/json",
+        "payTo": PAY_TO,
+        "maxTimeoutSeconds": 60,
+        "asset": BASE_USDC,
+        "extra": {"name": "USD Coin", "version": "2"},
+    }
+    session = ScriptedSession(asks({"x402Version": 1, "accepts": [v1_entry]}), served())
+    with_eur_payment_mcp(session, options())
+    result = await session.call_tool("weather", {"city": "Paris"})
+    assert isinstance(result, PaidToolResult)
+    [payment] = session.payments()
+    assert (payment["x402Version"], payment["scheme"], payment["network"]) == (1, "exact", "base")
+
+
+async def test_already_used_pays_once_more_never_twice_more():
+    session = ScriptedSession(
+        asks(), asks(required("authorization already used")), asks(), served()
+    )
+    paying = options()
+    with_eur_payment_mcp(session, paying)
+    result = await session.call_tool("weather", {"city": "Paris"})
+    assert isinstance(result, PaidToolResult) and result.x402_payment is not None
+    assert result.x402_payment.payments == 2
+    first, second = session.payments()
+    assert first["payload"]["authorization"]["nonce"] != second["payload"]["authorization"]["nonce"]
+    assert [e.outcome for e in payment_ledger(paying).entries()] == ["unknown", "paid"]
+
+
+async def test_a_settlement_failure_is_a_refusal_that_may_have_moved_money():
+    failed = required(
+        "Payment settlement failed: insufficient funds",
+        **{"x402/payment-response": {"success": False, "errorReason": "insufficient funds"}},
+    )
+    session = ScriptedSession(asks(), asks(failed))
+    paying = options()
+    with_eur_payment_mcp(session, paying)
+    with pytest.raises(PaymentVerificationFailed, match="insufficient funds") as caught:
+        await session.call_tool("weather", {"city": "Paris"})
+    # A signed authorization stays valid until it expires, whatever the server said.
+    assert caught.value.money_moved is None and caught.value.proof
+    assert len(session.payments()) == 1
+
+
+async def test_a_call_lost_after_the_payment_left_says_so_and_the_proof_can_be_resent():
+    session = ScriptedSession(asks(), OSError("connection reset"), asks(), served())
+    paying = options()
+    with_eur_payment_mcp(session, paying)
+    with pytest.raises(PaymentOutcomeUnknown) as caught:
+        await session.call_tool("weather", {"city": "Paris"})
+    error = caught.value
+    assert error.money_moved is None and error.proof
+    result = await session.call_tool("weather", {"city": "Paris"}, x402={"proof": error.proof})
+    assert isinstance(result, PaidToolResult) and result.x402_payment is not None
+    assert result.x402_payment.reused and result.x402_payment.payments == 0
+    first, again = session.payments()
+    assert first == again  # the same payment, re-sent: nothing new signed
+    [entry_] = payment_ledger(paying).entries()
+    assert entry_.outcome == "paid" and entry_.delivered
+
+
+async def test_a_tool_error_after_the_payment_is_not_the_result():
+    session = ScriptedSession(
+        asks(), CallToolResult(content=text("no weather station"), is_error=True)
+    )
+    with_eur_payment_mcp(session, options())
+    with pytest.raises(PaymentOutcomeUnknown, match="no weather station") as caught:
+        await session.call_tool("weather", {"city": "Atlantis"})
+    assert "424" not in str(caught.value)
+    assert caught.value.response is not None
+
+
+# --- per-call settings and installing ---------------------------------------------------------
+
+
+async def test_a_call_that_may_not_pay_gets_the_payment_required_result():
+    session = ScriptedSession(asks())
+    paying = options()
+    with_eur_payment_mcp(session, paying)
+    result = await session.call_tool("weather", {"city": "Paris"}, x402={"pay": False})
+    assert result == asks() and not isinstance(result, PaidToolResult)
+    assert payment_ledger(paying).entries() == []
+
+
+async def test_a_mistaken_setting_is_said_before_anything_is_sent():
+    session = ScriptedSession()
+    with_eur_payment_mcp(session, options())
+    with pytest.raises(ConfigurationError, match="unknown per-request"):
+        await session.call_tool("weather", {}, x402={"max_amount": "1"})
+    assert session.calls == []
+
+
+async def test_installing_again_replaces_the_options():
+    session = ScriptedSession(asks(), served())
+    first, second = options(), options()
+    with_eur_payment_mcp(session, first)
+    assert with_eur_payment_mcp(session, second) is session
+    await session.call_tool("weather", {"city": "Paris"})
+    assert payment_ledger(first).entries() == [] and len(payment_ledger(second).entries()) == 1
+
+
+def test_only_a_session_can_pay():
+    with pytest.raises(ConfigurationError, match="MCP client session"):
+        with_eur_payment_mcp(object(), options())
+
+
+def test_without_the_mcp_package_the_error_names_the_extra():
+    code = (
+        "import sys; sys.modules['mcp'] = None; sys.modules['mcp_types'] = None\n"
+        "try:\n"
+        "    from x402_client import with_eur_payment_mcp\n"
+        "except ImportError as exc:\n"
+        "    print(exc)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert "x402-eur[mcp]" in done.stdout, done.stdout + done.stderr
