@@ -110,7 +110,9 @@ class ScriptedSession:
         return answer(meta) if callable(answer) else answer
 
     def payments(self) -> list[dict[str, Any]]:
-        return [meta["x402/payment"] for _, _, meta in self.calls if meta and "x402/payment" in meta]
+        return [
+            meta["x402/payment"] for _, _, meta in self.calls if meta and "x402/payment" in meta
+        ]
 
 
 def options(**overrides: Any) -> PaymentOptions:
@@ -143,9 +145,7 @@ async def test_pays_a_challenge_given_as_text_and_keeps_the_callers_meta():
     session = ScriptedSession(asks(structured=False), served())
     paying = options()
     with_eur_payment_mcp(session, paying)
-    result = await session.call_tool(
-        "weather", {"city": "Paris"}, meta={"progressToken": "p1"}
-    )
+    result = await session.call_tool("weather", {"city": "Paris"}, meta={"progressToken": "p1"})
     assert isinstance(result, PaidToolResult) and result.content[0].text == "sunny"
     assert result.x402_payment is not None and result.x402_payment.tx_hash == TX
     assert result.x402_payment.amount == Decimal("0.01") and result.x402_payment.currency == "USD"
@@ -250,8 +250,12 @@ async def test_a_tool_error_after_the_payment_is_not_the_result():
     with_eur_payment_mcp(session, options())
     with pytest.raises(PaymentOutcomeUnknown, match="no weather station") as caught:
         await session.call_tool("weather", {"city": "Atlantis"})
-    assert "424" not in str(caught.value)
-    assert caught.value.response is not None
+    error = caught.value
+    assert "424" not in str(error) and error.money_moved is None and error.proof
+    assert error.response is not None
+    tool_result = error.response.extensions["x402_mcp_result"]
+    assert tool_result.is_error and tool_result.content[0].text == "no weather station"
+    assert error.request is not None and str(error.request.url) == "mcp://tool/weather"
 
 
 # --- per-call settings and installing ---------------------------------------------------------
@@ -298,3 +302,26 @@ def test_without_the_mcp_package_the_error_names_the_extra():
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert "x402-eur[mcp]" in done.stdout, done.stdout + done.stderr
+
+
+async def test_an_unfinished_payment_is_journaled_and_finished_by_resending_its_proof(tmp_path):
+    """The journal keeps a paid tool call as `POST mcp://tool/{name}` with its arguments as
+    the body: enough to call the tool again with the proof (docs/mcp-payments.md)."""
+    from urllib.parse import unquote
+
+    from x402_client import unfinished_payments
+
+    session = ScriptedSession(asks(), OSError("connection reset"), asks(), served())
+    paying = options(state_path=str(tmp_path / "state.sqlite3"))
+    with_eur_payment_mcp(session, paying)
+    with pytest.raises(PaymentOutcomeUnknown):
+        await session.call_tool("weather", {"city": "Paris"})
+    [record] = await unfinished_payments(paying)
+    assert (record.request_method, record.request_url) == ("POST", "mcp://tool/weather")
+    assert record.proof and record.outcome == "unknown"
+    name = unquote(record.request_url.removeprefix("mcp://tool/"))
+    arguments = json.loads(record.request_body or b"{}")
+    result = await session.call_tool(name, arguments, x402={"proof": record.proof})
+    assert isinstance(result, PaidToolResult)
+    assert session.calls[-1][1] == {"city": "Paris"}
+    assert await unfinished_payments(paying) == []
