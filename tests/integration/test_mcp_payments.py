@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from decimal import Decimal
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 from mcp import Client
@@ -162,34 +163,68 @@ async def test_beyond_the_budget_nothing_is_signed(stack, mcp_url):
 
 
 async def test_one_budget_holds_across_an_httpx_client_and_an_mcp_session(stack, mcp_url):
-    """A budget of exactly three payments, spent by one httpx client and one MCP session
-    taking turns: three payments, whoever asks; the fourth ask is refused unsigned."""
+    """A budget of exactly three payments, asked for at once by four requests of one httpx
+    client and four tool calls of one MCP session: three are paid, whoever asks; the other
+    five are refused unsigned."""
     payer_before, merchant_before = await balances(stack)
     shared = options(stack, budgets=[Budget("0.03")])
-    paid = 0
-    refused = 0
+    outcomes: list[str] = []
+
+    async def over_http(http: httpx.AsyncClient) -> None:
+        try:
+            response = await http.get(stack.paid_url)
+        except BudgetExceeded as exc:
+            assert exc.money_moved is False
+            outcomes.append("refused")
+            return
+        assert response.status_code == 200, response.text
+        outcomes.append("http")
+
+    async def over_mcp(client: Client) -> None:
+        try:
+            result = await client.call_tool("weather", {"city": "Oslo"})
+        except BudgetExceeded as exc:
+            assert exc.money_moved is False
+            outcomes.append("refused")
+            return
+        assert isinstance(result, PaidToolResult) and not result.is_error
+        outcomes.append("mcp")
+
     async with httpx.AsyncClient(timeout=30) as http, Client(mcp_url) as client:
         with_eur_payment(http, shared)
         with_eur_payment_mcp(client, shared)
-        for turn in range(6):
-            try:
-                if turn % 2 == 0:
-                    response = await http.get(stack.paid_url)
-                    assert response.status_code == 200, response.text
-                else:
-                    result = await client.call_tool("weather", {"city": "Oslo"})
-                    assert isinstance(result, PaidToolResult)
-                paid += 1
-            except BudgetExceeded as exc:
-                assert exc.money_moved is False
-                refused += 1
-    assert (paid, refused) == (3, 3)
-    resources = sorted(e.intent.resource for e in payment_ledger(shared).entries())
-    assert resources == sorted([stack.paid_url, stack.paid_url, "mcp://tool/weather"])
+        async with anyio.create_task_group() as group:
+            for _ in range(4):
+                group.start_soon(over_http, http)
+                group.start_soon(over_mcp, client)
+    assert len(outcomes) == 8 and outcomes.count("refused") == 5
+    entries = payment_ledger(shared).entries()
+    assert [e.outcome for e in entries] == ["paid"] * 3
+    assert sorted(e.intent.resource for e in entries) == sorted(
+        [stack.paid_url] * outcomes.count("http") + ["mcp://tool/weather"] * outcomes.count("mcp")
+    )
     assert await balances(stack) == (
         payer_before - 3 * stack.price_atomic,
         merchant_before + 3 * stack.price_atomic,
     )
+
+
+async def test_http_and_mcp_take_turns_on_one_budget(stack, mcp_url):
+    """The same budget spent in turns, so that both kinds of request surely pay."""
+    payer_before, _ = await balances(stack)
+    shared = options(stack, budgets=[Budget("0.02")])
+    async with httpx.AsyncClient(timeout=30) as http, Client(mcp_url) as client:
+        with_eur_payment(http, shared)
+        with_eur_payment_mcp(client, shared)
+        assert (await http.get(stack.paid_url)).status_code == 200
+        assert isinstance(await client.call_tool("weather", {"city": "Oslo"}), PaidToolResult)
+        with pytest.raises(BudgetExceeded):
+            await http.get(stack.paid_url)
+        with pytest.raises(BudgetExceeded):
+            await client.call_tool("weather", {"city": "Oslo"})
+    resources = sorted(e.intent.resource for e in payment_ledger(shared).entries())
+    assert resources == sorted([stack.paid_url, "mcp://tool/weather"])
+    assert await stack.balance(stack.payer_address) == payer_before - 2 * stack.price_atomic
 
 
 async def test_a_paid_tool_that_fails_says_the_money_may_have_moved(stack, mcp_url):
