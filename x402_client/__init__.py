@@ -33,6 +33,7 @@ if TYPE_CHECKING:
         InMemoryBudgetStore,
         RedisBudgetStore,
     )
+    from ._chain_a_options import ChainAOptions
     from ._exceptions import (
         AmountLimitExceeded,
         BridgeResumeRefused,
@@ -109,6 +110,7 @@ _EXPORTS = {
     "DestinationRefused": "._exceptions",
     "encode_proof": "._proof",
     "EvmOptions": "._options",
+    "ChainAOptions": "._chain_a_options",
     "EXTENSION": "._request",
     "format_amount": "._amounts",
     "format_money": "._amounts",
@@ -194,6 +196,7 @@ __all__ = [
     "BudgetReport",
     "BudgetStatus",
     "BudgetStore",
+    "ChainAOptions",
     "ChallengeError",
     "ConfigurationError",
     "CurrencyStatus",

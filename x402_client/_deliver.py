@@ -31,7 +31,7 @@ from ._exceptions import (
 from ._http import read_upto
 from ._ledger import LedgerEntry
 from ._proof import ProofError, b64_json_decode
-from ._rails import Paid, Rail
+from ._rails import Paid, Rail, proves
 from ._record import PaymentRecord, refused_money_moved
 from ._request import RECEIPT_EXTENSION, LogicalRequest
 from ._streams import GuardedStream, hand_back, rebuild
@@ -354,9 +354,14 @@ def _named_entry(proof: str) -> tuple[dict[str, Any], Any, Any, str]:
 
 
 def _resend_target(
-    challenge: Challenge, rails: Sequence[Rail], scheme: Any, network: Any, resource: str
+    challenge: Challenge, rails: Sequence[Rail], decoded: Mapping[str, Any], resource: str
 ) -> tuple[Rail, PaymentIntent] | None:
-    """The first rail that can describe the 402's entry for the proof's scheme/network."""
+    """The first rail that can describe the 402's entry for the proof's scheme/network and
+    whose proofs look like this one (`proves`: a chain-A entry's direct proof is the
+    wallet's, its bridge proof the bridge's)."""
+    accepted = decoded.get("accepted")
+    named = accepted if isinstance(accepted, dict) else decoded
+    scheme, network = named.get("scheme"), named.get("network")
     for raw in challenge.accepts:
         try:
             entry = challenge.parse_entry(raw)
@@ -366,7 +371,7 @@ def _resend_target(
             continue
         for rail in rails:
             intent = rail.describe(entry, resource)
-            if not isinstance(intent, str):
+            if not isinstance(intent, str) and proves(rail, decoded):
                 return rail, intent
     return None
 
@@ -385,7 +390,7 @@ async def resend_proof(
 ) -> httpx.Response:
     """Re-send a proof the client already paid for (recovery): no new payment."""
     decoded, scheme, network, header = _named_entry(proof)
-    target = _resend_target(challenge, rails, scheme, network, str(request.url))
+    target = _resend_target(challenge, rails, decoded, str(request.url))
     if target is None:
         raise NoSatisfiableOption(
             f"the 402 lists no {scheme} entry on {network} for the re-sent proof",

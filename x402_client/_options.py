@@ -35,6 +35,7 @@ from ._types import PaymentIntent, PaymentReceipt
 if TYPE_CHECKING:
     from typing import Self
 
+    from ._chain_a_options import ChainAOptions
     from ._netguard import DestinationGuard
     from ._state import PaymentState
 
@@ -345,6 +346,8 @@ class PaymentOptions(_Options):
 
     The managed account (`api_key`, `from_account`, `api_url`) pays `euro` entries and,
     through the bridge, chain-A `exact` entries in EURQ. `evm` signs EIP-2612 permits.
+    `chain_a` pays chain-A entries (EURQ, USDQ) from your own chain-A wallet, before the
+    bridge.
 
     Limits: `max_amount_per_payment` caps each payment: one amount caps every currency, a
     mapping (`{"EUR": "0.50", "USD": "0.25"}`) caps the currencies it names and pays no
@@ -369,6 +372,9 @@ class PaymentOptions(_Options):
     api_url: str | None = option(None, after=checks.api_url)
     #: The EVM permit rail: an `EvmOptions` or a mapping of its keys.
     evm: EvmOptions | None = option(None, plain=checks.options_of(EvmOptions))
+    #: The `chain-a` rail: the user's own chain-A wallet pays `ledgera:mainnet` entries
+    #: directly (`ChainAOptions`, or a mapping of its keys; its module loads only then).
+    chain_a: ChainAOptions | None = option(None, validate_as="Any", plain=checks.chain_a)
     #: Asked before every payment (`BeforePaymentHook`): True approves, anything else refuses.
     on_before_payment: BeforePaymentHook | None = option(None)
     #: Told about long waits (`PaymentProgress`): the bridge.
@@ -409,7 +415,7 @@ class PaymentOptions(_Options):
         (), before=checks.one_or_many(Asset), item=checks.dataclass_item(Asset)
     )
     #: Preferred entries, most preferred first: rail names (`"euro"`, `"evm-permit"`,
-    #: `"bridge"`), schemes, networks (`"eip155:137"`) or asset symbols (`"EURQ"`).
+    #: `"chain-a"`, `"bridge"`), schemes, networks (`"eip155:137"`) or asset symbols (`"EURQ"`).
     prefer: tuple[str, ...] = option((), before=checks.one_or_many(str))
     #: Or choose yourself among the payable intents; overrides `prefer`.
     selector: Selector | None = option(None)
@@ -457,6 +463,7 @@ class PaymentOptions(_Options):
             from_account: str | None = ...,
             api_url: str | None = ...,
             evm: EvmOptions | Mapping[str, Any] | None = ...,
+            chain_a: ChainAOptions | Mapping[str, Any] | None = ...,
             on_before_payment: BeforePaymentHook | None = ...,
             on_progress: ProgressCallback | None = ...,
             on_payment: PaymentCallback | None = ...,
@@ -493,11 +500,12 @@ class PaymentOptions(_Options):
     def currencies(self) -> tuple[str, ...]:
         """The currencies these options can pay in: EUR with the managed account (euro and
         bridge entries), EUR and USD with an EVM key (EURQ/USDQ permits, EURC/USDC and
-        declared tokens). Each is limited by its cap and, once budgets are set, by them."""
+        declared tokens) or a chain-A wallet (EURQ/USDQ). Each is limited by its cap and,
+        once budgets are set, by them."""
         found = set()
         if self.has_managed_account:
             found.add("EUR")
-        if self.evm is not None:
+        if self.evm is not None or self.chain_a is not None:
             found.update(CURRENCIES)
         return tuple(c for c in CURRENCIES if c in found)
 
@@ -509,7 +517,9 @@ class PaymentOptions(_Options):
         `X402_EUR_MAX_AMOUNT_PER_PAYMENT` (one amount: the cap of every currency), and for
         EVM `X402_EUR_EVM_PRIVATE_KEY`, `X402_EUR_RPC_URL_1`, `X402_EUR_RPC_URL_137`
         (comma-separated lists allowed), and `X402_EUR_ASSETS` (tokens to pay standard x402
-        entries in: `CHAIN:ADDRESS:SYMBOL:CURRENCY[:DECIMALS]`, comma-separated).
+        entries in: `CHAIN:ADDRESS:SYMBOL:CURRENCY[:DECIMALS]`, comma-separated). Chain A
+        directly: `X402_EUR_CHAIN_A_PRIVATE_KEY` or `X402_EUR_CHAIN_A_MNEMONIC`, with
+        `X402_EUR_CHAIN_A_ALGOD_URL` (and `_ALGOD_TOKEN`, `_INDEXER_URL`).
         """
         env = os.environ if environ is None else environ
 
@@ -532,6 +542,9 @@ class PaymentOptions(_Options):
                 if urls:
                     rpc[chain] = [u.strip() for u in urls.split(",") if u.strip()]
             values["evm"] = {"private_key": key, "rpc_urls": rpc}
+        chain_a = checks.chain_a_from_env(env)  # the `X402_EUR_CHAIN_A_*` variables
+        if chain_a is not None:
+            values["chain_a"] = chain_a
         declared = read("assets")
         if declared:
             variable = ENV_VARS["assets"][0]
@@ -541,7 +554,8 @@ class PaymentOptions(_Options):
         values.update(overrides)
         managed = ("api_key", "from_account", "api_url")
         present = [name for name in managed if values.get(name)]
-        if "evm" not in values and len(present) < len(managed):
+        own_wallet = "evm" in values or "chain_a" in values
+        if not own_wallet and len(present) < len(managed):
             missing = [name for name in managed if name not in present]
             variables = ", ".join(ENV_VARS[name][0] for name in missing)
             what = "is" if len(missing) == 1 else "are"

@@ -25,6 +25,8 @@ __all__ = [
     "api_url",
     "asset_from_text",
     "budget_item",
+    "chain_a",
+    "chain_a_from_env",
     "dataclass_item",
     "destination_guard",
     "flatten",
@@ -119,6 +121,26 @@ def options_of(cls: Any) -> Callable[[Any], Any]:
         raise WrongKind(f"Input should be a valid dictionary or instance of {cls.__name__}")
 
     return check
+
+
+def chain_a(value: Any) -> Any:
+    """None, or `ChainAOptions` from itself or a mapping of its keys (its module, and its
+    pydantic model, load only when chain-A options are given); its errors are its own
+    ("invalid ChainAOptions: ...")."""
+    if value is None:
+        return None
+    from ._chain_a_options import coerce_chain_a
+
+    return coerce_chain_a(value)
+
+
+def chain_a_from_env(env: Mapping[str, str]) -> Any:
+    """`ChainAOptions` from the `X402_EUR_CHAIN_A_*` variables, or None when none is set."""
+    if not any(name.startswith("X402_EUR_CHAIN_A_") for name in env):
+        return None
+    from ._chain_a_options import chain_a_from_env as from_env
+
+    return from_env(env)
 
 
 def destination_guard(value: Any) -> Any:

@@ -15,7 +15,9 @@ Rules, in the order they are applied to each entry:
 2. no rail can pay it (rail not configured, unknown asset, other network) -> `unpayable`,
    in the words of the rail the entry is for, with every blocker it names (the other
    rails' "not a ... entry" is left out); while resuming a bridge payment only the rail
-   that resumes may -> `not_resumable`;
+   that resumes may -> `not_resumable`. An entry that several rails can pay (a chain-A
+   entry: the user's own wallet, then the bridge) gives one candidate per rail, in rail
+   order, each checked by the rules below (a limit both meet is reported once);
 3. a `euro` entry whose `expiresAt` passed more than `EXPIRY_SKEW` seconds ago -> `expired`;
 4. no cap for its currency -> `no_cap`; above the cap (the options' or a lower per-request
    one) -> `over_cap`. A cap given without a currency applies to every currency; a
@@ -173,19 +175,21 @@ def _shown(intent: PaymentIntent) -> str:
 
 def _describe(
     entry: AcceptEntry, rails: Sequence[Describer], resource: str, resuming: bool
-) -> tuple[Describer, PaymentIntent] | tuple[None, str | None]:
-    """The first rail that can pay `entry` and its intent; else why not, in the words of
-    the rails the entry is for (every blocker each names), or None when it is for none."""
+) -> list[tuple[Describer, PaymentIntent]] | str | None:
+    """Every rail that can pay `entry` with its intent, in rail order (a chain-A entry: the
+    user's own wallet, then the bridge); else why not, in the words of the rails the entry
+    is for (every blocker each names), or None when it is for none."""
     why_not: list[str] = []
+    found: list[tuple[Describer, PaymentIntent]] = []
     for rail in rails:
         if resuming and not rail.resumes_transactions:
             continue
         described = rail.describe(entry, resource)
         if isinstance(described, PaymentIntent):
-            return rail, described
-        if not isinstance(described, NotForThisRail) and described not in why_not:
+            found.append((rail, described))
+        elif not isinstance(described, NotForThisRail) and described not in why_not:
             why_not.append(described)
-    return None, "; ".join(why_not) or None
+    return found or "; ".join(why_not) or None
 
 
 def select(
@@ -225,45 +229,47 @@ def select(
                 SkippedEntry(index, SkipReason.UNKNOWN_SCHEME, f"unknown scheme {scheme!r}")
             )
             continue
-        found = _paying_rail(index, entry, rails, resource, resuming, rail_problem)
+        found = _paying_rails(index, entry, rails, resource, resuming, rail_problem)
         if isinstance(found, SkippedEntry):
             skipped.append(found)
             continue
-        refused = limits.refuse(index, entry, found.intent)
-        if refused is not None:
-            skipped.append(refused)
-            continue
-        payable.append(found)
+        for candidate in found:
+            refused = limits.refuse(index, entry, candidate.intent)
+            if refused is None:
+                payable.append(candidate)
+            elif not any((s.index, s.message) == (index, refused.message) for s in skipped):
+                skipped.append(refused)  # two rails of one entry meet one limit once
     payable = _ordered(payable, options, skipped)
     skipped.sort(key=lambda s: s.index)
     return Selection(payable, skipped, readable)
 
 
-def _paying_rail(
+def _paying_rails(
     index: int,
     entry: AcceptEntry,
     rails: Sequence[Describer],
     resource: str,
     resuming: bool,
     rail_problem: Callable[[Any], str | None] | None,
-) -> Candidate | SkippedEntry:
-    """The rail that pays `entry`, with its intent, or why none does. A rail that
-    `rail_problem` rules out leaves the entry to the others, or skipped with its reason."""
-    rail, described = _describe(entry, rails, resource, resuming)
-    problem = None if rail is None or rail_problem is None else rail_problem(rail)
-    if problem is not None:
-        assert rail_problem is not None
-        assert isinstance(described, PaymentIntent)
-        refused = SkippedEntry(index, SkipReason.UNPAYABLE, problem, described)
-        allowed = [r for r in rails if rail_problem(r) is None]
-        rail, described = _describe(entry, allowed, resource, resuming)
-        if rail is None:
-            return refused
-    if rail is None:
-        assert not isinstance(described, PaymentIntent)
+) -> list[Candidate] | SkippedEntry:
+    """Every rail that pays `entry`, in rail order, with its intent, or why none does. A
+    rail that `rail_problem` rules out leaves the entry to the others, or skipped with its
+    reason."""
+    described = _describe(entry, rails, resource, resuming)
+    if not isinstance(described, list):
         return _unpayable(index, entry, described, resuming)
-    assert isinstance(described, PaymentIntent)
-    return Candidate(index, rail, entry, described)
+    allowed = [
+        (rail, intent)
+        for rail, intent in described
+        if rail_problem is None or rail_problem(rail) is None
+    ]
+    if not allowed:
+        assert rail_problem is not None
+        rail, intent = described[0]
+        problem = rail_problem(rail)
+        assert problem is not None
+        return SkippedEntry(index, SkipReason.UNPAYABLE, problem, intent)
+    return [Candidate(index, rail, entry, intent) for rail, intent in allowed]
 
 
 def _unpayable(index: int, entry: AcceptEntry, why: str | None, resuming: bool) -> SkippedEntry:

@@ -12,7 +12,7 @@ from ._redact import resource_repr, safe_url
 
 __all__ = ["PaymentIntent", "PaymentReceipt", "Rail"]
 
-Rail = Literal["euro", "evm-permit", "bridge", "eip3009", "permit2"]
+Rail = Literal["euro", "evm-permit", "bridge", "eip3009", "permit2", "chain-a"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

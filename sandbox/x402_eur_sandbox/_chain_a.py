@@ -5,8 +5,11 @@
   transaction ids, one round per transfer. Thread-safe.
 - `indexer_app`: `GET /v2/transactions/<id>` in the field notes' shape, 404 for unknown
   ids (faults endpoint `indexer`).
-- `ChainASandbox` (a `SandboxPart`): serves the indexer, installs the bridge into the
-  bank and adds the merchant's chain-A offers (`ledgera` in EURQ, `ledgera:USDQ`).
+- `ChainASandbox` (a `SandboxPart`): serves the indexer, the node (`_algod`) and the
+  on-chain facilitator for direct payments (`_chain_a_direct`), installs the bridge into
+  the bank and adds the merchant's chain-A offers (`ledgera` in EURQ, `ledgera:USDQ`).
+  `payer_wallet` is a whitelisted chain-A wallet holding EURQ and USDQ;
+  `chain_a_config()` gives the client settings that pay from it directly (plain data).
 
 The bridge: a `BlockchainAddress` payment is debited by the bank at once and stays
 `Processing`; `bridge_delay` seconds later a timer owned by `ChainASandbox` sends EURQ
@@ -15,6 +18,8 @@ from the provider's hot address and the transaction becomes `Paid` with its
 transaction ends `Failed` and the EURO is refunded. `stop()` cancels pending timers, so
 nothing outlives the sandbox.
 
+A direct proof (`transaction`, `paymentIndex`) goes to the facilitator's `/settle`, which
+verifies the signed transfer and applies it to the same ledger (`_chain_a_direct`).
 The merchant verifies a bridge proof as the spec's step 5 says: through the indexer,
 asset id equals `payload.asset`, receiver equals `payload.payTo` (which must be its own
 address), amount at least the price; each `blockchainTxId` and `transactionCode` is
@@ -41,7 +46,9 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from . import _wire as _json
+from ._algod import algod_app
 from ._bank import Bank, BankError, Transaction
+from ._chain_a_direct import DirectChain, asset_of, facilitator_app
 from ._faults import FaultMiddleware, Faults
 from ._http_util import json_response
 from ._merchant import Price, Verdict
@@ -62,19 +69,19 @@ __all__ = [
 
 EURQ_ASSET_ID = 2768422954
 USDQ_ASSET_ID = 2768603795
-#: The on-chain facilitator named in chain-A accept entries; the sandbox never calls it
+#: The on-chain facilitator named in chain-A accept entries of an offer made without one
 #: (bridge proofs are verified through the indexer).
 SANDBOX_FACILITATOR_URL = "https://facilitator.sandbox.invalid"
-DIRECT_UNSUPPORTED = "direct chain-A payments are not supported by the sandbox"
 
 _ADDRESS_RE = re.compile(r"\A[A-Z2-7]{58}\Z")
 _TXID_RE = re.compile(r"\A[A-Z2-7]{52}\Z")
 
 
 def new_address() -> str:
-    """A fresh chain-A-shaped address: base32 of a 32-byte key and a 4-byte checksum."""
+    """A fresh chain-A address: base32 of a 32-byte key and its 4-byte checksum (the last
+    bytes of its SHA-512/256), as the chain's wallets check it."""
     key = secrets.token_bytes(32)
-    checksum = hashlib.sha512(key).digest()[-4:]
+    checksum = hashlib.new("sha512_256", key).digest()[-4:]
     return base64.b32encode(key + checksum).decode().rstrip("=")
 
 
@@ -158,8 +165,11 @@ class ChainALedger:
         with self._lock:
             return self._balances.get((address, asset_id), 0)
 
-    def transfer(self, sender: str, receiver: str, asset_id: int, amount: int) -> AssetTransfer:
-        """Move `amount` of `asset_id`; confirmed at once in a new round."""
+    def transfer(
+        self, sender: str, receiver: str, asset_id: int, amount: int, *, txid: str | None = None
+    ) -> AssetTransfer:
+        """Move `amount` of `asset_id`; confirmed at once in a new round (under `txid`, a
+        signed transaction's own id, or a fresh one)."""
         with self._lock:
             if amount <= 0:
                 raise LedgerError("amount must be positive")
@@ -172,8 +182,10 @@ class ChainALedger:
             key = (receiver, asset_id)
             self._balances[key] = self._balances.get(key, 0) + amount
             self.current_round += 1
+            if txid is not None and txid in self._transfers:
+                raise LedgerError(f"transaction {txid} is already in the ledger")
             transfer = AssetTransfer(
-                id=_new_txid(),
+                id=txid or _new_txid(),
                 sender=sender,
                 receiver=receiver,
                 asset_id=asset_id,
@@ -237,7 +249,7 @@ class ChainABridgeOffer:
         asset_id: int,
         pay_to: str,
         indexer_url: Callable[[], str],
-        facilitator_url: str = SANDBOX_FACILITATOR_URL,
+        facilitator_url: str | Callable[[], str] = SANDBOX_FACILITATOR_URL,
     ) -> None:
         self.name = name
         self.asset_id = asset_id
@@ -254,6 +266,10 @@ class ChainABridgeOffer:
     def handles(self, proof: Proof) -> bool:
         if proof.scheme != "exact" or proof.network != CHAIN_A_NETWORK:
             return False
+        # A direct proof for another asset belongs to that asset's offer.
+        if "transaction" in proof.payload:
+            moved = asset_of(proof.payload["transaction"])
+            return moved is None or moved == self.asset_id
         # A bridge proof for another asset belongs to that asset's offer.
         asset = proof.payload.get("asset")
         return asset is None or asset == str(self.asset_id)
@@ -271,8 +287,13 @@ class ChainABridgeOffer:
             "resource": resource,
             "description": price.description or resource,
             "mimeType": price.mime_type,
-            "facilitator": self._facilitator_url,
+            "facilitator": self.facilitator_url,
         }
+
+    @property
+    def facilitator_url(self) -> str:
+        url = self._facilitator_url
+        return url if isinstance(url, str) else url()
 
     def _reserve(self, keys: tuple[str, ...]) -> bool:
         with self._lock:
@@ -299,7 +320,7 @@ class ChainABridgeOffer:
         if "transactionCode" not in payload and (
             "transaction" in payload or "paymentIndex" in payload
         ):
-            return Verdict(False, DIRECT_UNSUPPORTED)
+            return await self._settle_direct(header, price, resource, http)
         try:
             bridge = BridgePayload.from_wire(payload)
         except ValueError:
@@ -319,6 +340,45 @@ class ChainABridgeOffer:
         finally:
             self._release(keys, used=verdict.valid)
         return verdict
+
+    async def _settle_direct(
+        self, header: str, price: Price, resource: str, http: httpx.AsyncClient
+    ) -> Verdict:
+        """A direct payment: the on-chain facilitator verifies and submits the signed
+        transfer (`POST {facilitator}/settle`, the spec's body)."""
+        entry = await self.accept_entry(price, resource, http)
+        assert entry is not None
+        requirements = {key: entry[key] for key in entry if key != "facilitator"}
+        try:
+            response = await http.post(
+                f"{self.facilitator_url}/settle",
+                content=_json.dumps(
+                    {
+                        "x402Version": 2,
+                        "paymentPayload": header,
+                        "paymentRequirements": requirements,
+                    }
+                ),
+                headers={"Content-Type": "application/json"},
+            )
+        except httpx.HTTPError as exc:
+            raise BankError(503, "FacilitatorUnavailable", f"facilitator: {exc}") from None
+        if response.status_code == 400:
+            return Verdict(False, f"Invalid payment: {response.text[:200]}")
+        if response.status_code != 200:
+            raise BankError(503, "FacilitatorUnavailable", f"facilitator {response.status_code}")
+        result = _json.loads(response.content)
+        if not result.get("success"):
+            return Verdict(False, str(result.get("errorReason") or "Settlement failed"))
+        return Verdict(
+            True,
+            settlement={
+                "success": True,
+                "network": CHAIN_A_NETWORK,
+                "transaction": result.get("txHash"),
+                "payer": result.get("payer"),
+            },
+        )
 
     async def _check_on_chain(
         self, bridge: BridgePayload, price: Price, http: httpx.AsyncClient
@@ -374,29 +434,44 @@ class ChainASandbox:
     transaction to end otherwise (`end_next_bridge_as`, `cancel_bridge`).
     """
 
-    def __init__(self, *, bridge_delay: float = 0.5, provider_float: int = 10**15) -> None:
+    def __init__(
+        self,
+        *,
+        bridge_delay: float = 0.5,
+        provider_float: int = 10**15,
+        payer_funding: int = 100_000_000,
+    ) -> None:
         self.bridge_delay = bridge_delay
         self.ledger = ChainALedger()
         self.provider_address = self.ledger.new_address()
         self.merchant_address = self.ledger.new_address()
         self.ledger.mint(self.provider_address, EURQ_ASSET_ID, provider_float)
         self.ledger.mint(self.provider_address, USDQ_ASSET_ID, provider_float)
+        #: Wallets, coins and the rules of direct payments, around the same ledger.
+        self.direct = DirectChain(self.ledger)
+        #: The payer's own chain-A wallet: whitelisted, opted in, `payer_funding` atomic
+        #: units of EURQ and of USDQ (100 each by default), coin for the fees.
+        self.payer_wallet = self.direct.new_wallet(eurq=payer_funding, usdq=payer_funding)
         self.offers = [
             ChainABridgeOffer(
                 name="ledgera",
                 asset_id=EURQ_ASSET_ID,
                 pay_to=self.merchant_address,
                 indexer_url=lambda: self.indexer_url,
+                facilitator_url=lambda: self.facilitator_url,
             ),
             ChainABridgeOffer(
                 name="ledgera:USDQ",
                 asset_id=USDQ_ASSET_ID,
                 pay_to=self.merchant_address,
                 indexer_url=lambda: self.indexer_url,
+                facilitator_url=lambda: self.facilitator_url,
             ),
         ]
         self._bank: Bank | None = None
         self._indexer: ServedApp | None = None
+        self._algod: ServedApp | None = None
+        self._facilitator: ServedApp | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._timers: dict[str, asyncio.TimerHandle] = {}
         self._next_status: list[str] = []
@@ -410,6 +485,31 @@ class ChainASandbox:
         if self._indexer is None:
             raise RuntimeError("the chain-A indexer is not running")
         return self._indexer.url
+
+    @property
+    def algod_url(self) -> str:
+        """The chain-A node (suggested parameters, holdings, submission)."""
+        if self._algod is None:
+            raise RuntimeError("the chain-A node is not running")
+        return self._algod.url
+
+    @property
+    def facilitator_url(self) -> str:
+        """The on-chain facilitator for direct chain-A payments (`/settle`)."""
+        if self._facilitator is None:
+            raise RuntimeError("the chain-A facilitator is not running")
+        return self._facilitator.url
+
+    def chain_a_config(self, **overrides: Any) -> dict[str, Any]:
+        """The client's chain-A wallet settings for paying from `payer_wallet` directly, as
+        plain data (`PaymentOptions(chain_a=...)` takes it as it is): the key, the node and
+        the indexer (keyword arguments override)."""
+        return {
+            "private_key": self.payer_wallet.private_key,
+            "algod_url": self.algod_url,
+            "indexer_url": self.indexer_url,
+            **overrides,
+        }
 
     # --- what tests use ------------------------------------------------------------------------
 
@@ -451,6 +551,12 @@ class ChainASandbox:
         self._bank = sandbox.bank
         self._indexer = ServedApp(indexer_app(self.ledger, sandbox.faults), "chain-a-indexer")
         await self._indexer.start()
+        self._algod = ServedApp(algod_app(self.direct, sandbox.faults), "chain-a-algod")
+        await self._algod.start()
+        self._facilitator = ServedApp(
+            facilitator_app(self.direct, sandbox.faults), "chain-a-facilitator"
+        )
+        await self._facilitator.start()
         sandbox.bank.bridge = self._bridge
         sandbox.offers.extend(self.offers)
 
@@ -463,9 +569,10 @@ class ChainASandbox:
             timers, self._timers = list(self._timers.values()), {}
         for timer in timers:
             timer.cancel()
-        if self._indexer is not None:
-            await self._indexer.stop()
-            self._indexer = None
+        for served in (self._facilitator, self._algod, self._indexer):
+            if served is not None:
+                await served.stop()
+        self._facilitator = self._algod = self._indexer = None
         self._loop = None
 
     # --- the bridge ----------------------------------------------------------------------------

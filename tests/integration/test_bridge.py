@@ -31,7 +31,6 @@ from x402_client import (
 from x402_client._resume import resume_bridge_payment
 from x402_eur_sandbox import Account, Fault, Price, Sandbox
 from x402_eur_sandbox._chain_a import (
-    DIRECT_UNSUPPORTED,
     EURQ_ASSET_ID,
     USDQ_ASSET_ID,
     ChainASandbox,
@@ -361,7 +360,8 @@ async def test_the_merchant_refuses_wrong_asset_receiver_and_short_amount(sandbo
         "Wrong receiver: payTo": bridge_payload(chain, to_other.id, payTo=other),
         "Amount too low": bridge_payload(chain, short.id),
         "not confirmed": bridge_payload(chain, "A" * 52),  # not on chain (yet)
-        DIRECT_UNSUPPORTED: {"transaction": "AAAA", "paymentIndex": 0},
+        # A direct proof goes to the on-chain facilitator, which reads the transaction.
+        "the transaction is not msgpack": {"transaction": "AAAA", "paymentIndex": 0},
     }
     async with httpx.AsyncClient() as client:
         for expected, payload in cases.items():

@@ -132,7 +132,8 @@ TABLE = [
     (
         ACCOUNT_ONLY,
         chain_a("2768603795"),
-        "bridge payment for USDQ on ledgera:mainnet: the bridge delivers EURQ only (a direct "
+        "bridge payment for USDQ on ledgera:mainnet: the bridge delivers EURQ only (set "
+        "PaymentOptions.chain_a to pay it from your own chain-A wallet; without one, a direct "
         "chain-A payment is manual)",
     ),
     (
@@ -176,7 +177,8 @@ def test_resuming_names_only_what_resuming_takes():
     ]
     assert skipped(ACCOUNT_ONLY, chain_a("2768603795"), resume_transaction_code="QP1") == [
         "not a bridge entry (resuming a bridge payment): bridge payment for USDQ on "
-        "ledgera:mainnet: the bridge delivers EURQ only (a direct chain-A payment is manual)"
+        "ledgera:mainnet: the bridge delivers EURQ only (set PaymentOptions.chain_a to pay it "
+        "from your own chain-A wallet; without one, a direct chain-A payment is manual)"
     ]
 
 

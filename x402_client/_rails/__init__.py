@@ -1,8 +1,9 @@
 """Rails: the ways this client can pay an accept entry.
 
 A rail is the only place that knows one payment method. The payer (`_payer`) asks each
-rail, in order, whether it can pay an entry; the first that can describes the
-`PaymentIntent`, then pays inside `async with rail.pay(...)`, which yields the X-PAYMENT
+rail, in order, whether it can pay an entry; each that can describes a `PaymentIntent`
+(a candidate, tried in that order unless `prefer`/`selector` say otherwise); the one
+chosen pays inside `async with rail.pay(...)`, which yields the X-PAYMENT
 proof and stays open until the merchant has answered the paid retry (the EVM rail holds
 its permit-nonce lock that long).
 
@@ -49,6 +50,7 @@ __all__ = [
     "build_rails",
     "managed_account_settings",
     "no_note",
+    "proves",
     "setting",
     "unpayable",
 ]
@@ -66,9 +68,10 @@ EIP712_DOMAIN: list[dict[str, str]] = [
     {"name": "verifyingContract", "type": "address"},
 ]
 
-#: The rail modules, in the order the payer tries their rails on an entry (the first that
-#: can describe it pays it). Each has `build(context) -> Rail | None`.
-RAILS = ("euro", "evm", "eip3009", "permit2", "bridge")
+#: The rail modules, in the order the payer tries their rails on an entry: every rail that
+#: can describe it is a candidate, in this order (a chain-A entry: the user's own wallet,
+#: then the bridge). Each has `build(context) -> Rail | None`.
+RAILS = ("euro", "evm", "eip3009", "permit2", "chain_a", "bridge")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -100,6 +103,18 @@ def build_rails(context: RailContext) -> Rails:
         elif hasattr(module, "off"):
             describers.append(module.off(context))
     return Rails(enabled, describers)
+
+
+def proves(rail: object, proof: object) -> bool:
+    """Whether a decoded proof (`{"payload": {...}, ...}`) can be `rail`'s: a rail that
+    names its payload fields (`proof_fields`) proves only payloads with one of them (a
+    chain-A entry's direct proof and its bridge proof go to their own rails); a rail that
+    names none may prove any proof of an entry it can describe."""
+    fields = getattr(rail, "proof_fields", None)
+    if fields is None:
+        return True
+    payload = proof.get("payload") if isinstance(proof, dict) else None
+    return isinstance(payload, dict) and any(name in payload for name in fields)
 
 
 class NotForThisRail(str):

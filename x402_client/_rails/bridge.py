@@ -22,7 +22,8 @@ so nothing outlives it.
 
 Only EURQ entries are bridged: the bridge delivers EURQ, so a USDQ entry (or any other
 asset) is not satisfiable here. A direct chain-A payment (`transaction` + `paymentIndex`
-payload, signed by a chain wallet) stays manual.
+payload, signed by the user's own chain wallet) is the `chain-a` rail's, which comes first
+when `PaymentOptions.chain_a` is set.
 """
 
 from __future__ import annotations
@@ -324,6 +325,8 @@ class BridgeRail:
     money_moves_before_proof = True
     frames_own_proof = True
     resumes_transactions = True
+    #: The payload fields of this rail's proofs (a re-sent proof is this rail's if it has one).
+    proof_fields = frozenset({"transactionCode"})
 
     def __init__(
         self, context: RailContext, *, clock: Clock = time.monotonic, sleep: Sleep = anyio.sleep
@@ -340,7 +343,7 @@ class BridgeRail:
             return NotForThisRail("not a chain-A entry")
         blockers = []
         if entry.asset != BRIDGE_ASSET:
-            blockers.append("the bridge delivers EURQ only (a direct chain-A payment is manual)")
+            blockers.append("the bridge delivers EURQ only" + _direct_hint(self._context.options))
         settings = managed_account_settings(self._context.options)
         if settings:
             blockers.append("it pays from the account of api_key, from_account and api_url")
@@ -495,6 +498,17 @@ class BridgeRail:
                 f"it paid {format_amount(record.amount)} EUR, less than "
                 f"{format_amount(required)} EUR"
             )
+
+
+def _direct_hint(options: PaymentOptions) -> str:
+    """Where a chain-A entry the bridge cannot pay may be paid instead: with a chain-A
+    wallet, its rail says for itself why it cannot."""
+    if options.chain_a is not None:
+        return ""
+    return (
+        " (set PaymentOptions.chain_a to pay it from your own chain-A wallet; without one, "
+        "a direct chain-A payment is manual)"
+    )
 
 
 def build(context: RailContext) -> BridgeRail | None:

@@ -1,0 +1,528 @@
+"""The `chain-a` rail (path B): pay a chain-A `exact` entry from the user's own wallet.
+
+The wallet (`PaymentOptions.chain_a`, a `ChainAOptions`) signs one asset transfer of the
+entry's asset (EURQ or USDQ), to its `payTo`, of exactly `maxAmountRequired` atomic units
+(6 decimals); the proof carries it: `{"transaction": base64 of the signed transaction,
+"paymentIndex": 0}` (spec, "X-PAYMENT proof", chain A direct). The merchant's on-chain
+facilitator verifies and submits it; no money moves until it does, and the transaction
+is void once its validity window has passed, so this rail is settle-on-proof, like the
+EVM permit.
+
+One payment, step by step:
+
+1. `prepare` (before anything is signed): the node's suggested parameters
+   (`GET {algod_url}/v2/transactions/params`), the wallet's coin balance and minimum
+   balance (`GET /v2/accounts/<address>?exclude=all`) and its holding of the asset
+   (`GET /v2/accounts/<address>/assets/<id>`), read at once. A node that does not answer,
+   an asset the wallet has not opted into, a frozen holding, a balance that does not cover
+   the amount or too little coin for the network fee: a skip reason, so the next
+   candidate (the bridge, when the managed account is configured) can pay.
+2. `pay`: the transaction, with first valid round = the node's last round and a window of
+   `maxTimeoutSeconds / round_seconds` rounds (at least 1, at most the chain's 1000), a
+   flat fee of the node's minimum, and a random 32-byte lease (the chain confirms at most
+   one transaction of this sender and lease while the window lasts: even a transaction
+   signed twice could move the money once). Signed once; its id is the payment's
+   `blockchain_tx_id`, journaled with the proof before the proof leaves the process.
+   Every re-send (a "not confirmed" answer, recovery) sends the same signed bytes.
+
+`lookup(options, proof)` is what recovery asks of the chain about a proof it holds: is the
+transaction confirmed (the indexer knows it), void (the node is past its last valid round),
+or still pending.
+
+py-algorand-sdk (the `chain-a` extra) is imported when the rail signs or decodes, never
+on `import x402_client`; without it the rail still exists and skips chain-A entries with
+the install command as the reason (the bridge pays them as before).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import dataclasses
+import hashlib
+import importlib.util
+import logging
+import math
+import os
+import re
+import time
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING, Any, Literal
+
+import anyio
+import httpx
+
+from .. import _json
+from .._amounts import format_amount, from_atomic
+from .._challenge import CHAIN_A_ASSETS, CHAIN_A_NETWORK, AcceptEntry, exact_intent
+from .._exceptions import PaymentFailed
+from .._models import ChainADirectPayload, ExactAcceptEntry, PaymentProof
+from .._proof import ProofError, b64_json_decode, encode_proof
+from .._redact import endpoint_url
+from .._types import PaymentIntent
+from . import Note, NotForThisRail, Paid, RailContext, RequestSettings, no_note, unpayable
+
+if TYPE_CHECKING:
+    from .._chain_a_options import ChainAOptions
+
+__all__ = [
+    "CHAIN_A_EXTRA_MISSING",
+    "MAX_VALIDITY_ROUNDS",
+    "ChainARail",
+    "OnChain",
+    "SuggestedParams",
+    "decode_direct_proof",
+    "direct_proof",
+    "lookup",
+    "validity_rounds",
+]
+
+logger = logging.getLogger("x402_client")
+
+CHAIN_A_EXTRA_MISSING = (
+    "direct chain-A payments need the chain-a extra: pip install 'x402-eur[chain-a]'"
+)
+#: The longest validity window the chain accepts, in rounds.
+MAX_VALIDITY_ROUNDS = 1000
+#: How long suggested parameters read by `prepare` are used by `pay`, in seconds.
+_PARAMS_TTL = 2.0
+_ADDRESS_RE = re.compile(r"\A[A-Z2-7]{58}\Z")
+
+
+def _installed() -> bool:
+    return importlib.util.find_spec("algosdk") is not None
+
+
+def is_address(value: str) -> bool:
+    """A chain-A address: base32 (58 characters) of a 32-byte key and the last 4 bytes of
+    the key's SHA-512/256."""
+    if not _ADDRESS_RE.match(value):
+        return False
+    raw = base64.b32decode(value + "======")
+    return hashlib.new("sha512_256", raw[:32]).digest()[-4:] == raw[32:]
+
+
+def _sdk(module: str) -> Any:
+    """A py-algorand-sdk module (`algosdk.<module>`), imported now (the SDK is untyped)."""
+    return importlib.import_module(f"algosdk.{module}")
+
+
+# --- pure pieces ---------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class SuggestedParams:
+    """What the node suggests for a new transaction (`GET /v2/transactions/params`)."""
+
+    last_round: int
+    genesis_id: str
+    genesis_hash: str
+    min_fee: int
+
+    @classmethod
+    def from_wire(cls, data: Any) -> SuggestedParams:
+        if not isinstance(data, Mapping):
+            raise ValueError("suggested parameters are not an object")
+        last_round, genesis_id = data.get("last-round"), data.get("genesis-id")
+        genesis_hash, min_fee = data.get("genesis-hash"), data.get("min-fee", 1000)
+        if not isinstance(last_round, int) or isinstance(last_round, bool) or last_round < 0:
+            raise ValueError("suggested parameters without last-round")
+        if not isinstance(genesis_id, str) or not isinstance(genesis_hash, str):
+            raise ValueError("suggested parameters without the genesis id and hash")
+        if not isinstance(min_fee, int) or isinstance(min_fee, bool) or min_fee < 0:
+            raise ValueError("suggested parameters with an invalid min-fee")
+        return cls(last_round, genesis_id, genesis_hash, min_fee)
+
+
+def validity_rounds(max_timeout_seconds: int, round_seconds: float) -> int:
+    """The validity window for an entry: `maxTimeoutSeconds` in rounds, rounded down (the
+    signed transaction never outlives what the merchant asked for by a round), at least 1,
+    at most `MAX_VALIDITY_ROUNDS`."""
+    return max(1, min(MAX_VALIDITY_ROUNDS, math.floor(max_timeout_seconds / round_seconds)))
+
+
+def direct_proof(network: str, signed_transaction: bytes) -> str:
+    """The X-PAYMENT value for a signed transaction (spec, "X-PAYMENT proof", chain A
+    direct): `transaction` = standard base64 of its msgpack bytes, `paymentIndex` 0."""
+    payload = ChainADirectPayload(
+        transaction=base64.b64encode(signed_transaction).decode(), payment_index=0
+    )
+    return encode_proof(PaymentProof(scheme="exact", network=network, payload=payload.to_wire()))
+
+
+@dataclasses.dataclass(frozen=True)
+class DirectTransaction:
+    """What a direct proof's signed transaction says (decoded with the SDK)."""
+
+    txid: str
+    sender: str
+    receiver: str | None
+    asset_id: int | None
+    amount: int
+    first_valid: int
+    last_valid: int
+
+
+def decode_direct_proof(proof: str) -> DirectTransaction | None:
+    """The transaction of a direct chain-A proof; None for any other proof (a bridge
+    proof, an EVM permit) or one that cannot be decoded. Needs the `chain-a` extra."""
+    try:
+        data = b64_json_decode(proof)
+    except ProofError:
+        return None
+    payload = data.get("payload") if isinstance(data, dict) else None
+    if not isinstance(payload, dict) or not isinstance(payload.get("transaction"), str):
+        return None
+    encoding = _sdk("encoding")
+    try:
+        raw = base64.b64decode(payload["transaction"], validate=True)
+        signed = encoding.msgpack_decode(base64.b64encode(raw).decode())
+        txn = signed.transaction
+        return DirectTransaction(
+            txid=str(signed.get_txid()),
+            sender=str(txn.sender),
+            receiver=getattr(txn, "receiver", None),
+            asset_id=getattr(txn, "index", None),
+            amount=int(getattr(txn, "amount", 0) or 0),
+            first_valid=int(txn.first_valid_round),
+            last_valid=int(txn.last_valid_round),
+        )
+    except (binascii.Error, ValueError, KeyError, AttributeError, TypeError):
+        return None
+    except Exception:  # the SDK's own errors (msgpack's, its `error` module's)
+        return None
+
+
+# --- the node --------------------------------------------------------------------------------
+
+
+class NodeUnavailable(Exception):
+    """The node (or the indexer) did not answer usably; the message names it, redacted."""
+
+
+class _Node:
+    """The algod REST endpoints this rail reads, over one httpx client."""
+
+    def __init__(self, options: ChainAOptions) -> None:
+        self._options = options
+        headers = {}
+        if options.algod_token is not None:
+            headers["X-Algo-API-Token"] = options.algod_token.get_secret_value()
+        self._http = httpx.AsyncClient(
+            headers=headers, timeout=options.timeout, follow_redirects=False
+        )
+        self._shown = endpoint_url(options.algod_url)
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def get(self, path: str, *, missing_ok: bool = False) -> Any:
+        url = self._options.algod_url + path
+        try:
+            response = await self._http.get(url)
+        except httpx.HTTPError as exc:
+            raise NodeUnavailable(
+                f"the chain-A node {self._shown} did not answer ({type(exc).__name__})"
+            ) from None
+        if missing_ok and response.status_code == 404:
+            return None
+        if response.status_code != 200:
+            raise NodeUnavailable(f"the chain-A node {self._shown} answered {response.status_code}")
+        try:
+            return _json.loads(response.content)
+        except _json.JSONError:
+            raise NodeUnavailable(f"the chain-A node {self._shown} answered no JSON") from None
+
+
+@dataclasses.dataclass(frozen=True)
+class OnChain:
+    """What the chain says of a signed transaction: `confirmed` (in round `round`),
+    `void` (the node is past its last valid round and no indexer knows it: it can never
+    be confirmed), `pending` (it may still be), or `unknown` (nothing could be asked)."""
+
+    status: Literal["confirmed", "void", "pending", "unknown"]
+    txid: str | None
+    detail: str
+    round: int | None = None
+
+
+async def lookup(options: ChainAOptions, proof: str) -> OnChain:
+    """Where the transaction of a direct proof stands on chain (for recovery). Asks the
+    indexer (`indexer_url`) for the id, and the node for its current round."""
+    if not _installed():
+        return OnChain("unknown", None, CHAIN_A_EXTRA_MISSING)
+    found = decode_direct_proof(proof)
+    if found is None:
+        return OnChain("unknown", None, "the proof holds no chain-A transaction")
+    node = _Node(options)
+    try:
+        if options.indexer_url is not None:
+            url = f"{options.indexer_url}/v2/transactions/{found.txid}"
+            try:
+                response = await node._http.get(url)
+            except httpx.HTTPError as exc:
+                return OnChain(
+                    "unknown",
+                    found.txid,
+                    f"the indexer {endpoint_url(options.indexer_url)} did not answer "
+                    f"({type(exc).__name__})",
+                )
+            if response.status_code == 200:
+                try:
+                    record = _json.loads(response.content)
+                    confirmed = record["transaction"].get("confirmed-round")
+                except (_json.JSONError, KeyError, TypeError, AttributeError):
+                    confirmed = None
+                if isinstance(confirmed, int) and confirmed > 0:
+                    return OnChain(
+                        "confirmed",
+                        found.txid,
+                        f"transaction {found.txid} is on chain (round {confirmed})",
+                        confirmed,
+                    )
+        try:
+            status = await node.get("/v2/status")
+            last_round = status["last-round"] if isinstance(status, dict) else None
+        except (NodeUnavailable, KeyError) as exc:
+            return OnChain("unknown", found.txid, str(exc))
+        if not isinstance(last_round, int):
+            return OnChain("unknown", found.txid, "the node's status has no last-round")
+        if last_round > found.last_valid and options.indexer_url is not None:
+            return OnChain(
+                "void",
+                found.txid,
+                f"transaction {found.txid} is not on chain and its last valid round "
+                f"{found.last_valid} has passed (the node is at {last_round})",
+            )
+        return OnChain(
+            "pending",
+            found.txid,
+            f"transaction {found.txid} is not known on chain yet; it stays valid until "
+            f"round {found.last_valid} (the node is at {last_round})",
+        )
+    finally:
+        await node.aclose()
+
+
+# --- the rail --------------------------------------------------------------------------------
+
+
+class _Wallet:
+    """The signing key and its address, made once from the options."""
+
+    def __init__(self, options: ChainAOptions) -> None:
+        account, mnemonic = _sdk("account"), _sdk("mnemonic")
+        if options.private_key is not None:
+            secret = options.private_key.get_secret_value().strip()
+        else:
+            assert options.mnemonic is not None
+            secret = mnemonic.to_private_key(options.mnemonic.get_secret_value())
+        self._secret = secret
+        self.address: str = str(account.address_from_private_key(secret))
+
+    def __repr__(self) -> str:
+        return f"_Wallet(address={self.address!r})"
+
+    def sign(self, transaction: Any) -> Any:
+        signer = _sdk("atomic_transaction_composer").AccountTransactionSigner
+        return signer(self._secret).sign_transactions([transaction], [0])[0]
+
+
+class ChainARail:
+    """Signs asset transfers from the user's chain-A wallet (see the module docstring).
+
+    Built once per payer from `context.options.chain_a`; holds one httpx client for the
+    node (closed by `aclose()`, as the payer does).
+    """
+
+    name = "chain-a"
+    #: The proof is a signed transaction: the merchant's facilitator submits it.
+    money_moves_before_proof = False
+    #: `pay` yields the finished X-PAYMENT value (`Paid.proof`).
+    frames_own_proof = True
+    #: A chain-A payment is never resumed from a transaction code (that is the bridge's).
+    resumes_transactions = False
+    #: The payload fields of this rail's proofs (a re-sent proof is this rail's if it has one).
+    proof_fields = frozenset({"transaction", "paymentIndex"})
+
+    def __init__(self, context: RailContext, options: ChainAOptions) -> None:
+        self._context = context
+        self._options = options
+        self._installed = _installed()
+        self._wallet: _Wallet | None = None
+        self._node: _Node | None = None
+        self._params: tuple[float, SuggestedParams] | None = None
+
+    def __repr__(self) -> str:
+        return f"ChainARail(algod={endpoint_url(self._options.algod_url)!r})"
+
+    @property
+    def address(self) -> str:
+        """The wallet's address (derived from the key once)."""
+        return self.wallet.address
+
+    @property
+    def wallet(self) -> _Wallet:
+        if self._wallet is None:
+            self._wallet = _Wallet(self._options)
+        return self._wallet
+
+    # --- Rail ------------------------------------------------------------------------------
+
+    def describe(self, entry: AcceptEntry, resource: str) -> PaymentIntent | str:
+        if not isinstance(entry, ExactAcceptEntry) or entry.network != CHAIN_A_NETWORK:
+            return NotForThisRail("not a chain-A entry")
+        symbol = CHAIN_A_ASSETS.get(entry.asset)
+        blockers = []
+        if symbol is None:
+            blockers.append(f"chain-A asset {entry.asset[:24]!r} is not EURQ or USDQ")
+        if not is_address(entry.pay_to):
+            blockers.append("its payTo is not a chain-A address (or fails its checksum)")
+        if entry.max_amount_required <= 0:
+            blockers.append("its amount is zero")
+        if not self._installed:
+            blockers.append(CHAIN_A_EXTRA_MISSING)
+        if symbol is None or blockers:
+            what = f"direct chain-A payment for {symbol or 'an unknown asset'} on {CHAIN_A_NETWORK}"
+            return unpayable(what, blockers)
+        return exact_intent(entry, rail="chain-a", symbol=symbol, resource=resource)
+
+    async def prepare(self, entry: AcceptEntry, intent: PaymentIntent) -> str | None:
+        assert isinstance(entry, ExactAcceptEntry)
+        symbol = intent.asset_symbol
+        try:
+            address = self.address
+        except Exception as exc:  # a key the SDK refuses (a mnemonic with a bad checksum)
+            return f"the chain-A key cannot be used ({type(exc).__name__})"
+        node = self._node_client()
+        results: dict[str, Any] = {}
+
+        async def read(name: str, path: str, missing_ok: bool = False) -> None:
+            try:
+                results[name] = await node.get(path, missing_ok=missing_ok)
+            except NodeUnavailable as exc:
+                results[name] = exc
+
+        # The three reads at once: one round trip's wait on a remote node.
+        async with anyio.create_task_group() as group:
+            group.start_soon(read, "params", "/v2/transactions/params")
+            group.start_soon(read, "account", f"/v2/accounts/{address}?exclude=all")
+            group.start_soon(read, "holding", f"/v2/accounts/{address}/assets/{entry.asset}", True)
+        for found in results.values():
+            if isinstance(found, NodeUnavailable):
+                return f"{found}; nothing was signed"
+        try:
+            params = SuggestedParams.from_wire(results["params"])
+        except ValueError as exc:
+            return f"the chain-A node's {exc}; nothing was signed"
+        self._params = (time.monotonic(), params)
+        holding = results["holding"]
+        asset_holding = holding.get("asset-holding") if isinstance(holding, dict) else None
+        if not isinstance(asset_holding, dict):
+            return (
+                f"the chain-A wallet {address} has not opted into {symbol} "
+                f"(asset {entry.asset}); nothing was signed"
+            )
+        if asset_holding.get("is-frozen") is True:
+            return f"the chain-A wallet's {symbol} holding is frozen; nothing was signed"
+        balance = asset_holding.get("amount", 0)
+        if not isinstance(balance, int) or balance < entry.max_amount_required:
+            shown = format_amount(from_atomic(balance if isinstance(balance, int) else 0))
+            return (
+                f"{symbol} balance {shown} in the chain-A wallet does not cover "
+                f"{format_amount(intent.amount)}; nothing was signed"
+            )
+        account = results["account"]
+        coins = account.get("amount", 0) if isinstance(account, dict) else 0
+        minimum = account.get("min-balance", 0) if isinstance(account, dict) else 0
+        if not isinstance(coins, int) or not isinstance(minimum, int):
+            return "the chain-A node's account answer is unreadable; nothing was signed"
+        if coins - minimum < params.min_fee:
+            return (
+                "the chain-A wallet holds too little of the chain's coin for the network fee "
+                f"({coins} atomic units, minimum balance {minimum}, fee {params.min_fee}); "
+                "nothing was signed"
+            )
+        return None
+
+    @asynccontextmanager
+    async def pay(
+        self,
+        entry: AcceptEntry,
+        intent: PaymentIntent,
+        settings: RequestSettings,
+        note: Note = no_note,
+    ) -> AsyncIterator[Paid]:
+        assert isinstance(entry, ExactAcceptEntry)
+        params = await self._suggested(intent)
+        transaction = _sdk("transaction")
+        wallet = self.wallet
+        first = params.last_round
+        window = validity_rounds(entry.max_timeout_seconds, self._options.round_seconds)
+        suggested = transaction.SuggestedParams(
+            fee=params.min_fee,
+            first=first,
+            last=first + window,
+            gh=params.genesis_hash,
+            gen=params.genesis_id,
+            flat_fee=True,
+            min_fee=params.min_fee,
+        )
+        unsigned = transaction.AssetTransferTxn(
+            sender=wallet.address,
+            sp=suggested,
+            receiver=entry.pay_to,
+            amt=entry.max_amount_required,
+            index=int(entry.asset),
+            lease=os.urandom(32),
+        )
+        signed = wallet.sign(unsigned)
+        txid = str(signed.get_txid())
+        raw = base64.b64decode(_sdk("encoding").msgpack_encode(signed))
+        logger.debug(
+            "x402: signed chain-A transaction %s (rounds %d-%d) for %s",
+            txid,
+            first,
+            first + window,
+            wallet.address,
+        )
+        # The id is journaled with the proof (`prove`) before the proof is handed over.
+        yield Paid(
+            proof=direct_proof(entry.network, raw),
+            blockchain_tx_id=txid,
+            payer=wallet.address,
+        )
+
+    async def aclose(self) -> None:
+        node, self._node = self._node, None
+        if node is not None:
+            await node.aclose()
+
+    # --- helpers ---------------------------------------------------------------------------
+
+    def _node_client(self) -> _Node:
+        if self._node is None:
+            self._node = _Node(self._options)
+        return self._node
+
+    async def _suggested(self, intent: PaymentIntent) -> SuggestedParams:
+        """The parameters `prepare` read, while fresh; else read again. A node that does not
+        answer now fails the payment before anything is signed."""
+        cached = self._params
+        if cached is not None and time.monotonic() - cached[0] <= _PARAMS_TTL:
+            return cached[1]
+        try:
+            params = SuggestedParams.from_wire(
+                await self._node_client().get("/v2/transactions/params")
+            )
+        except (NodeUnavailable, ValueError) as exc:
+            raise PaymentFailed(f"{exc}; nothing was signed", intent=intent) from None
+        self._params = (time.monotonic(), params)
+        return params
+
+
+def build(context: RailContext) -> ChainARail | None:
+    """The direct chain-A rail, when the options have `chain_a`."""
+    chain_a = context.options.chain_a
+    return None if chain_a is None else ChainARail(context, chain_a)
