@@ -19,8 +19,12 @@ What recovery does, by what the journal holds (docs/failure-semantics.md, the cr
 - euro, the payment request only (a crash around the payment call): re-send the proof the
   request implies; served if it was paid; "not confirmed" once the request expired means
   it never was: `failed`, budget released;
-- permit / EIP-3009, no proof (nothing was signed or handed over): `failed`, budget
-  released;
+- permit / EIP-3009 / chain-A direct, no proof (nothing was signed, or nothing signed
+  was handed over): `failed`, budget released;
+- chain-A direct, a re-sent proof the merchant refuses: the chain decides (the indexer and
+  the node, `_rails.chain_a.lookup`): the transaction is on chain: `unrecoverable`, the
+  money moved; its validity window passed unconfirmed: `failed`, budget released; still
+  valid: `pending`;
 - bridge, no transaction code (a crash during the payment call): `unrecoverable`: the
   call may have gone through; the reason says what to ask the provider;
 - a proof the merchant calls used or expired, or an expired authorization:
@@ -52,7 +56,7 @@ import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 import httpx
@@ -76,6 +80,9 @@ from ._request import EXTENSION
 from ._sqlite import JournalRecord, SqliteStore
 from ._state import PaymentState, state_of
 
+if TYPE_CHECKING:
+    from ._chain_a_options import ChainAOptions
+
 __all__ = ["Recovery", "recover_payment", "recover_payments", "unfinished_payments"]
 
 logger = logging.getLogger("x402_client")
@@ -89,7 +96,7 @@ Send = Callable[[str, str, dict[str, Any]], Awaitable[httpx.Response]]
 
 #: Settle-on-proof rails: the merchant moves the money with the signed proof, so without a
 #: proof handed over nothing can have moved.
-_SETTLE_ON_PROOF = ("evm-permit", "eip3009", "permit2")
+_SETTLE_ON_PROOF = ("evm-permit", "eip3009", "permit2", "chain-a")
 #: Answers that ask for the caller's credentials, which the journal does not keep.
 _CREDENTIALS = (401, 403, 407)
 #: Answers that say "later", not "never".
@@ -143,17 +150,19 @@ class Recovery:
         return fields_table(f"payment {self.record.id}", facts)
 
 
+def _options_of(source: httpx.AsyncClient | httpx.Client | PaymentOptions) -> PaymentOptions:
+    if isinstance(source, PaymentOptions):
+        return source
+    payer = getattr(getattr(source, "_transport", None), "payer", None)
+    if not isinstance(payer, Payer):
+        raise ConfigurationError("this client has no payment handling: call with_eur_payment")
+    return payer.options
+
+
 def _state(
     source: httpx.AsyncClient | httpx.Client | PaymentOptions,
 ) -> tuple[PaymentState, SqliteStore]:
-    if isinstance(source, PaymentOptions):
-        options = source
-    else:
-        payer = getattr(getattr(source, "_transport", None), "payer", None)
-        if not isinstance(payer, Payer):
-            raise ConfigurationError("this client has no payment handling: call with_eur_payment")
-        options = payer.options
-    state = state_of(options)
+    state = state_of(_options_of(source))
     if state.journal is None:
         raise ConfigurationError(
             "recovery needs the payment journal: set PaymentOptions(state_path=...)"
@@ -319,7 +328,10 @@ async def recover_one(
     try:
         # What the process that owned it left, now that none does.
         record = await journal.get(record.id) or record
-        result = _settled(record) or await _recover(state, journal, record, headers, send)
+        chain_a = _options_of(source).chain_a
+        result = _settled(record) or await _recover(
+            _Recovering(state, journal, record, headers, send, chain_a)
+        )
     finally:
         with anyio.CancelScope(shield=True):
             try:
@@ -340,17 +352,11 @@ async def recover_one(
     return dataclasses.replace(result, record=dataclasses.replace(final, in_progress=False))
 
 
-async def _recover(
-    state: PaymentState,
-    journal: SqliteStore,
-    record: JournalRecord,
-    headers: Headers | None,
-    send: Send,
-) -> Recovery:
-    """Recover `record`, which this process owns now (no live process did): a bridge
-    payment without a proof is resumed from its transaction code; every other payment's
-    proof is re-sent."""
-    recovering = _Recovering(state, journal, record, headers, send)
+async def _recover(recovering: _Recovering) -> Recovery:
+    """Recover a payment this process owns now (no live process did): a bridge payment
+    without a proof is resumed from its transaction code; every other payment's proof is
+    re-sent."""
+    record = recovering.record
     if record.rail == "bridge" and not record.proof:
         return await recovering.resume_bridge()
     return await recovering.resend_proof()
@@ -365,14 +371,19 @@ class _Recovering:
     record: JournalRecord
     headers: Headers | None
     send: Send
+    #: The chain-A wallet's settings (its node and indexer), to ask the chain about a
+    #: direct chain-A proof the merchant refuses.
+    chain_a: ChainAOptions | None = None
 
-    async def give_up(self, reason: str) -> Recovery:
+    async def give_up(self, reason: str, *, on_chain: bool = False) -> Recovery:
         # Say what is known of the money: on a pay-first rail a proof or a transaction code
-        # means it left the account; anything else may have moved.
+        # means it left the account; a transaction the chain confirmed means it moved;
+        # anything else may have moved.
         record = self.record
         moved_first = record.rail in ("euro", "bridge")
         evidence = bool(record.proof or record.transaction_code or record.blockchain_tx_id)
-        outcome: Literal["paid", "unknown"] = "paid" if moved_first and evidence else "unknown"
+        moved = on_chain or (moved_first and evidence)
+        outcome: Literal["paid", "unknown"] = "paid" if moved else "unknown"
         if record.outcome in ("paid", "unknown"):
             outcome = "paid" if record.outcome == "paid" else outcome
         text = f"{reason}. {_codes(record)}"
@@ -480,6 +491,8 @@ class _Recovering:
         if later is not None:
             return later
         reason = getattr(exc, "reason", None) or str(exc)
+        if self.record.rail == "chain-a" and self.chain_a is not None:
+            return await self.delivered_meanwhile() or await self.on_chain(reason)
         if (
             self.record.rail == "euro"
             and classify_reason(reason) is VerifierReason.EXPIRED
@@ -492,6 +505,20 @@ class _Recovering:
         return await self.delivered_meanwhile() or await self.give_up(
             f"the merchant refused the re-sent proof ({reason})"
         )
+
+    async def on_chain(self, reason: str) -> Recovery:
+        """A refused direct chain-A proof: what the chain says of its transaction."""
+        from ._rails.chain_a import lookup
+
+        assert self.chain_a is not None
+        assert self.record.proof is not None
+        found = await lookup(self.chain_a, self.record.proof)
+        refused = f"the merchant refused the re-sent proof ({reason})"
+        if found.status == "confirmed":
+            return await self.give_up(f"{refused}; {found.detail}: the money moved", on_chain=True)
+        if found.status == "void":
+            return await self.nothing_moved(f"{refused}; {found.detail}: no money moved")
+        return Recovery(self.record, "pending", f"{refused}; {found.detail}")
 
 
 async def recover_payments(
