@@ -17,6 +17,9 @@ process only, the function that runs at that step:
 | `proof`       | at `Payer._deliver`       | at `Payer._deliver`           | at `Payer._deliver` |
 | `delivery...` | nothing here: the parent kills this process while the merchant holds the paid request |
 
+(`chain-a`, paying from the payer's own chain-A wallet: around `_Wallet.sign`, the signing
+of the transfer; `proof` and `delivery...` as for the others.)
+
 Steps that do not kill, for recovery while this payer is alive (the parent runs recovery
 on the same state file while the payer waits, then lets it go on):
 
@@ -25,7 +28,8 @@ on the same state file while the payer waits, then lets it go on):
   the payer creates the file `config["ready"]` and waits until `config["release"]` exists.
 
 Rails: `euro`, `bridge`, `evm` (the polygon permit), `eip3009` (the standard merchant's
-EIP-3009 token: `config["asset"]` is its `Asset`).
+EIP-3009 token: `config["asset"]` is its `Asset`), `chain-a` (`config["chain_a"]` is the
+wallet's settings, a mapping of `ChainAOptions` keys).
 
 Exit status: -9 (killed, as meant); 0 with `served <status>` on stdout when no kill point
 was reached (a killing step then fails its test; a live one expects it).
@@ -123,6 +127,10 @@ def _arm(rail: str, step: str, config: dict[str, Any]) -> None:
             from x402_client._rails.evm import EvmPermitRail
 
             owner, name = EvmPermitRail, "_sign"
+        elif rail == "chain-a":
+            from x402_client._rails.chain_a import _Wallet
+
+            owner, name = _Wallet, "sign"
         else:
             owner = PaymentAPI
             name = "pay_payment_request" if rail == "euro" else "pay_blockchain_address"
@@ -156,6 +164,8 @@ def _options(config: dict[str, Any]) -> PaymentOptions:
             "private_key": config["evm_key"],
             "rpc_urls": {int(chain): url for chain, url in config["rpc_urls"].items()},
         }
+    if config.get("chain_a"):
+        values["chain_a"] = config["chain_a"]
     return PaymentOptions.model_validate(values)
 
 

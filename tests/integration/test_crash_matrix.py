@@ -41,6 +41,7 @@ import httpx
 import pytest
 from eth_account import Account as EthAccount
 
+from tests.conftest import register_secrets
 from tests.sandboxes import asset_of, evm_options
 from x402_client import (
     Budget,
@@ -68,6 +69,7 @@ PRICES = {
     "/paid/euro": Price(PRICE, "euro only", rails=("euro",)),
     "/paid/evm": Price(PRICE, "polygon permit only", rails=("eip155:137",)),
     "/paid/bridge": Price(PRICE, "bridged to chain A only", rails=("ledgera",)),
+    "/paid/chain-a": Price(PRICE, "chain A, from the payer's own wallet", rails=("ledgera",)),
 }
 
 
@@ -208,7 +210,9 @@ class Case:
 # on EVM, signing the permit); `wait`: the bridge wait; `proof`: the proof exists and was
 # not sent yet; `delivery`: the merchant has the paid request and answers it after the
 # payer died; `delivery-held`: the merchant still holds it when the restarted process
-# re-sends the proof (and judges the dead payer's request last).
+# re-sends the proof (and judges the dead payer's request last). On chain A directly,
+# `before-call` / `after-call` are around signing the transfer: killed after signing, before
+# the proof was journaled or delivered, nothing signed ever left the process.
 USED = ("refused the re-sent proof", "already used")
 DIED_IN_CALL = ("died during the bridge payment call", "ask the provider")
 
@@ -272,6 +276,20 @@ MATRIX = [
         ("transaction_code", "blockchain_tx_id", "proof"),
         "delivered",
     ),
+    # chain A directly: money moves when the merchant's facilitator submits the signed
+    # transfer; the transaction id is journaled with the proof, before it is sent.
+    Case("chain-a", "before-call", False, (), "failed", ("no money moved",)),
+    Case("chain-a", "after-call", False, (), "failed", ("no money moved",)),
+    Case("chain-a", "proof", True, ("blockchain_tx_id", "proof"), "delivered"),
+    Case(
+        "chain-a",
+        "delivery",
+        True,
+        ("blockchain_tx_id", "proof"),
+        "unrecoverable",
+        (*USED, "is on chain", "the money moved"),
+    ),
+    Case("chain-a", "delivery-held", True, ("blockchain_tx_id", "proof"), "delivered"),
 ]
 CODES = ("payment_request_code", "transaction_code", "blockchain_tx_id", "proof")
 
@@ -285,6 +303,9 @@ class Crashed:
     state_path: Path
     evm_key: str | None = None
     evm_address: str | None = None
+    #: chain A directly: the payer's own wallet (its key, in the chain SDK's form)
+    chain_a_key: str | None = None
+    chain_a_address: str | None = None
     served_before: int = 0
     merchant_eurq_before: int = 0
     merchant_token_before: int = 0
@@ -319,6 +340,8 @@ def _options(sandbox: Sandbox, crashed: Crashed) -> PaymentOptions:
         values["assets"] = [asset_of(sandbox.standard)]
     elif crashed.evm_key is not None:
         values["evm"] = evm_options(sandbox.evm, private_key=crashed.evm_key)
+    if crashed.chain_a_key is not None:
+        values["chain_a"] = sandbox.chain_a.chain_a_config(private_key=crashed.chain_a_key)
     return PaymentOptions.model_validate(values)
 
 
@@ -345,6 +368,8 @@ async def _kill_child(sandbox: Sandbox, crashed: Crashed, tmp_path: Path) -> Non
         "evm_key": crashed.evm_key,
         "rpc_urls": {str(c): sandbox.evm.rpc_url(c) for c in (1, 137)},
     }
+    if crashed.chain_a_key is not None:
+        config["chain_a"] = sandbox.chain_a.chain_a_config(private_key=crashed.chain_a_key)
     log = tmp_path / "child.log"
     watch = _watch(sandbox)
     in_delivery = case.step.startswith("delivery")
@@ -407,6 +432,18 @@ async def _money_moved(sandbox: Sandbox, crashed: Crashed) -> bool:
         assert await evm.native_balance(137, crashed.evm_address) == 0  # never paid gas
         assert await evm.permit_nonce(137, "EURQ", crashed.evm_address) == (1 if spent else 0)
         return bool(spent == ATOMIC)
+    if crashed.case.rail == "chain-a":
+        assert made == []  # the managed account paid nothing: the wallet did
+        chain = sandbox.chain_a
+        assert crashed.chain_a_address is not None
+        spent = 1_000_000 - chain.asset_balance(crashed.chain_a_address, str(EURQ_ASSET_ID))
+        received = (
+            chain.asset_balance(chain.merchant_address, str(EURQ_ASSET_ID))
+            - crashed.merchant_eurq_before
+        )
+        assert spent in (0, ATOMIC), f"the wallet spent {spent} atomic units"
+        assert received == spent
+        return bool(spent == ATOMIC)
     kept = [t for t in made if t.status not in REFUNDED]
     assert len(kept) <= 1, f"EURO moved twice for one intent: {made}"
     assert sandbox.balance(account) == Decimal("10.00") - PRICE * len(kept)
@@ -433,11 +470,15 @@ async def _crash_and_recover(sandbox: Sandbox, case: Case, tmp_path: Path) -> Cr
         crashed.merchant_token_before = await sandbox.evm.token_balance(
             137, "EURQ", sandbox.evm.merchant_address
         )
-    if case.rail == "bridge":
+    if case.rail in ("bridge", "chain-a"):
         chain = sandbox.chain_a
         crashed.merchant_eurq_before = chain.asset_balance(
             chain.merchant_address, str(EURQ_ASSET_ID)
         )
+    if case.rail == "chain-a":
+        wallet = sandbox.chain_a.direct.new_wallet(eurq=1_000_000)
+        crashed.chain_a_key, crashed.chain_a_address = wallet.private_key, wallet.address
+        register_secrets(wallet.private_key)
 
     await _kill_child(sandbox, crashed, tmp_path)
     if case.rail == "bridge":
@@ -486,7 +527,7 @@ async def test_a_payer_killed_at_each_step_is_recovered_without_paying_twice(
     # What the dead process left: one pending record with exactly the codes that existed.
     assert record.outcome == "pending" and not record.delivered
     assert (record.rail, record.amount) == (
-        {"euro": "euro", "evm": "evm-permit", "bridge": "bridge"}[case.rail],
+        {"euro": "euro", "evm": "evm-permit", "bridge": "bridge", "chain-a": "chain-a"}[case.rail],
         PRICE,
     )
     for name in CODES:
@@ -571,6 +612,11 @@ SETTLED_OUTCOMES = {
     "bridge-proof": {"paid"},
     "bridge-delivery": {"paid"},  # the proof exists only once the EURO left
     "bridge-delivery-held": {"paid"},
+    "chain-a-before-call": {"failed"},
+    "chain-a-after-call": {"failed"},  # signed, never handed over
+    "chain-a-proof": {"paid"},
+    "chain-a-delivery": {"paid"},  # the chain shows the transfer
+    "chain-a-delivery-held": {"paid"},
 }
 
 
