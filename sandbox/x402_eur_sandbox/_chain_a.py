@@ -345,7 +345,7 @@ class ChainABridgeOffer:
         self, header: str, price: Price, resource: str, http: httpx.AsyncClient
     ) -> Verdict:
         """A direct payment: the on-chain facilitator verifies and submits the signed
-        transfer (`POST {facilitator}/settle`, the spec's body)."""
+        transfer (`POST {facilitator}/settle`, the protocol's body)."""
         entry = await self.accept_entry(price, resource, http)
         assert entry is not None
         requirements = {key: entry[key] for key in entry if key != "facilitator"}

@@ -14,7 +14,7 @@
 - `facilitator_app(chain)`: the on-chain facilitator for `ledgera:mainnet`:
   `GET /health`, `GET /supported`, `POST /verify` (checks, no state change),
   `POST /settle` (checks against the merchant's requirements, then submits). Its body and
-  result are the spec's: `x402Version`, `paymentPayload` (the X-PAYMENT value),
+  result are the protocol's: `x402Version`, `paymentPayload` (the X-PAYMENT value),
   `paymentRequirements`; `success`, `txHash`, `network`, `payer`, or `errorReason`.
 
 This module is sandbox code only: it imports nothing of the client (`x402_client`), so it

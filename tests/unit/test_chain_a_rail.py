@@ -246,3 +246,25 @@ def test_entries_the_wallet_cannot_pay_say_why():
         selection = choose([entry], options)
         assert selection.candidates == []
         assert expected in selection.skipped[0].message
+
+
+# --- the sandbox's chain-A node and facilitator are the sandbox's own code -------------------
+
+
+@pytest.mark.parametrize("name", ["_algod.py", "_chain_a_direct.py"])
+def test_the_sandbox_chain_a_modules_import_nothing_of_the_client(name):
+    import ast
+    import pathlib
+
+    import x402_eur_sandbox
+
+    path = pathlib.Path(x402_eur_sandbox.__file__).with_name(name)
+    imported = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            imported.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            imported.add("." * node.level + (node.module or ""))
+    assert not [m for m in imported if m.startswith("x402_client") or m.startswith("..")]
+    # Relative imports stay inside the sandbox, among modules that import no client code.
+    assert {m for m in imported if m.startswith(".")} <= {"._bank", "._faults", "._chain_a_direct"}

@@ -3,10 +3,9 @@
 The wallet (`PaymentOptions.chain_a`, a `ChainAOptions`) signs one asset transfer of the
 entry's asset (EURQ or USDQ), to its `payTo`, of exactly `maxAmountRequired` atomic units
 (6 decimals); the proof carries it: `{"transaction": base64 of the signed transaction,
-"paymentIndex": 0}` (spec, "X-PAYMENT proof", chain A direct). The merchant's on-chain
-facilitator verifies and submits it; no money moves until it does, and the transaction
-is void once its validity window has passed, so this rail is settle-on-proof, like the
-EVM permit.
+"paymentIndex": 0}`. The merchant's on-chain facilitator verifies and submits it; no money
+moves until it does, and the transaction is void once its validity window has passed, so
+this rail is settle-on-proof, like the EVM permit.
 
 One payment, step by step:
 
@@ -143,8 +142,8 @@ def validity_rounds(max_timeout_seconds: int, round_seconds: float) -> int:
 
 
 def direct_proof(network: str, signed_transaction: bytes) -> str:
-    """The X-PAYMENT value for a signed transaction (spec, "X-PAYMENT proof", chain A
-    direct): `transaction` = standard base64 of its msgpack bytes, `paymentIndex` 0."""
+    """The X-PAYMENT value for a signed transaction (the direct chain-A proof):
+    `transaction` = standard base64 of its msgpack bytes, `paymentIndex` 0."""
     payload = ChainADirectPayload(
         transaction=base64.b64encode(signed_transaction).decode(), payment_index=0
     )
