@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
@@ -34,7 +34,7 @@ from ._budget import BudgetReport
 from ._exceptions import ConfigurationError
 from ._options import PaymentOptions
 from ._payer import Payer
-from ._policy import select
+from ._policy import Selection, select
 from ._rails import RequestSettings
 from ._redact import safe_url
 from ._request import EXTENSION
@@ -213,17 +213,29 @@ def quote_response(
         parse=challenge.parse_entry,
         rail_problem=challenge.rail_problem,
     )
+    entries = _entries(challenge.accepts, selection)
+    # A payer made here for `options` opened nothing: `describe` does no I/O.
+    return Quote(url, 402, [entries[i] for i in sorted(entries)])
+
+
+def _entries(accepts: Sequence[Any], selection: Selection) -> dict[int, QuoteEntry]:
+    """One quote entry per `accepts` entry, by index: the payable ones as the first rail
+    that would pay them, the others with their reason."""
     entries: dict[int, QuoteEntry] = {}
     for position, candidate in enumerate(selection.candidates):
+        if candidate.index in entries:
+            continue  # the entry's next rail (a chain-A entry: the bridge after the wallet)
         entries[candidate.index] = QuoteEntry(
             candidate.index,
-            challenge.accepts[candidate.index],
+            accepts[candidate.index],
             candidate.intent,
             payable=True,
             first=position == 0,
         )
     for skipped in selection.skipped:
-        raw = challenge.accepts[skipped.index]
+        if skipped.index in entries:
+            continue  # payable by another rail, or already explained
+        raw = accepts[skipped.index]
         entries[skipped.index] = QuoteEntry(
             skipped.index,
             raw if isinstance(raw, Mapping) else {"value": raw},
@@ -232,8 +244,7 @@ def quote_response(
             reason=skipped.reason.value,
             message=skipped.message,
         )
-    # A payer made here for `options` opened nothing: `describe` does no I/O.
-    return Quote(url, 402, [entries[i] for i in sorted(entries)])
+    return entries
 
 
 async def quote_payment(

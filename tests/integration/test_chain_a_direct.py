@@ -388,3 +388,17 @@ def test_the_options_never_show_the_key(chain, wallet):
     for shown in (repr(options), str(options), repr(options.chain_a)):
         assert wallet.private_key not in shown
         assert "**********" in shown
+
+
+async def test_a_quote_names_the_wallet_as_the_payer_of_a_chain_a_entry(
+    sandbox, chain, wallet, account
+):
+    from x402_client import quote_payment
+
+    options = direct_options(sandbox, chain, wallet, account)
+    async with with_eur_payment(httpx.AsyncClient(), options) as client:
+        quote = await quote_payment(client, sandbox.url("/weather"))
+    [entry] = quote.entries
+    assert entry.payable and entry.first
+    assert entry.intent is not None and entry.intent.rail == "chain-a"
+    assert chain.asset_balance(wallet.address, EURQ) == 1_000_000  # a quote pays nothing

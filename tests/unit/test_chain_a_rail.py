@@ -268,3 +268,15 @@ def test_the_sandbox_chain_a_modules_import_nothing_of_the_client(name):
     assert not [m for m in imported if m.startswith("x402_client") or m.startswith("..")]
     # Relative imports stay inside the sandbox, among modules that import no client code.
     assert {m for m in imported if m.startswith(".")} <= {"._bank", "._faults", "._chain_a_direct"}
+
+
+def test_a_key_whose_halves_do_not_match_is_refused_before_signing():
+    from x402_client._rails.chain_a import _Wallet
+
+    with pytest.raises(ValueError, match="public half does not match"):
+        _Wallet(ChainAOptions(private_key=KEY, algod_url=NODE))
+    seed = bytes(32)
+    from nacl.signing import SigningKey
+
+    good = base64.b64encode(seed + bytes(SigningKey(seed).verify_key)).decode()
+    assert is_address(_Wallet(ChainAOptions(private_key=good, algod_url=NODE)).address)

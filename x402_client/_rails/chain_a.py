@@ -317,6 +317,12 @@ class _Wallet:
         else:
             assert options.mnemonic is not None
             secret = mnemonic.to_private_key(options.mnemonic.get_secret_value())
+        raw = base64.b64decode(secret)
+        signing_key: Any = importlib.import_module("nacl.signing").SigningKey(raw[:32])
+        if bytes(signing_key.verify_key) != raw[32:]:
+            # The SDK takes the address from the second half: a mismatch would sign
+            # transfers that no node accepts.
+            raise ValueError("the chain-A private_key's public half does not match its seed")
         self._secret = secret
         self.address: str = str(account.address_from_private_key(secret))
 
