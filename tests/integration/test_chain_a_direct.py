@@ -402,3 +402,44 @@ async def test_a_quote_names_the_wallet_as_the_payer_of_a_chain_a_entry(
     assert entry.payable and entry.first
     assert entry.intent is not None and entry.intent.rail == "chain-a"
     assert chain.asset_balance(wallet.address, EURQ) == 1_000_000  # a quote pays nothing
+
+
+async def test_recovery_of_a_proof_that_expired_unsettled_gives_the_budget_back(
+    sandbox, chain, wallet, tmp_path
+):
+    """The merchant never settled the transfer and its validity window passed: the chain
+    can never confirm it, so nothing moved and the reservation comes back."""
+    from x402_client import PaymentOutcomeUnknown
+    from x402_eur_sandbox import Fault
+
+    budget = Budget("5.00")
+    options = direct_options(
+        sandbox,
+        chain,
+        wallet,
+        state_path=tmp_path / "state.sqlite3",
+        budgets=[budget],
+        merchant_error_retries=0,
+    )
+    try:
+        sandbox.faults.arm("resource", Fault(kind="status", status=503))
+        async with with_eur_payment(httpx.AsyncClient(), options) as client:
+            with pytest.raises(PaymentOutcomeUnknown):
+                await client.get(sandbox.url("/weather"))
+        journal = state_of(options).journal
+        assert journal is not None
+        (record,) = await journal.unfinished()
+        assert record.proof is not None and record.blockchain_tx_id is not None
+        assert await journal.spent(budget.key, None) == 100_000
+        chain.ledger.current_round += 500  # well past the transfer's 107 rounds
+        async with with_eur_payment(httpx.AsyncClient(), options) as client:
+            (recovery,) = await recover_payments(client)
+        assert recovery.status == "failed", recovery.reason
+        assert "last valid round" in recovery.reason and "no money moved" in recovery.reason
+        assert await journal.spent(budget.key, None) == 0
+        after = await journal.get(record.id)
+        assert after is not None and after.outcome == "failed"
+    finally:
+        state_of(options).close()
+    assert chain.ledger.transaction(record.blockchain_tx_id) is None
+    assert chain.asset_balance(wallet.address, EURQ) == 1_000_000
