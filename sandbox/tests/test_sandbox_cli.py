@@ -71,11 +71,13 @@ def test_demo_pays_on_every_rail_and_prints_the_resources() -> None:
         "standard x402, EIP-3009    0.10 EUR",
         "standard x402, Permit2     0.05 EUR",
         "bridge to chain A          0.30 EUR",
-        "total                      1.05 EUR",
+        "chain A, own wallet        0.30 EUR",
+        "total                      1.35 EUR",
         "payer account left         99.60 EURO",
         "EVM payer left, chain 137  99.75 EURQ",
         "EVM payer left, chain 1    99.75 EURQ",
         "EVM payer left, sEURC      99.85 sEURC",
+        "chain-A wallet left        99.70 EURQ",
     ):
         assert paid in summary, summary
     assert max(len(line.rstrip()) for line in out.splitlines()) <= 80
@@ -325,3 +327,25 @@ def test_everyday_mistakes_get_a_short_answer_and_no_traceback(args, code, says,
     lines = result.stderr.strip().splitlines()
     assert 1 <= len(lines) <= 2, result.stderr
     assert says in result.stderr and "Traceback" not in result.stderr
+
+
+@pytest.mark.slow
+def test_serve_with_the_chain_a_wallet_makes_x402_eur_pay_from_it() -> None:
+    pytest.importorskip("algosdk")  # the client's chain-a extra
+    with running_sandbox("--chain-a-wallet") as (process, out):
+        for service in ("chain-A node", "chain-A facilitator", "chain-A payer wallet"):
+            assert service in out, out
+        env = exports_of(out)
+        assert {"X402_EUR_CHAIN_A_PRIVATE_KEY", "X402_EUR_CHAIN_A_ALGOD_URL"} <= set(env)
+        url = re.search(r"merchant\s+(http://\S+)", out).group(1) + "/paid/bridge"
+        paid = client("fetch", "--json", url, env=env)
+        assert paid.returncode == 0, paid.stderr
+        receipt = json.loads(paid.stderr)["receipt"]
+        assert (receipt["rail"], receipt["amount"], receipt["currency"]) == (
+            "chain-a",
+            "0.30",
+            "EUR",
+        )
+        assert env["X402_EUR_CHAIN_A_PRIVATE_KEY"] not in paid.stdout + paid.stderr
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=30) == 0

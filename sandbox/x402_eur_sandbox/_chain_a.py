@@ -511,6 +511,15 @@ class ChainASandbox:
             **overrides,
         }
 
+    def env(self) -> dict[str, str]:
+        """The environment variables `PaymentOptions.from_env()` reads to pay from
+        `payer_wallet` directly (`X402_EUR_CHAIN_A_*`)."""
+        return {
+            "X402_EUR_CHAIN_A_PRIVATE_KEY": self.payer_wallet.private_key,
+            "X402_EUR_CHAIN_A_ALGOD_URL": self.algod_url,
+            "X402_EUR_CHAIN_A_INDEXER_URL": self.indexer_url,
+        }
+
     # --- what tests use ------------------------------------------------------------------------
 
     def asset_balance(self, address: str, asset_id: int | str) -> int:

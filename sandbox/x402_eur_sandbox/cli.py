@@ -153,7 +153,13 @@ def service_rows(sandbox: Sandbox) -> list[tuple[str, str]]:
     if sandbox.evm is not None:
         rows.append(("on-chain facilitator", sandbox.evm.facilitator_url))
     if sandbox.chain_a is not None:
-        rows.append(("chain-A indexer", sandbox.chain_a.indexer_url))
+        chain = sandbox.chain_a
+        rows += [
+            ("chain-A indexer", chain.indexer_url),
+            ("chain-A node", chain.algod_url),
+            ("chain-A facilitator", chain.facilitator_url),
+            ("chain-A payer wallet", chain.payer_wallet.address),
+        ]
     if sandbox.standard is not None:
         rows.append(("standard x402 merchant", sandbox.standard.url))
         rows += price_rows("its resources", sandbox.standard.prices, "sEURC")
@@ -235,8 +241,10 @@ async def _serve(args: argparse.Namespace) -> int:
             try:
                 async with _sandbox_of(args) as sandbox:
                     stopper.starting = False
+                    wallet = sandbox.chain_a.env() if args.chain_a_wallet else {}
                     env = {
                         **sandbox.env(),
+                        **wallet,
                         "X402_EUR_STATE": str(Path(state_dir) / "state.sqlite3"),
                     }
                     out.title(f"{PROG} (Ctrl-C or SIGTERM stops it)")
@@ -267,6 +275,7 @@ def _clean_up(env_fd: int | None, env_file: str | None, state_dir: str) -> None:
 
 
 def _sandbox_of(args: argparse.Namespace) -> Sandbox:
+    args.chain_a = args.chain_a or args.chain_a_wallet
     return Sandbox(
         prices=service_prices(evm=args.evm, chain_a=args.chain_a),
         evm=args.evm,
@@ -335,6 +344,12 @@ def _serve_parser(commands: Any) -> None:
     )
     serve.add_argument("--evm", action="store_true", help="also run the EVM chains (anvil)")
     serve.add_argument("--chain-a", action="store_true", help="also run chain A and the bridge")
+    serve.add_argument(
+        "--chain-a-wallet",
+        action="store_true",
+        help="run chain A and export its payer wallet (X402_EUR_CHAIN_A_*): x402-eur then "
+        "pays chain-A entries from that wallet before the bridge",
+    )
     serve.add_argument(
         "--port", type=_port, metavar="N", help="fixed ports from N (default: free ports)"
     )

@@ -1,5 +1,8 @@
 """`x402-eur-sandbox demo`: the sandbox on 127.0.0.1 and a paid fetch on every rail.
 
+With chain A (unless `--no-bridge`): the chain-A entry is paid through the bridge, then
+again from the payer's own chain-A wallet (path B), when the client has its `chain-a` extra.
+
 The one module of this distribution that imports the x402-eur client: the demo is a paying
 client of the sandbox, like any other.
 """
@@ -16,6 +19,7 @@ import httpx
 
 from x402_client import X402Error, with_eur_payment
 
+from ._chain_a import EURQ_ASSET_ID
 from ._sandbox import Sandbox
 from .cli import Out, anvil_problem, service_prices
 
@@ -94,6 +98,10 @@ async def balances_left(sandbox: Sandbox) -> list[tuple[str, str]]:
     if sandbox.standard is not None:
         atomic = await sandbox.standard.token_balance(sandbox.standard.payer_address)
         rows.append(("EVM payer left, sEURC", money(atomic / scale, "sEURC")))
+    if sandbox.chain_a is not None:
+        chain = sandbox.chain_a
+        atomic = chain.asset_balance(chain.payer_wallet.address, EURQ_ASSET_ID)
+        rows.append(("chain-A wallet left", money(atomic / scale, "EURQ")))
     return rows
 
 
@@ -175,6 +183,28 @@ async def _pay_each(
     return paid, failures
 
 
+def chain_a_problem() -> str | None:
+    """Why the client cannot pay from a chain-A wallet here (its extra missing), or None."""
+    import importlib.util
+
+    if importlib.util.find_spec("algosdk") is None:
+        return "it needs the client's chain-a extra: pip install 'x402-eur[chain-a]'"
+    return None
+
+
+async def _pay_from_wallet(out: Out, sandbox: Sandbox) -> tuple[list[Paid], int]:
+    """Path B: the chain-A entry again, paid from the payer's own chain-A wallet (a signed
+    transfer the merchant's on-chain facilitator settles), not through the bridge."""
+    step = Step(
+        "chain A from your own wallet, no bridge",
+        "chain A, own wallet",
+        sandbox.url("/paid/bridge"),
+    )
+    config = sandbox.payment_config(chain_a=sandbox.chain_a.chain_a_config())
+    async with with_eur_payment(httpx.AsyncClient(timeout=30), config) as client:
+        return await _pay_each(out, sandbox, client, [step], None)
+
+
 async def run_demo(args: argparse.Namespace) -> int:
     out = Out()
     evm_problem = None if args.no_evm else anvil_problem()
@@ -206,8 +236,14 @@ async def run_demo(args: argparse.Namespace) -> int:
         async with with_eur_payment(httpx.AsyncClient(timeout=30), config) as client:
             steps = _steps(sandbox, evm=use_evm, bridge=bridge)
             paid, failures = await _pay_each(out, sandbox, client, steps, progress)
+        wallet_problem = chain_a_problem() if bridge else None
+        if bridge and wallet_problem is None:
+            direct, failed = await _pay_from_wallet(out, sandbox)
+            paid, failures = paid + direct, failures + failed
         if evm_problem is not None:
             out.line(f"EVM rail skipped: {evm_problem}", style="yellow")
+        if wallet_problem is not None:
+            out.line(f"chain-A wallet skipped: {wallet_problem}", style="yellow")
         out.title("summary" if failures == 0 else f"summary: {failures} payment(s) failed")
         out.table(summary_rows(paid, await balances_left(sandbox)))
         return 1 if failures else 0
