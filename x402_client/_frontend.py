@@ -316,6 +316,11 @@ _ENV_ABOUT = {
     "assets": "tokens to pay standard x402 exact entries in, comma-separated, each\n"
     "      CHAIN:ADDRESS:SYMBOL:CURRENCY[:DECIMALS] (CURRENCY EUR or USD, DECIMALS\n"
     "      default 6), e.g. 8453:0x...:EURC:EUR:6",
+    "chain_a_private_key": "your chain-A wallet's key (base64 of 64 bytes), pays chain-A entries",
+    "chain_a_mnemonic": "or that wallet's 25-word mnemonic",
+    "chain_a_algod_url": "the chain-A node the wallet reads from (needed with the key)",
+    "chain_a_algod_token": "that node's API token, when it wants one",
+    "chain_a_indexer_url": "a chain-A indexer: recovery looks direct payments up there",
 }
 
 

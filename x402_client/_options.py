@@ -81,6 +81,12 @@ ENV_VARS = {
     "evm_rpc_url_1": ("X402_EUR_RPC_URL_1",),
     "evm_rpc_url_137": ("X402_EUR_RPC_URL_137",),
     "assets": ("X402_EUR_ASSETS",),
+    # Your own chain-A wallet (`ChainAOptions`, read by `_chain_a_options.chain_a_from_env`).
+    "chain_a_private_key": ("X402_EUR_CHAIN_A_PRIVATE_KEY",),
+    "chain_a_mnemonic": ("X402_EUR_CHAIN_A_MNEMONIC",),
+    "chain_a_algod_url": ("X402_EUR_CHAIN_A_ALGOD_URL",),
+    "chain_a_algod_token": ("X402_EUR_CHAIN_A_ALGOD_TOKEN",),
+    "chain_a_indexer_url": ("X402_EUR_CHAIN_A_INDEXER_URL",),
 }
 
 #: `localhost` or a loopback address (the MCP server's Host check uses it too).

@@ -280,3 +280,12 @@ def test_a_key_whose_halves_do_not_match_is_refused_before_signing():
 
     good = base64.b64encode(seed + bytes(SigningKey(seed).verify_key)).decode()
     assert is_address(_Wallet(ChainAOptions(private_key=good, algod_url=NODE)).address)
+
+
+def test_the_chain_a_variables_are_listed_with_the_others():
+    from x402_client._chain_a_options import CHAIN_A_ENV_VARS
+    from x402_client._options import ENV_VARS
+
+    assert {f"chain_a_{name}": (var,) for name, var in CHAIN_A_ENV_VARS.items()} == {
+        name: variables for name, variables in ENV_VARS.items() if name.startswith("chain_a_")
+    }
