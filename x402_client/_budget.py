@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import re
 import secrets
 import threading
 import time
@@ -79,6 +80,33 @@ CURRENCIES = ("EUR", "USD")
 
 #: Window units, largest first, in seconds.
 _WINDOW_UNITS = (("d", 86400), ("h", 3600), ("m", 60), ("s", 1))
+
+
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+_WINDOW_RE = re.compile(r"\A(?P<count>[0-9]+(?:\.[0-9]+)?)?\s*(?P<unit>[A-Za-z]+)\Z")
+
+
+def parse_window(text: str) -> float:
+    """A window written `[COUNT]UNIT` (`"24h"`, `"30m"`, `"7d"`, `"h"`), in seconds.
+
+    Raises `ValueError`.
+    """
+    match = _WINDOW_RE.match(text.strip())
+    if match is None:
+        raise ValueError(
+            f"budget window {text[:40]!r}: write a count and a unit (s, m, h or d), "
+            'e.g. "24h", "30m" or "7d"'
+        )
+    return window_in_seconds(match["count"], match["unit"])
+
+
+def window_in_seconds(count: str | None, unit: str) -> float:
+    if unit.lower() not in _UNITS:
+        raise ValueError(f"budget window unit {unit!r}: use s, m, h or d")
+    amount = Decimal(count or "1")
+    if amount <= 0:
+        raise ValueError("budget window must be positive")
+    return float(amount * _UNITS[unit.lower()])
 
 
 def window_text(seconds: float | None) -> str | None:
@@ -137,8 +165,6 @@ class Budget:
         object.__setattr__(self, "currency", currency)
         window = self.window
         if isinstance(window, str):
-            from ._budget_spec import parse_window  # it builds on this module
-
             try:
                 window = parse_window(window)
             except ValueError as exc:

@@ -35,7 +35,7 @@ from collections.abc import Iterable
 from decimal import Decimal
 
 from ._amounts import AmountError, parse_amount
-from ._budget import CURRENCIES, Budget, window_text
+from ._budget import CURRENCIES, Budget, parse_window, window_in_seconds, window_text
 from ._exceptions import ConfigurationError
 
 __all__ = [
@@ -50,12 +50,10 @@ __all__ = [
 #: The short form, for help texts and error messages.
 BUDGET_SYNTAX = "AMOUNT[CURRENCY][/WINDOW], e.g. 5.00/24h, 2.00USD/24h or 1.00 (a total)"
 
-_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 _BUDGET_RE = re.compile(
     r"\A(?P<amount>[0-9]+(?:\.[0-9]+)?)\s*(?P<currency>[A-Za-z]{3})?"
     r"(?:\s*/\s*(?P<count>[0-9]+(?:\.[0-9]+)?)?\s*(?P<unit>[A-Za-z]+))?\Z"
 )
-_WINDOW_RE = re.compile(r"\A(?P<count>[0-9]+(?:\.[0-9]+)?)?\s*(?P<unit>[A-Za-z]+)\Z")
 
 
 def parse_budget(text: str, currency: str = "EUR", *, name: str | None = None) -> Budget:
@@ -74,7 +72,7 @@ def parse_budget(text: str, currency: str = "EUR", *, name: str | None = None) -
     window: float | None = None
     span = ""
     if match["unit"] is not None:
-        window = _window(match["count"], match["unit"])
+        window = window_in_seconds(match["count"], match["unit"])
         span = f"/{match['count'] or '1'}{match['unit'].lower()}"
     try:
         limit = parse_amount(match["amount"], allow_zero=True)
@@ -86,29 +84,6 @@ def parse_budget(text: str, currency: str = "EUR", *, name: str | None = None) -
         )
     except (AmountError, ConfigurationError) as exc:
         raise ValueError(f"budget amount: {exc}") from None
-
-
-def parse_window(text: str) -> float:
-    """A window written `[COUNT]UNIT` (`"24h"`, `"30m"`, `"7d"`, `"h"`), in seconds.
-
-    Raises `ValueError`.
-    """
-    match = _WINDOW_RE.match(text.strip())
-    if match is None:
-        raise ValueError(
-            f"budget window {text[:40]!r}: write a count and a unit (s, m, h or d), "
-            'e.g. "24h", "30m" or "7d"'
-        )
-    return _window(match["count"], match["unit"])
-
-
-def _window(count: str | None, unit: str) -> float:
-    if unit.lower() not in _UNITS:
-        raise ValueError(f"budget window unit {unit!r}: use s, m, h or d")
-    amount = Decimal(count or "1")
-    if amount <= 0:
-        raise ValueError("budget window must be positive")
-    return float(amount * _UNITS[unit.lower()])
 
 
 def parse_budgets(

@@ -32,7 +32,6 @@ import base64
 import dataclasses
 import enum
 import hashlib
-import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -42,6 +41,7 @@ from . import _json
 from ._challenge import AcceptEntry, InvalidEntry, parse_accept
 from ._exceptions import InvalidChallenge
 from ._models import ExactAcceptEntry
+from ._payment_id import PAYMENT_IDENTIFIER, is_valid_payment_id, payment_id_of
 from ._proof import ProofError, b64_json_decode, encode_proof
 
 __all__ = [
@@ -71,10 +71,8 @@ PAYMENT_SIGNATURE = "PAYMENT-SIGNATURE"
 #: Response headers carrying the merchant's settlement of a paid retry (euro and v1, v2).
 SETTLEMENT_HEADERS = ("X-PAYMENT-RESPONSE", "PAYMENT-RESPONSE")
 #: The v2 extension that carries a payment's idempotency key (`info.id`).
-PAYMENT_IDENTIFIER = "payment-identifier"
 #: An identifier's rule (the foundation's `payment_identifier/types.py`): 16 to 128
 #: characters of `A-Z a-z 0-9 _ -`.
-_PAYMENT_ID = re.compile(r"[A-Za-z0-9_-]{16,128}")
 
 
 class Dialect(str, enum.Enum):
@@ -249,20 +247,6 @@ def payment_id_for(payment: str) -> str:
     if is_valid_payment_id(payment_id):
         return payment_id
     return "pay_" + hashlib.sha256(payment.encode()).hexdigest()[:32]
-
-
-def is_valid_payment_id(value: Any) -> bool:
-    """16 to 128 characters of letters, digits, `_` and `-` (the extension's rule)."""
-    return isinstance(value, str) and _PAYMENT_ID.fullmatch(value) is not None
-
-
-def payment_id_of(decoded: Mapping[str, Any]) -> str | None:
-    """The `payment-identifier` a decoded v2 proof carries, if any."""
-    extensions = decoded.get("extensions")
-    declared = extensions.get(PAYMENT_IDENTIFIER) if isinstance(extensions, Mapping) else None
-    info = declared.get("info") if isinstance(declared, Mapping) else None
-    found = info.get("id") if isinstance(info, Mapping) else None
-    return found if is_valid_payment_id(found) else None
 
 
 def payment_id_problem(challenge: Challenge, rail: str, frames_own_proof: bool) -> str | None:

@@ -379,7 +379,7 @@ class JournalRecord:
         if not self.proof:
             return None
         # These load pydantic, which opening a journal does not: only when asked.
-        from ._dialects import payment_id_of
+        from ._payment_id import payment_id_of
         from ._proof import ProofError, b64_json_decode
 
         try:

@@ -105,7 +105,7 @@ class PaymentReceipt:
     def payment_identifier(self) -> str | None:
         """The x402 `payment-identifier` the proof carried, if any."""
         # These load pydantic, which the receipt's module does not: only when asked.
-        from ._dialects import payment_id_of
+        from ._payment_id import payment_id_of
         from ._proof import ProofError, b64_json_decode
 
         try:

@@ -20,8 +20,8 @@ import httpx
 from x402_client import X402Error, with_eur_payment
 
 from ._chain_a import EURQ_ASSET_ID
+from ._console import Out, anvil_problem, service_prices
 from ._sandbox import Sandbox
-from .cli import Out, anvil_problem, service_prices
 
 __all__ = ["Paid", "Step", "money", "receipt_rows", "run_demo", "short", "summary_rows"]
 
