@@ -54,6 +54,17 @@ def test_help_lists_the_commands() -> None:
         assert command in result.stdout
 
 
+def test_help_points_at_the_reference_the_command_prints() -> None:
+    result = run("--help")
+    words = " ".join(result.stdout.split())
+    assert "The full reference: x402-eur help." in words
+    assert "docs/cli.md" not in words
+    reference = run("help")
+    assert reference.returncode == 0 and reference.stderr == ""
+    root = Path(__file__).resolve().parents[2]
+    assert reference.stdout == (root / "docs" / "cli.md").read_text(encoding="utf-8")
+
+
 @pytest.mark.parametrize(
     ("args", "moved"),
     [

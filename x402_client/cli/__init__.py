@@ -1,4 +1,4 @@
-"""The `x402-eur` command line (the reference is docs/cli.md).
+"""The `x402-eur` command line (the reference is docs/cli.md; `x402-eur help` prints it).
 
 - `x402-eur fetch URL`: curl with payment, configured from the environment
   (`PaymentOptions.from_env()`); the body goes to stdout (or `-o FILE`), the receipt to
@@ -8,6 +8,8 @@
 - `x402-eur payments`: the payments journaled in the state file; `x402-eur resume ID`
   finishes one that a failure left unfinished, never paying again.
 - `x402-eur mcp`: an MCP server whose tools pay for HTTP within a budget (`x402_client.mcp`).
+- `x402-eur help`: the full reference (docs/cli.md, which the wheel carries as
+  `x402_client/cli/reference.md`).
 
 State: `fetch`, `quote`, `payments` and `resume` keep the payment journal and the budgets
 in one SQLite file (`default_state_path()`: `$X402_EUR_STATE`, else

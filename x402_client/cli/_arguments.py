@@ -9,7 +9,7 @@ from typing import Any
 
 from .. import _frontend
 from ..__version__ import __version__
-from . import _commands
+from . import _commands, _reference
 from ._common import _UsageError
 
 
@@ -225,12 +225,22 @@ def _add_mcp(commands: Any) -> None:
     mcp.set_defaults(handler=_commands._mcp)
 
 
+def _add_help(commands: Any) -> None:
+    reference = commands.add_parser(
+        "help",
+        help="print the full reference of the command line (Markdown)",
+        description="Print the full reference of the command line, in Markdown: every "
+        "command, option, environment variable and exit code.",
+    )
+    reference.set_defaults(handler=_reference._help)
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="x402-eur",
         description="Pay x402-gated HTTP resources in euros.",
         epilog="Exit codes: 0 ok, 1 error, 2 usage, 3 payment refused or failed, "
-        "22 HTTP error status. Reference: docs/cli.md.",
+        "22 HTTP error status. The full reference: x402-eur help.",
     )
     _global_options(parser, top=True)
     commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
@@ -245,6 +255,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_payments(commands, groups)
     _add_resume(commands, groups)
     _add_mcp(commands)
+    _add_help(commands)
     for command in commands.choices.values():
         _global_options(command, top=False)
     return parser
