@@ -1,4 +1,7 @@
-"""examples/notebook.ipynb runs top to bottom in a real kernel, as Jupyter would run it.
+"""examples/notebook.ipynb runs top to bottom in a real kernel, as Jupyter would run it,
+and is committed with its outputs (so it reads on a repository browser), none of them secret.
+After changing it, `X402_EUR_WRITE_NOTEBOOK=1 pytest tests/integration/test_notebook.py`
+writes the executed notebook back, outputs included, once it passed.
 
 The kernel is this very interpreter (the project's venv), declared in a kernelspec written
 to a temporary `JUPYTER_PATH`: nothing is installed into the user's Jupyter, and a fresh
@@ -8,6 +11,8 @@ CI machine needs only the dev dependencies (nbclient, nbformat, ipykernel, matpl
 from __future__ import annotations
 
 import json
+import os
+import re
 import sys
 from pathlib import Path
 
@@ -17,8 +22,26 @@ import nbclient
 import nbformat
 import pytest
 
+from x402_eur_sandbox._anvil import ANVIL_DEV_KEYS
+
 NOTEBOOK = Path(__file__).resolve().parents[2] / "examples" / "notebook.ipynb"
 KERNEL = "x402-eur-tests"
+
+#: Appended to the executed notebook: prints the secrets its settings hold, so that the
+#: test can look for them in every other output.
+PROBE = (
+    "import json\nprint('SECRETS', json.dumps([options['api_key'], options['evm']['private_key']]))"
+)
+
+#: What each rail's paid fetch prints.
+RAILS = (
+    "on the euro rail (euro, provider:mainnet)",
+    "on the evm-permit rail (exact, eip155:137)",
+    "on the evm-permit rail (exact, eip155:1)",
+    "on the eip3009 rail (exact, eip155:137)",
+    "on the permit2 rail (exact, eip155:137)",
+    "on the bridge rail (exact, ledgera:mainnet)",
+)
 
 
 @pytest.fixture
@@ -50,9 +73,33 @@ def outputs(notebook, kind: str) -> list[str]:
     return found
 
 
+def assert_paid_on_every_rail(notebook) -> None:
+    printed = "".join(outputs(notebook, "stream"))
+    assert "Amsterdam" in printed  # the euro rail's resource
+    for rail in RAILS:
+        assert rail in printed
+    assert "x402 bridge: sending the proof" in printed  # the progress of the bridge's wait
+    assert printed.rstrip().endswith("stopped")
+    # The ledger's own table: the header and one row per payment, all paid.
+    [table] = outputs(notebook, "text/html")
+    assert table.startswith("<table><caption>6 payments</caption>")
+    assert table.count("<tr") == 1 + len(RAILS)
+    assert table.count(">paid<") == len(RAILS)
+    assert len(outputs(notebook, "image/png")) == 1  # the chart
+    assert [o for c in notebook.cells for o in c.get("outputs", []) if "ename" in o] == []
+
+
+def assert_no_secret(notebook, secrets: list[str]) -> None:
+    text = json.dumps([cell.get("outputs", []) for cell in notebook.cells])
+    assert "sk_sandbox_" not in text and "private_key" not in text
+    for secret in [*secrets, *ANVIL_DEV_KEYS]:
+        assert secret.removeprefix("0x").lower() not in text.lower()
+
+
 @pytest.mark.slow
 def test_the_notebook_pays_on_every_rail_and_shows_the_ledger_and_the_spend(kernel) -> None:
     notebook = nbformat.read(NOTEBOOK, as_version=4)
+    notebook.cells.append(nbformat.v4.new_code_cell(PROBE))
     client = nbclient.NotebookClient(
         notebook,
         kernel_name=kernel,
@@ -61,16 +108,36 @@ def test_the_notebook_pays_on_every_rail_and_shows_the_ledger_and_the_spend(kern
     )
     client.execute()  # raises CellExecutionError, with the cell and its traceback, on failure
 
-    printed = "".join(outputs(notebook, "stream"))
-    assert "Amsterdam" in printed  # the euro rail's resource
-    assert "on the euro rail (provider:mainnet" in printed
-    assert "on the evm-permit rail (eip155:137" in printed
-    assert "on the bridge rail (ledgera:mainnet" in printed
-    assert "x402 bridge: sending the proof" in printed  # the progress of the bridge's wait
-    assert printed.rstrip().endswith("stopped")
+    probe = notebook.cells.pop()
+    [line] = [o["text"] for o in probe.outputs if o.get("name") == "stdout"]
+    secrets = json.loads(line.removeprefix("SECRETS "))
+    assert len(secrets) == 2 and all(len(secret) > 20 for secret in secrets)
+    assert_paid_on_every_rail(notebook)
+    assert_no_secret(notebook, secrets)
+    if os.environ.get("X402_EUR_WRITE_NOTEBOOK") == "1":
+        write_back(notebook)
 
-    tables = outputs(notebook, "text/html")
-    assert len(tables) == 1
-    assert tables[0].count("<tr") == 4  # the header and one row per payment
-    assert tables[0].count(">paid<") == 3
-    assert len(outputs(notebook, "image/png")) == 1  # the chart
+
+def write_back(notebook) -> None:
+    """The executed notebook as the repository keeps it: Jupyter's own kernel name, no
+    timings."""
+    notebook.metadata.kernelspec = nbformat.read(NOTEBOOK, as_version=4).metadata.kernelspec
+    for cell in notebook.cells:
+        cell.metadata.pop("execution", None)
+    nbformat.write(notebook, NOTEBOOK)
+
+
+def test_the_committed_notebook_shows_its_outputs_and_no_secret() -> None:
+    notebook = nbformat.read(NOTEBOOK, as_version=4)
+    code = [cell for cell in notebook.cells if cell.cell_type == "code"]
+    assert all(cell.execution_count is not None for cell in code)
+    shown = [cell for cell in code if "print(" in cell.source and "def " not in cell.source]
+    assert len(shown) >= 6 and all(cell.outputs for cell in shown)
+    assert_paid_on_every_rail(notebook)
+    assert_no_secret(notebook, [])
+    # Its keys are random per run: every 32-byte hex string shown is a transaction hash.
+    printed = "".join(outputs(notebook, "stream"))
+    assert re.findall(r"[0-9a-fA-F]{64}", printed) == re.findall(
+        r"tx hash 0x([0-9a-f]{64})", printed
+    )
+    assert notebook.metadata.kernelspec.name == "python3"
