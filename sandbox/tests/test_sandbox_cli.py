@@ -193,6 +193,7 @@ def test_sigterm_stops_the_sandbox_and_its_anvil_nodes(tmp_path) -> None:
         assert stat.S_IMODE(env_file.stat().st_mode) == 0o600
         exported = exports_of(env_file.read_text())
         assert exported["X402_EUR_API_URL"] == f"http://127.0.0.1:{port}"
+        assert exported["X402_EUR_SANDBOX_MERCHANT"] == f"http://127.0.0.1:{port + 2}"
         assert {"X402_EUR_EVM_PRIVATE_KEY", "X402_EUR_RPC_URL_137", "X402_EUR_STATE"} <= set(
             exported
         )

@@ -182,6 +182,8 @@ async def _serve(args: argparse.Namespace) -> int:
                         **sandbox.env(),
                         **wallet,
                         "X402_EUR_STATE": str(Path(state_dir) / "state.sqlite3"),
+                        # Not a client setting: the merchant's URL, for the shell.
+                        "X402_EUR_SANDBOX_MERCHANT": sandbox.merchant_url,
                     }
                     out.title(f"{PROG} (Ctrl-C or SIGTERM stops it)")
                     out.table(service_rows(sandbox) + _credential_rows(sandbox))
