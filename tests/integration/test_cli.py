@@ -65,6 +65,17 @@ def test_help_points_at_the_reference_the_command_prints() -> None:
     assert reference.stdout == (root / "docs" / "cli.md").read_text(encoding="utf-8")
 
 
+def test_help_with_a_command_is_that_command_s_help() -> None:
+    assert run("help", "fetch").stdout == run("fetch", "--help").stdout
+    mistake = run("help", "fecth")
+    assert mistake.returncode == 2 and mistake.stdout == ""
+    # argparse quotes the choices differently across Python versions.
+    first, second = mistake.stderr.splitlines()
+    assert first.startswith("x402-eur help: argument COMMAND: invalid choice: 'fecth' (choose")
+    assert re.sub(r"'", "", first).endswith("fetch, mcp, payments, quote, resume)")
+    assert second == "Try 'x402-eur help --help'."
+
+
 @pytest.mark.parametrize(
     ("args", "moved"),
     [

@@ -232,6 +232,13 @@ def _add_help(commands: Any) -> None:
         description="Print the full reference of the command line, in Markdown: every "
         "command, option, environment variable and exit code.",
     )
+    reference.add_argument(
+        "topic",
+        nargs="?",
+        choices=sorted(name for name in commands.choices if name != "help"),
+        metavar="COMMAND",
+        help="show this command's options instead (as COMMAND --help)",
+    )
     reference.set_defaults(handler=_reference._help)
 
 

@@ -1,4 +1,5 @@
-"""`x402-eur help`: the command line's full reference, read where the package has it.
+"""`x402-eur help`: the command line's full reference, read where the package has it
+(`x402-eur help COMMAND`: that command's `--help`).
 
 The reference is `docs/cli.md` of the repository. The wheel carries it as
 `x402_client/cli/reference.md` (pyproject's `force-include`), so a pip user reads the same
@@ -32,5 +33,10 @@ def reference_text() -> str:
 
 
 async def _help(args: argparse.Namespace) -> int:
+    """The reference; `x402-eur help COMMAND` is that command's `--help`."""
+    if args.topic is not None:
+        from ._arguments import _parser
+
+        _parser().parse_args([args.topic, "--help"])  # prints it and exits 0
     sys.stdout.write(reference_text())
     return 0
