@@ -41,6 +41,10 @@ ILLUSTRATIONS = {
     ("README.md", "from x402_client import Asset, EvmOptions, PaymentOptions"): (
         'a reader\'s own key and token ("0x...") on a chain the sandbox does not run (8453)'
     ),
+    ("README.md", "from mcp import Client"): (
+        "a paid MCP tool server of the reader's own (tests/integration/test_mcp_payments.py "
+        "pays the x402 foundation's)"
+    ),
     ("README.md", "from datetime import timedelta"): (
         "`...` stands for the settings of the script above, and RedisBudgetStore needs a "
         "Redis server"
