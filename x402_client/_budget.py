@@ -618,6 +618,35 @@ class Budgets:
             intent=intent,
         )
 
+    async def settle(
+        self, held: Sequence[Reservation], reserved: Decimal, kept: Decimal
+    ) -> list[Reservation]:
+        """Keep `kept` of reservations of `reserved` each (an `upto` payment settled less
+        than it authorized) and give back the rest; the reservations now held. Never
+        undercounts: the kept amount is reserved first (allowed past the limit by what the
+        held reservation covers), then the held one is released; a reservation the store
+        does not take back stays whole."""
+        kept_atomic = to_atomic_ceiling(kept)
+        reserved_atomic = to_atomic_ceiling(reserved)
+        now: list[Reservation] = []
+        for reservation in held:
+            budget = reservation.budget
+            if kept_atomic >= reserved_atomic:
+                now.append(reservation)
+                continue
+            rid: str | None = None
+            if kept_atomic:
+                limit = to_atomic(Decimal(budget.limit)) + reserved_atomic
+                rid = await self.store.reserve(
+                    budget.key, kept_atomic, limit, budget.window_seconds
+                )
+                if rid is None:
+                    now.append(reservation)
+                    continue
+                now.append(Reservation(budget, rid))
+            await self.store.release(budget.key, reservation.id)
+        return now
+
     async def release(self, held: Sequence[Reservation]) -> None:
         for reservation in held:
             await self.store.release(reservation.budget.key, reservation.id)

@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from . import _json
 from ._amounts import from_atomic
 from ._exceptions import InvalidChallenge
-from ._models import EuroAcceptEntry, ExactAcceptEntry, PaymentRequired
+from ._models import EuroAcceptEntry, ExactAcceptEntry, PaymentRequired, UptoAcceptEntry
 from ._types import PaymentIntent, Rail
 
 __all__ = [
@@ -47,7 +47,7 @@ CHAIN_A_ASSETS = {"2768422954": "EURQ", "2768603795": "USDQ"}
 #: What each asset counts against in limits and budgets: euros and dollars never mix.
 CURRENCY_OF = {"EURO": "EUR", "EURQ": "EUR", "USDQ": "USD"}
 
-AcceptEntry = EuroAcceptEntry | ExactAcceptEntry
+AcceptEntry = EuroAcceptEntry | ExactAcceptEntry | UptoAcceptEntry
 
 
 class InvalidEntry(ValueError):

@@ -13,6 +13,7 @@ import dataclasses
 import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime, timezone
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -48,6 +49,8 @@ __all__ = [
     "failure_reason",
     "receipt_of",
     "resend_proof",
+    "settled_amount_of",
+    "settled_atomic",
     "settlement_of",
 ]
 
@@ -113,6 +116,44 @@ def failure_reason(body: bytes, headers: httpx.Headers) -> str | None:
     return None
 
 
+def settled_atomic(settlement: Mapping[str, Any] | None) -> int | None:
+    """The amount a settlement response says was settled (`amount`, atomic units, the
+    x402 `SettleResponse`'s field), or None when it does not say it readably."""
+    found = None if settlement is None else settlement.get("amount")
+    if isinstance(found, bool):
+        return None
+    if isinstance(found, int) and found >= 0:
+        return found
+    if isinstance(found, str) and found.isascii() and found.isdigit() and len(found) <= 78:
+        return int(found)
+    return None
+
+
+def settled_amount_of(
+    intent: PaymentIntent, settlement: Mapping[str, Any] | None
+) -> Decimal | None:
+    """What an `upto` settlement response says was settled, in the intent's units (None
+    when it does not say); it may exceed the intent's amount (a claim the caller refuses)."""
+    atomic = settled_atomic(settlement)
+    if atomic is None or intent.atomic_amount is None:
+        return None
+    if intent.atomic_amount == 0:
+        return None if atomic else Decimal(0)
+    return intent.amount * atomic / intent.atomic_amount
+
+
+def _upto_amounts(
+    intent: PaymentIntent, settlement: Mapping[str, Any] | None
+) -> tuple[Decimal, Decimal | None, Decimal | None]:
+    """(amount, authorized, settled) of a receipt: an `upto` payment's amount is the
+    settled one once known and within the authorization."""
+    if intent.scheme != "upto":
+        return intent.amount, None, None
+    settled = settled_amount_of(intent, settlement)
+    within = settled is not None and settled <= intent.amount
+    return (settled if within and settled is not None else intent.amount), intent.amount, settled
+
+
 def receipt_of(
     intent: PaymentIntent,
     paid: Paid,
@@ -124,13 +165,14 @@ def receipt_of(
 ) -> PaymentReceipt:
     """The receipt of a payment whose proof exists; made again with the merchant's
     settlement (and the transaction it names) when the answer carries one."""
+    amount, authorized, settled = _upto_amounts(intent, settlement)
     return PaymentReceipt(
         rail=intent.rail,
         scheme=intent.scheme,
         network=intent.network,
         asset=intent.asset,
         asset_symbol=intent.asset_symbol,
-        amount=intent.amount,
+        amount=amount,
         currency=intent.currency,
         pay_to=intent.pay_to,
         resource=intent.resource,
@@ -144,6 +186,8 @@ def receipt_of(
         settlement=settlement,
         payments=payments,
         reused=reused,
+        authorized_amount=authorized,
+        settled_amount=settled,
     )
 
 

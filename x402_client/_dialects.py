@@ -40,7 +40,7 @@ from pydantic import ValidationError
 from . import _json
 from ._challenge import AcceptEntry, InvalidEntry, parse_accept
 from ._exceptions import InvalidChallenge
-from ._models import ExactAcceptEntry
+from ._models import ExactAcceptEntry, UptoAcceptEntry
 from ._payment_id import PAYMENT_IDENTIFIER, is_valid_payment_id, payment_id_of
 from ._proof import ProofError, b64_json_decode, encode_proof
 
@@ -112,7 +112,12 @@ class Challenge:
             return parse_accept(raw)
         if not isinstance(raw, dict):
             raise InvalidEntry("entry is not an object")
-        if raw.get("scheme") != "exact":
+        scheme = raw.get("scheme")
+        if scheme == "upto" and self.dialect is Dialect.STANDARD_V2:
+            model: type[ExactAcceptEntry] | type[UptoAcceptEntry] = UptoAcceptEntry
+        elif scheme == "exact":
+            model = ExactAcceptEntry
+        else:
             return None
         data = dict(raw)
         if self.dialect is Dialect.STANDARD_V2:
@@ -126,7 +131,7 @@ class Challenge:
             except _json.JSONError:
                 raise InvalidEntry("extra: not an object") from None
         try:
-            return ExactAcceptEntry.model_validate(data)
+            return model.model_validate(data)
         except ValidationError as exc:
             err = exc.errors()[0]
             where = ".".join(str(p) for p in err["loc"]) or "entry"

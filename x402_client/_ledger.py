@@ -91,10 +91,20 @@ class LedgerEntry:
     blockchain_tx_id: str | None = None
     tx_hash: str | None = None
     error: str | None = None
+    #: An `upto` payment: what the merchant settled of the authorized maximum (the
+    #: intent's amount), once its settlement response said so.
+    settled_amount: Decimal | None = None
     #: `(time.time(), step, detail)`, oldest first.
     _steps: tuple[tuple[float, str, str], ...] = dataclasses.field(default=(), repr=False)
     _started: float = dataclasses.field(default_factory=time.time, repr=False)
     _finished: float | None = dataclasses.field(default=None, repr=False)
+
+    @property
+    def amount(self) -> Decimal:
+        """What the payment counts for: the intent's amount, or on an `upto` payment the
+        settled amount once the merchant said it (until then, the authorized maximum)."""
+        settled = self.settled_amount
+        return self.intent.amount if settled is None else settled
 
     @property
     def steps(self) -> tuple[LedgerStep, ...]:
@@ -130,7 +140,7 @@ class LedgerEntry:
             "scheme": intent.scheme,
             "network": intent.network,
             "asset": intent.asset_symbol,
-            "amount": str(intent.amount),
+            "amount": str(self.amount),
             "currency": intent.currency,
             "payTo": intent.pay_to,
             "resource": safe_url(intent.resource),
@@ -229,9 +239,10 @@ class PaymentLedger:
         return [e for e in visible if e.outcome == outcome]
 
     def total(self, currency: str = "EUR", outcome: Outcome = "paid") -> Decimal:
-        """The sum of the amounts of entries with `outcome` in `currency`."""
+        """The sum of the amounts (`LedgerEntry.amount`: an `upto` payment's settled amount)
+        of entries with `outcome` in `currency`."""
         return sum(
-            (e.intent.amount for e in self.entries(outcome) if e.intent.currency == currency),
+            (e.amount for e in self.entries(outcome) if e.intent.currency == currency),
             Decimal(0),
         )
 

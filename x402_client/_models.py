@@ -47,6 +47,7 @@ __all__ = [
     "SettlementResult",
     "SupportedKind",
     "SupportedKinds",
+    "UptoAcceptEntry",
     "VerificationResult",
     "VerifyRequest",
 ]
@@ -165,6 +166,23 @@ class ExactAcceptEntry(_Wire):
     description: WireStr | None = None
     mime_type: WireStr | None = Field(default=None, alias="mimeType")
     facilitator: WireStr | None = None
+    extra: dict[str, Any] | None = None
+
+
+class UptoAcceptEntry(_Wire):
+    """Accept entry, scheme `upto` (the x402 foundation's EVM `upto`, v2 only): the payer
+    authorizes at most `max_amount_required` (the standard entry's `amount`, atomic units)
+    through Permit2; the merchant settles what the request used, no more than that."""
+
+    scheme: Literal["upto"]
+    network: WireStr
+    asset: WireStr
+    max_amount_required: WireAtomic = Field(alias="maxAmountRequired")
+    pay_to: WireStr = Field(alias="payTo")
+    max_timeout_seconds: WireInt = Field(default=300, alias="maxTimeoutSeconds", ge=1, le=86_400)
+    resource: WireStr | None = None
+    description: WireStr | None = None
+    mime_type: WireStr | None = Field(default=None, alias="mimeType")
     extra: dict[str, Any] | None = None
 
 

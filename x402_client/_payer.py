@@ -235,7 +235,12 @@ class Payer:
             error = self._typed(exc, record)
         if guard.receipts or isinstance(error, X402Error):
             error = guard.truthful(error)
-        if record is not None and guard.receipts:
+        if (
+            record is not None
+            and guard.receipts
+            and not (record.settled and record.ended_by is exc)
+        ):
+            # (A served payment whose settlement the client refused was still delivered.)
             await record.not_delivered(f"{type(exc).__name__}: {exc}")
         if isinstance(error, X402Error):
             error._concluded = True
@@ -514,6 +519,8 @@ class Payer:
             return outcome, result.reason, result.reason
         receipt = result.extensions.get(RECEIPT_EXTENSION)
         record.served(getattr(receipt, "tx_hash", None))
+        if intent.scheme == "upto":
+            await self._book_settled(record, intent, receipt, result)
         if isinstance(result.stream, GuardedStream):
             result.stream.on_broken = self._broken_body(record)
         await self._notify("on_payment", receipt)
@@ -521,13 +528,46 @@ class Payer:
         return "paid", None, None
 
     @staticmethod
+    async def _book_settled(
+        record: PaymentRecord,
+        intent: PaymentIntent,
+        receipt: PaymentReceipt | None,
+        response: httpx.Response,
+    ) -> None:
+        """An `upto` payment was served: book what its settlement response says was
+        settled. A claim of more than was authorized is refused (the maximum stays
+        booked): the money moved, but not as the merchant says."""
+        settled = None if receipt is None else receipt.settled_amount
+        if settled is None or settled <= intent.amount:
+            await record.settle(settled)
+            return
+        await record.settle(None)
+        shown = f"{format_amount(settled)} {intent.currency}"
+        authorized = f"{format_amount(intent.amount)} {intent.currency}"
+        raise PaymentVerificationFailed(
+            f"the merchant's settlement response claims {shown}, more than the {authorized} "
+            "the payment authorized; the payment was made (at most the authorized amount "
+            "can move), and the ledger and budgets keep the authorized maximum",
+            reason="settlement exceeds the authorized amount",
+            receipt=receipt,
+            proof=None if receipt is None else receipt.proof,
+            intent=intent,
+            response=response,
+            money_moved=True,
+        )
+
+    @staticmethod
     def _ended_by(record: PaymentRecord, exc: BaseException, request: httpx.Request) -> _Ending:
         """The outcome of an attempt that `exc` ended (`_record.outcome_of` decides)."""
-        outcome = outcome_of(
-            exc,
-            rail_called=record.rail_called,
-            proved=record.proved,
-            moves_first=record.moves_first,
+        outcome = (
+            "paid"
+            if record.settled
+            else outcome_of(
+                exc,
+                rail_called=record.rail_called,
+                proved=record.proved,
+                moves_first=record.moves_first,
+            )
         )
         error = f"{type(exc).__name__}: {getattr(exc, 'reason', None) or exc}"
         if isinstance(exc, PaymentOutcomeUnknown):

@@ -36,11 +36,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Sequence
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 import anyio
 import httpx
 
+from ._amounts import format_amount
 from ._exceptions import PaymentFailed, PaymentOutcomeUnknown, X402Error
 from ._ledger import LedgerEntry, Outcome
 
@@ -109,6 +111,7 @@ class PaymentRecord:
         "rail_called",
         "request",
         "resumed",
+        "settled",
     )
 
     def __init__(
@@ -136,6 +139,8 @@ class PaymentRecord:
         self.held: Sequence[Reservation] = ()
         self.rail_called = False
         self.proved = False
+        #: The merchant's settlement response said the money moved (an `upto` payment).
+        self.settled = False
         #: The exception that ended the attempt, and the request it was for.
         self.ended_by: BaseException | None = None
         self.request: httpx.Request | None = None
@@ -260,6 +265,36 @@ class PaymentRecord:
     def served(self, tx_hash: str | None) -> None:
         self.entry.delivered = True
         self.entry.tx_hash = tx_hash
+
+    async def settle(self, settled: Decimal | None) -> None:
+        """An `upto` payment's settlement response arrived: the ledger books `settled` (at
+        most the authorized maximum, the intent's amount), the budgets keep it and give
+        back the rest, the journal notes it. None (the merchant did not say how much):
+        the maximum stays booked. Never breaks the payment (the money moved): a budget
+        store that fails keeps the maximum held, and says so in the log."""
+        self.settled = True
+        entry = self.entry
+        authorized = entry.intent.amount
+        if settled is None:
+            detail = f"amount not reported; {format_amount(authorized)} (the maximum) kept"
+        else:
+            entry.settled_amount = settled
+            detail = f"{format_amount(settled)} of at most {format_amount(authorized)}"
+        entry.step("settled", detail)
+        if settled is not None and settled < authorized and self.held:
+            try:
+                with anyio.CancelScope(shield=True):
+                    self.held = await self._budgets.settle(self.held, authorized, settled)
+            except Exception as exc:
+                logger.error(
+                    "x402: the budget store could not give back the unsettled rest of "
+                    "payment %s (%s); the authorized maximum stays counted",
+                    self.id,
+                    type(exc).__name__,
+                )
+        await self._write(
+            "the settled amount", self._journal.update_payment, step="settled", detail=detail
+        )
 
     # --- the end ---------------------------------------------------------------------------------
 

@@ -96,7 +96,7 @@ Send = Callable[[str, str, dict[str, Any]], Awaitable[httpx.Response]]
 
 #: Settle-on-proof rails: the merchant moves the money with the signed proof, so without a
 #: proof handed over nothing can have moved.
-_SETTLE_ON_PROOF = ("evm-permit", "eip3009", "permit2", "chain-a")
+_SETTLE_ON_PROOF = ("evm-permit", "eip3009", "permit2", "upto", "chain-a")
 #: Answers that ask for the caller's credentials, which the journal does not keep.
 _CREDENTIALS = (401, 403, 407)
 #: Answers that say "later", not "never".

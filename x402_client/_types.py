@@ -12,7 +12,7 @@ from ._redact import resource_repr, safe_url
 
 __all__ = ["PaymentIntent", "PaymentReceipt", "Rail"]
 
-Rail = Literal["euro", "evm-permit", "bridge", "eip3009", "permit2", "chain-a"]
+Rail = Literal["euro", "evm-permit", "bridge", "eip3009", "permit2", "upto", "chain-a"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -58,6 +58,12 @@ class PaymentReceipt:
     known; `asset` is its address or the merchant's id for it. `payment_identifier` is the
     x402 `payment-identifier` the proof carried (a standard v2 merchant that declared the
     extension deduplicates by it), if any.
+
+    An `upto` payment (authorize at most an amount, the merchant settles what was used)
+    says both: `authorized_amount` is the most the payer signed for, `settled_amount` what
+    the merchant's settlement response reports it took (None until it says), and `amount`
+    is the settled amount once known (else the authorized maximum). Other rails leave both
+    None: their `amount` is exactly what moved.
     """
 
     rail: Rail
@@ -79,10 +85,12 @@ class PaymentReceipt:
     payments: int = 1
     reused: bool = False
     asset_symbol: str | None = None
+    authorized_amount: Decimal | None = None
+    settled_amount: Decimal | None = None
 
     def __repr__(self) -> str:
         # Short: the money as the library writes it, the rail, the resource, the codes.
-        from ._amounts import money_of
+        from ._amounts import format_amount, money_of
 
         shown = [
             f"{money_of(self.amount, self.currency, self.asset_symbol)} on {self.rail} "
@@ -95,6 +103,8 @@ class PaymentReceipt:
             value = getattr(self, name)
             if value:
                 shown.append(f"{name}={value!r}")
+        if self.authorized_amount is not None:
+            shown.append(f"authorized={format_amount(self.authorized_amount)}")
         if self.reused:
             shown.append("reused=True")
         elif self.payments != 1:
@@ -122,6 +132,8 @@ class PaymentReceipt:
 
         return {
             "amount": format_amount(self.amount),
+            "authorizedAmount": _amount_text(self.authorized_amount),
+            "settledAmount": _amount_text(self.settled_amount),
             "currency": self.currency,
             "rail": self.rail,
             "scheme": self.scheme,
@@ -140,3 +152,9 @@ class PaymentReceipt:
             "payer": self.payer,
             "paymentIdentifier": self.payment_identifier,
         }
+
+
+def _amount_text(amount: Decimal | None) -> str | None:
+    from ._amounts import format_amount
+
+    return None if amount is None else format_amount(amount)

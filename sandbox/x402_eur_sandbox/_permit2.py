@@ -1,6 +1,6 @@
-"""Permit2 on the local chain: Uniswap's Permit2 and an x402 `exact` Permit2 proxy at their
-canonical addresses, so that Permit2 payments verify and settle on anvil exactly as on a
-public chain.
+"""Permit2 on the local chain: Uniswap's Permit2 and the x402 `exact` and `upto` Permit2
+proxies at their canonical addresses, so that Permit2 payments verify and settle on anvil
+exactly as on a public chain.
 
 * Permit2's runtime bytecode (MIT, Uniswap Labs) comes precompiled from the npm package
   `@uniswap/v4-periphery` (`contracts/Permit2.json`, written by
@@ -8,9 +8,12 @@ public chain.
 * The proxy is the sandbox's own `SandboxExactPermit2Proxy` (`contracts/`), written from the
   interface the x402 foundation's facilitator calls; its runtime code (the creation code
   run through `eth_call`, no transaction) is set at `EXACT_PERMIT2_PROXY_ADDRESS`.
+* The `upto` proxy is the sandbox's own `SandboxUptoPermit2Proxy`, likewise, set at
+  `UPTO_PERMIT2_PROXY_ADDRESS`: it moves at most the signed amount, and only for the
+  facilitator the payer's witness names.
 
-Both work at any address and on any chain id (Permit2 rebuilds its domain separator when
-the chain id is not the one it cached), so installing costs two RPC calls and no gas.
+All three work at any address and on any chain id (Permit2 rebuilds its domain separator when
+the chain id is not the one it cached), so installing costs a few RPC calls and no gas.
 """
 
 from __future__ import annotations
@@ -32,11 +35,13 @@ __all__ = [
     "EXACT_PERMIT2_PROXY_ADDRESS",
     "PERMIT2_ADDRESS",
     "SETTLE_SIGNATURE",
+    "UPTO_PERMIT2_PROXY_ADDRESS",
     "Permit2Transfer",
     "approve_permit2",
     "install_permit2",
     "load_permit2_artifact",
     "load_proxy_artifact",
+    "load_upto_proxy_artifact",
     "permit2_allowance",
     "settle_call",
 ]
@@ -45,6 +50,9 @@ PERMIT2_ADDRESS = "0x000000000022D473030F116dDEE9F6B43aC78BA3"
 #: The x402 foundation's `x402ExactPermit2Proxy` address (the spender its facilitator
 #: requires in every exact Permit2 payment).
 EXACT_PERMIT2_PROXY_ADDRESS = "0x402085c248EeA27D92E8b30b2C58ed07f9E20001"
+#: The x402 foundation's `x402UptoPermit2Proxy` address (the spender of every `upto`
+#: payment).
+UPTO_PERMIT2_PROXY_ADDRESS = "0x4020A4f3b7b90ccA423B9fabCc0CE57C6C240002"
 
 #: The proxy's `settle(permit, owner, witness, signature)`, as the foundation's facilitator
 #: calls it.
@@ -170,15 +178,22 @@ def load_proxy_artifact() -> dict[str, Any]:
     return _artifact("SandboxExactPermit2Proxy.json")
 
 
+def load_upto_proxy_artifact() -> dict[str, Any]:
+    """The compiled `SandboxUptoPermit2Proxy` artifact (abi, bytecode, compiler)."""
+    return _artifact("SandboxUptoPermit2Proxy.json")
+
+
 async def install_permit2(rpc_url: str) -> None:
-    """Set Permit2 and the exact Permit2 proxy at their canonical addresses (anvil only:
-    `anvil_setCode`). Idempotent."""
+    """Set Permit2 and the exact and `upto` Permit2 proxies at their canonical addresses
+    (anvil only: `anvil_setCode`). Idempotent."""
     permit2 = load_permit2_artifact()["runtimeBytecode"]
     async with _web3(rpc_url) as w3:
-        proxy_runtime = await w3.eth.call({"data": load_proxy_artifact()["bytecode"]})
+        exact_runtime = await w3.eth.call({"data": load_proxy_artifact()["bytecode"]})
+        upto_runtime = await w3.eth.call({"data": load_upto_proxy_artifact()["bytecode"]})
         for address, code in (
             (PERMIT2_ADDRESS, permit2),
-            (EXACT_PERMIT2_PROXY_ADDRESS, "0x" + bytes(proxy_runtime).hex()),
+            (EXACT_PERMIT2_PROXY_ADDRESS, "0x" + bytes(exact_runtime).hex()),
+            (UPTO_PERMIT2_PROXY_ADDRESS, "0x" + bytes(upto_runtime).hex()),
         ):
             answer = await w3.provider.make_request("anvil_setCode", [address, code])
             if answer.get("error"):

@@ -200,6 +200,7 @@ RAILS = {
     "evm-permit": (False, True, False),
     "eip3009": (False, False, False),
     "permit2": (False, False, False),
+    "upto": (False, False, False),
     "bridge": (True, True, True),
 }
 

@@ -42,7 +42,7 @@ from .._amounts import format_amount
 from .._assets import Asset, find_asset
 from .._challenge import AcceptEntry
 from .._exceptions import ConfigurationError
-from .._models import ExactAcceptEntry
+from .._models import ExactAcceptEntry, UptoAcceptEntry
 from .._redact import endpoint_url
 from .._types import PaymentIntent
 from . import (
@@ -414,7 +414,7 @@ class Permit2Rail:
         return _intent(entry, asset, resource)
 
     async def prepare(self, entry: AcceptEntry, intent: PaymentIntent) -> str | None:
-        assert isinstance(entry, ExactAcceptEntry)
+        assert isinstance(entry, (ExactAcceptEntry, UptoAcceptEntry))
         chain_id = chain_id_of(entry.network)
         assert chain_id is not None
         owner = self.signer.address

@@ -1,0 +1,234 @@
+"""Our client pays `upto` entries (authorize at most an amount; the merchant settles what
+was used) of the x402 foundation's own v2 merchant, settled by the foundation's own
+facilitator through Permit2 and the `upto` Permit2 proxy on anvil
+(`tests/x402_foundation_upto.py`); the token balances on the chain are the proof.
+
+The caps and budgets hold the authorized maximum; once the merchant's settlement response
+says what it took, the ledger and the budgets keep that and give back the rest, and the
+receipt says both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from decimal import Decimal
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.x402_foundation_upto import UptoStack, upto_stack
+from x402_client import (
+    AmountLimitExceeded,
+    Asset,
+    Budget,
+    BudgetExceeded,
+    EvmOptions,
+    NoSatisfiableOption,
+    PaymentIntent,
+    PaymentOptions,
+    PaymentOutcomeUnknown,
+    PaymentVerificationFailed,
+    payment_ledger,
+    unfinished_payments,
+    with_eur_payment,
+)
+from x402_client._state import state_of
+
+pytestmark = pytest.mark.anyio
+
+MAXIMUM = Decimal("0.01")
+UPTO_PROXY = "0x4020A4f3b7b90ccA423B9fabCc0CE57C6C240002"
+
+
+@pytest.fixture(scope="module")
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(scope="module")
+async def stack(anyio_backend: str) -> AsyncIterator[UptoStack]:
+    async with upto_stack() as started:
+        yield started
+
+
+@pytest.fixture(autouse=True)
+def _honest_merchant(stack: UptoStack) -> None:
+    stack.charge_atomic = stack.price_atomic
+    stack.claim_atomic = None
+    stack.fail_status = None
+
+
+class Hook:
+    """An `on_before_payment` that approves and counts: it runs just before signing."""
+
+    def __init__(self) -> None:
+        self.intents: list[PaymentIntent] = []
+
+    def __call__(self, intent: PaymentIntent) -> bool:
+        self.intents.append(intent)
+        return True
+
+
+def options(stack: UptoStack, key: str | None = None, **overrides: Any) -> PaymentOptions:
+    values: dict[str, Any] = {
+        "evm": EvmOptions(
+            private_key=key or stack.payer_key, rpc_urls={stack.chain_id: stack.rpc_url}
+        ),
+        "assets": [
+            Asset(chain_id=stack.chain_id, address=stack.token, symbol="sEURT", currency="EUR")
+        ],
+    }
+    values.update(overrides)
+    return PaymentOptions(**values)
+
+
+def settlements(stack: UptoStack) -> int:
+    return len(stack.facilitator.requests)
+
+
+async def approved_payer(stack: UptoStack, tokens: int = 5) -> tuple[str, str]:
+    key, address = await stack.new_payer(tokens_atomic=tokens * stack.price_atomic)
+    await stack.approve(key)
+    return key, address
+
+
+async def test_the_merchant_settles_less_than_the_maximum_and_the_rest_is_released(stack):
+    key, address = await approved_payer(stack)
+    stack.charge_atomic = 4_000  # 0.004 of at most 0.01
+    merchant_before = await stack.balance(stack.merchant_address)
+    hook = Hook()
+    opts = options(stack, key, on_before_payment=hook, budgets=[Budget("0.015")])
+    async with with_eur_payment(httpx.AsyncClient(timeout=30), opts) as client:
+        response = await client.get(stack.metered_url)
+        assert response.status_code == 200, response.text
+        receipt = response.extensions["x402_payment"]
+        # The budget held the maximum while paying, and now keeps only what was settled:
+        # a second request (at most 0.01 again) fits in 0.015 - 0.004.
+        second = await client.get(stack.metered_url)
+        assert second.status_code == 200, second.text
+    assert (receipt.rail, receipt.scheme, receipt.network) == ("upto", "upto", stack.network)
+    assert receipt.authorized_amount == MAXIMUM
+    assert receipt.settled_amount == Decimal("0.004") == receipt.amount
+    assert receipt.to_json()["authorizedAmount"] == "0.01"
+    assert receipt.to_json()["settledAmount"] == "0.004"
+    assert receipt.tx_hash and receipt.tx_hash.startswith("0x")
+    assert [i.amount for i in hook.intents] == [MAXIMUM, MAXIMUM]  # the maximum is approved
+    assert all(i.rail == "upto" for i in hook.intents)
+    assert await stack.balance(address) == 5 * stack.price_atomic - 2 * 4_000
+    assert await stack.balance(stack.merchant_address) == merchant_before + 2 * 4_000
+    entries = payment_ledger(opts).entries(outcome="paid")
+    assert [e.amount for e in entries] == [Decimal("0.004")] * 2
+    assert all(e.intent.amount == MAXIMUM and e.delivered for e in entries)
+    assert payment_ledger(opts).total("EUR") == Decimal("0.008")
+    (status,) = await state_of(opts).budgets.status()
+    assert status.spent == Decimal("0.008")
+    sent = stack.facilitator.requests[-1][1]["paymentPayload"]["payload"]["permit2Authorization"]
+    assert sent["spender"] == UPTO_PROXY and sent["permitted"]["amount"] == "10000"
+    assert sent["witness"]["to"].lower() == stack.merchant_address.lower()
+
+
+async def test_a_full_charge_books_the_maximum(stack):
+    key, address = await approved_payer(stack)
+    opts = options(stack, key)
+    async with with_eur_payment(httpx.AsyncClient(timeout=30), opts) as client:
+        response = await client.get(stack.metered_url)
+    assert response.status_code == 200, response.text
+    receipt = response.extensions["x402_payment"]
+    assert receipt.amount == receipt.settled_amount == receipt.authorized_amount == MAXIMUM
+    assert await stack.balance(address) == 4 * stack.price_atomic
+
+
+async def test_over_the_cap_and_beyond_the_budget_nothing_is_signed(stack):
+    key, address = await approved_payer(stack)
+    stack.charge_atomic = 1_000  # what it would charge does not matter: the maximum counts
+    before = settlements(stack)
+    hook = Hook()
+    capped = options(stack, key, max_amount_per_payment="0.005", on_before_payment=hook)
+    async with with_eur_payment(httpx.AsyncClient(timeout=30), capped) as client:
+        with pytest.raises(AmountLimitExceeded) as over_cap:
+            await client.get(stack.metered_url)
+    assert over_cap.value.money_moved is False
+    assert hook.intents == [] and settlements(stack) == before
+
+    budgeted = options(stack, key, budgets=[Budget("0.009")], on_before_payment=hook)
+    async with with_eur_payment(httpx.AsyncClient(timeout=30), budgeted) as client:
+        with pytest.raises(BudgetExceeded) as beyond:
+            await client.get(stack.metered_url)
+    assert beyond.value.money_moved is False
+    assert hook.intents == [] and settlements(stack) == before
+    assert await stack.balance(address) == 5 * stack.price_atomic
+
+
+async def test_a_missing_approval_is_a_skip_reason_and_nothing_is_signed(stack):
+    key, address = await stack.new_payer(tokens_atomic=stack.price_atomic)
+    before = settlements(stack)
+    async with with_eur_payment(httpx.AsyncClient(timeout=30), options(stack, key)) as client:
+        with pytest.raises(NoSatisfiableOption, match=r"approve_permit2") as caught:
+            await client.get(stack.metered_url)
+    assert caught.value.money_moved is False
+    assert settlements(stack) == before
+    assert await stack.balance(address) == stack.price_atomic
+
+
+async def test_a_settlement_claiming_more_than_authorized_is_an_error_saying_money_moved(stack):
+    key, address = await approved_payer(stack)
+    stack.charge_atomic = 3_000
+    stack.claim_atomic = 50_000  # the merchant says 0.05 of at most 0.01
+    opts = options(stack, key, budgets=[Budget("1")])
+    async with with_eur_payment(httpx.AsyncClient(timeout=30), opts) as client:
+        with pytest.raises(PaymentVerificationFailed, match=r"more than the 0\.01 EUR") as caught:
+            await client.get(stack.metered_url)
+    error = caught.value
+    assert error.money_moved is True
+    assert "0.05 EUR" in str(error)
+    assert error.receipt is not None and error.receipt.settled_amount == Decimal("0.05")
+    assert error.receipt.authorized_amount == MAXIMUM
+    (entry,) = payment_ledger(opts).entries()
+    assert (entry.outcome, entry.amount) == ("paid", MAXIMUM)  # the maximum stays booked
+    (status,) = await state_of(opts).budgets.status()
+    assert status.spent == MAXIMUM
+    assert await stack.balance(address) == 5 * stack.price_atomic - 3_000  # what really moved
+
+
+async def test_the_journal_keeps_the_maximum_until_settled(stack, tmp_path):
+    key, address = await approved_payer(stack)
+    stack.charge_atomic = 2_500
+    opts = options(stack, key, state_path=tmp_path / "state.sqlite3", budgets=[Budget("1")])
+    async with with_eur_payment(httpx.AsyncClient(timeout=30), opts) as client:
+        response = await client.get(stack.metered_url)
+    assert response.status_code == 200, response.text
+    journal = state_of(opts).journal
+    assert journal is not None
+    (record,) = await journal.payments()
+    assert (record.rail, record.outcome, record.delivered) == ("upto", "paid", True)
+    assert record.amount == MAXIMUM  # the journal row is the authorization
+    assert any(s.step == "settled" and "0.0025 of at most 0.01" in s.detail for s in record.steps)
+    (status,) = await state_of(opts).budgets.status()
+    assert status.spent == Decimal("0.0025")
+    state_of(opts).close()
+    assert await stack.balance(address) == 5 * stack.price_atomic - 2_500
+
+
+async def test_an_unsettled_payment_keeps_the_maximum_for_recovery(stack, tmp_path):
+    key, address = await approved_payer(stack)
+    stack.fail_status = 500  # the merchant breaks before it settles anything
+    opts = options(
+        stack,
+        key,
+        state_path=tmp_path / "state.sqlite3",
+        budgets=[Budget("1")],
+        merchant_error_retries=0,
+    )
+    async with with_eur_payment(httpx.AsyncClient(timeout=30), opts) as client:
+        with pytest.raises(PaymentOutcomeUnknown) as caught:
+            await client.get(stack.metered_url)
+    assert caught.value.money_moved is None
+    (unfinished,) = await unfinished_payments(opts)
+    assert (unfinished.rail, unfinished.amount) == ("upto", MAXIMUM)
+    (entry,) = payment_ledger(opts).entries()
+    assert (entry.outcome, entry.amount) == ("unknown", MAXIMUM)
+    (status,) = await state_of(opts).budgets.status()
+    assert status.spent == MAXIMUM  # held until the payment is settled or given up
+    state_of(opts).close()
+    assert await stack.balance(address) == 5 * stack.price_atomic

@@ -1,0 +1,327 @@
+"""The `upto` rail: pay the x402 foundation's EVM `upto` scheme (authorize at most an
+amount; the merchant settles what the request used) through Uniswap's Permit2.
+
+The payer signs a Permit2 `PermitWitnessTransferFrom` of the entry's `amount` (the most the
+merchant may take) whose spender is the foundation's `upto` Permit2 proxy, and whose
+witness binds the recipient and the facilitator the merchant named
+(`extra.facilitatorAddress`): only that facilitator may settle it, and the proxy moves no
+more than the signed amount. What is signed (as the foundation's clients sign it, and its
+facilitator verifies):
+
+    domain  {name: "Permit2", chainId, verifyingContract: PERMIT2_ADDRESS}   (no version)
+    message PermitWitnessTransferFrom(
+                permitted: TokenPermissions(token=asset, amount=the maximum),
+                spender: UPTO_PERMIT2_PROXY_ADDRESS,
+                nonce: a random uint256,
+                deadline: now + maxTimeoutSeconds,
+                witness: Witness(to=payTo, facilitator=extra.facilitatorAddress, validAfter=0))
+
+The caps and budgets hold the maximum (it is the intent's amount); once the merchant
+answers, the amount its settlement response reports (`amount`, atomic units) is what the
+ledger and the budgets keep, and the rest is given back (`_record.PaymentRecord.settle`).
+
+Like Permit2 `exact`, the one-time ERC-20 approval to Permit2 is never sent by paying:
+`prepare` reads the allowance, and an entry it does not cover is skipped with a reason
+naming `approve_permit2(...)`. Only x402 v2 entries (`eip155:<id>`) exist for `upto`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+import os
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from .._assets import find_asset
+from .._challenge import AcceptEntry
+from .._models import UptoAcceptEntry
+from .._types import PaymentIntent
+from . import Note, NotForThisRail, Paid, RailContext, RequestSettings, no_note, unpayable
+from ._evm_signing import ADDRESS_RE, UINT256_LIMIT, address_word, checksum_address, keccak256
+from ._evm_signing import uint_word as _uint
+from .eip3009 import chain_id_of
+from .permit2 import Permit2Rail, permit2_domain_separator
+
+__all__ = [
+    "UPTO_PERMIT2_PROXY_ADDRESS",
+    "UPTO_PERMIT_WITNESS_TRANSFER_FROM_TYPE",
+    "UptoAuthorization",
+    "UptoRail",
+    "new_upto_authorization",
+    "upto_digest",
+    "upto_payload",
+    "upto_typed_data",
+]
+
+logger = logging.getLogger("x402_client")
+
+#: The x402 foundation's `x402UptoPermit2Proxy`, the spender of every `upto` payment (the
+#: foundation's facilitator refuses any other).
+UPTO_PERMIT2_PROXY_ADDRESS = "0x4020A4f3b7b90ccA423B9fabCc0CE57C6C240002"
+
+_PERMISSIONS_TYPE = "TokenPermissions(address token,uint256 amount)"
+_WITNESS_TYPE = "Witness(address to,address facilitator,uint256 validAfter)"
+#: The full EIP-712 type of the signed message (referenced types in alphabetical order).
+UPTO_PERMIT_WITNESS_TRANSFER_FROM_TYPE = (
+    "PermitWitnessTransferFrom(TokenPermissions permitted,address spender,uint256 nonce,"
+    "uint256 deadline,Witness witness)" + _PERMISSIONS_TYPE + _WITNESS_TYPE
+)
+
+
+@functools.cache
+def _type_hashes() -> tuple[bytes, bytes, bytes]:
+    return (
+        keccak256(UPTO_PERMIT_WITNESS_TRANSFER_FROM_TYPE.encode()),
+        keccak256(_PERMISSIONS_TYPE.encode()),
+        keccak256(_WITNESS_TYPE.encode()),
+    )
+
+
+@dataclasses.dataclass(frozen=True)
+class UptoAuthorization:
+    """The fields of an `upto` Permit2 `PermitWitnessTransferFrom`, typed. `amount` is the
+    most the facilitator may move. `to_wire()` gives them as the foundation's clients send
+    them (`permit2Authorization`): every number a decimal string, addresses checksummed."""
+
+    from_address: str
+    token: str
+    amount: int
+    spender: str
+    nonce: int = dataclasses.field(repr=False)
+    deadline: int
+    to: str
+    facilitator: str
+    valid_after: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("from_address", "token", "spender", "to", "facilitator"):
+            if not ADDRESS_RE.match(getattr(self, name)):
+                raise ValueError(f"{name} is not a 0x address")
+        for name in ("amount", "nonce", "deadline", "valid_after"):
+            number = getattr(self, name)
+            if isinstance(number, bool) or not isinstance(number, int):
+                raise ValueError(f"{name} must be an int")
+            if not 0 <= number < UINT256_LIMIT:
+                raise ValueError(f"{name} is out of uint256 range")
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "from": checksum_address(self.from_address),
+            "permitted": {"token": checksum_address(self.token), "amount": str(self.amount)},
+            "spender": checksum_address(self.spender),
+            "nonce": str(self.nonce),
+            "deadline": str(self.deadline),
+            "witness": {
+                "to": checksum_address(self.to),
+                "facilitator": checksum_address(self.facilitator),
+                "validAfter": str(self.valid_after),
+            },
+        }
+
+
+def new_upto_authorization(
+    *,
+    payer: str,
+    token: str,
+    pay_to: str,
+    facilitator: str,
+    amount: int,
+    max_timeout_seconds: int,
+    now: float,
+    nonce: int | None = None,
+) -> UptoAuthorization:
+    """A fresh authorization of at most `amount` of `token` to `pay_to`, settled only by
+    `facilitator`: a random uint256 nonce, `deadline = now + maxTimeoutSeconds`,
+    `validAfter = 0` (what the foundation's client sends)."""
+    return UptoAuthorization(
+        from_address=payer,
+        token=token,
+        amount=amount,
+        spender=UPTO_PERMIT2_PROXY_ADDRESS,
+        nonce=int.from_bytes(os.urandom(32), "big") if nonce is None else nonce,
+        deadline=int(now) + max_timeout_seconds,
+        to=pay_to,
+        facilitator=facilitator,
+        valid_after=0,
+    )
+
+
+def _struct_hash(authorization: UptoAuthorization) -> bytes:
+    primary_hash, permissions_hash, witness_hash = _type_hashes()
+    permitted = keccak256(
+        permissions_hash + address_word(authorization.token) + _uint(authorization.amount)
+    )
+    witness = keccak256(
+        witness_hash
+        + address_word(authorization.to)
+        + address_word(authorization.facilitator)
+        + _uint(authorization.valid_after)
+    )
+    return keccak256(
+        primary_hash
+        + permitted
+        + address_word(authorization.spender)
+        + _uint(authorization.nonce)
+        + _uint(authorization.deadline)
+        + witness
+    )
+
+
+def upto_digest(authorization: UptoAuthorization, *, chain_id: int) -> bytes:
+    """The EIP-712 digest that is signed: `keccak256(0x1901 ‖ domainSeparator ‖ structHash)`."""
+    return keccak256(b"\x19\x01" + permit2_domain_separator(chain_id) + _struct_hash(authorization))
+
+
+def upto_typed_data(authorization: UptoAuthorization, *, chain_id: int) -> dict[str, Any]:
+    """The same message as a full EIP-712 document (eth-account's `full_message` form), for
+    reference and independent checks."""
+    from .permit2 import PERMIT2_ADDRESS
+
+    return {
+        "types": {
+            "EIP712Domain": [
+                {"name": "name", "type": "string"},
+                {"name": "chainId", "type": "uint256"},
+                {"name": "verifyingContract", "type": "address"},
+            ],
+            "PermitWitnessTransferFrom": [
+                {"name": "permitted", "type": "TokenPermissions"},
+                {"name": "spender", "type": "address"},
+                {"name": "nonce", "type": "uint256"},
+                {"name": "deadline", "type": "uint256"},
+                {"name": "witness", "type": "Witness"},
+            ],
+            "TokenPermissions": [
+                {"name": "token", "type": "address"},
+                {"name": "amount", "type": "uint256"},
+            ],
+            "Witness": [
+                {"name": "to", "type": "address"},
+                {"name": "facilitator", "type": "address"},
+                {"name": "validAfter", "type": "uint256"},
+            ],
+        },
+        "primaryType": "PermitWitnessTransferFrom",
+        "domain": {"name": "Permit2", "chainId": chain_id, "verifyingContract": PERMIT2_ADDRESS},
+        "message": {
+            "permitted": {"token": authorization.token, "amount": authorization.amount},
+            "spender": authorization.spender,
+            "nonce": authorization.nonce,
+            "deadline": authorization.deadline,
+            "witness": {
+                "to": authorization.to,
+                "facilitator": authorization.facilitator,
+                "validAfter": authorization.valid_after,
+            },
+        },
+    }
+
+
+def upto_payload(authorization: UptoAuthorization, signature: bytes) -> dict[str, Any]:
+    """The scheme payload: `{"permit2Authorization": {...}, "signature": "0x..."}`."""
+    if len(signature) != 65:
+        raise ValueError("a Permit2 ECDSA signature is 65 bytes")
+    return {
+        "permit2Authorization": authorization.to_wire(),
+        "signature": "0x" + signature.hex(),
+    }
+
+
+def _facilitator_of(entry: UptoAcceptEntry) -> str | None:
+    found = (entry.extra or {}).get("facilitatorAddress")
+    return found if isinstance(found, str) and ADDRESS_RE.match(found) else None
+
+
+class UptoRail(Permit2Rail):
+    """Signs `upto` Permit2 authorizations (at most the entry's amount) on any EVM chain.
+
+    Shares the Permit2 rail's key, RPC endpoints and approval check (`prepare`); built once
+    per payer: `UptoRail(context)`.
+    """
+
+    name = "upto"
+    money_moves_before_proof = False
+    frames_own_proof = False
+    resumes_transactions = False
+
+    def __repr__(self) -> str:
+        return "UptoRail()"
+
+    def describe(self, entry: AcceptEntry, resource: str) -> PaymentIntent | str:
+        if not isinstance(entry, UptoAcceptEntry):
+            return NotForThisRail("not an upto entry")
+        chain_id = chain_id_of(entry.network)
+        if chain_id is None:
+            return NotForThisRail("not an EVM entry")
+        as_exact = _as_permit2_entry(entry)
+        described = super().describe(as_exact, resource)
+        if _facilitator_of(entry) is None:
+            blocker = "it names no facilitatorAddress (extra) to bind the authorization to"
+            asset = find_asset(chain_id, entry.asset, self._context.options.assets)
+            label = asset.symbol if asset is not None else "a token"
+            return unpayable(f"upto authorization for {label} on {entry.network[:40]}", [blocker])
+        if isinstance(described, str):
+            return described.replace("Permit2 transfer for", "upto authorization for", 1)
+        return _intent(entry, described, resource)
+
+    @asynccontextmanager
+    async def pay(
+        self,
+        entry: AcceptEntry,
+        intent: PaymentIntent,
+        settings: RequestSettings,
+        note: Note = no_note,
+    ) -> AsyncIterator[Paid]:
+        assert isinstance(entry, UptoAcceptEntry)
+        chain_id = chain_id_of(entry.network)
+        facilitator = _facilitator_of(entry)
+        assert chain_id is not None
+        assert facilitator is not None
+        signer = self.signer
+        authorization = new_upto_authorization(
+            payer=signer.address,
+            token=entry.asset,
+            pay_to=entry.pay_to,
+            facilitator=facilitator,
+            amount=entry.max_amount_required,
+            max_timeout_seconds=entry.max_timeout_seconds,
+            now=time.time(),
+        )
+        payload = upto_payload(
+            authorization, signer.sign(upto_digest(authorization, chain_id=chain_id))
+        )
+        logger.debug(
+            "x402: signed an upto authorization on %s for %s", entry.network, signer.address
+        )
+        yield Paid(proof="", payload=payload, payer=signer.address)
+
+
+def _as_permit2_entry(entry: UptoAcceptEntry) -> Any:
+    """The entry as the Permit2 rail's checks read it (the same asset, payTo, chain)."""
+    from .._models import ExactAcceptEntry
+
+    data = entry.to_wire()
+    data["scheme"] = "exact"
+    data["extra"] = {**(entry.extra or {}), "assetTransferMethod": "permit2"}
+    return ExactAcceptEntry.model_validate(data)
+
+
+def _intent(entry: UptoAcceptEntry, described: PaymentIntent, resource: str) -> PaymentIntent:
+    """The Permit2 rail's intent for the same asset and amount, as an `upto` one: its
+    amount is the most the merchant may settle."""
+    return dataclasses.replace(
+        described,
+        rail="upto",
+        scheme=entry.scheme,
+        resource=resource,
+        accept=entry.to_wire(),
+    )
+
+
+def build(context: RailContext) -> UptoRail | None:
+    """The `upto` rail: needs an EVM key and the chain's RPC URL (it says so per entry)."""
+    return UptoRail(context)
