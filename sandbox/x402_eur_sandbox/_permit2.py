@@ -36,7 +36,9 @@ __all__ = [
     "PERMIT2_ADDRESS",
     "SETTLE_SIGNATURE",
     "UPTO_PERMIT2_PROXY_ADDRESS",
+    "UPTO_SETTLE_SIGNATURE",
     "Permit2Transfer",
+    "UptoTransfer",
     "approve_permit2",
     "install_permit2",
     "load_permit2_artifact",
@@ -44,6 +46,7 @@ __all__ = [
     "load_upto_proxy_artifact",
     "permit2_allowance",
     "settle_call",
+    "upto_settle_call",
 ]
 
 PERMIT2_ADDRESS = "0x000000000022D473030F116dDEE9F6B43aC78BA3"
@@ -138,6 +141,57 @@ def settle_call(transfer: Permit2Transfer, signature: bytes) -> bytes:
             transfer.to,
             transfer.valid_after,
             8 * 32,  # where the signature's bytes start
+        )
+    )
+    padded = signature + bytes(-len(signature) % 32)
+    return selector + head + _word(len(signature)) + padded
+
+
+#: The `upto` proxy's `settle(permit, amount, owner, witness, signature)`.
+UPTO_SETTLE_SIGNATURE = (
+    "settle(((address,uint256),uint256,uint256),uint256,address,(address,address,uint256),bytes)"
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class UptoTransfer:
+    """An `upto` payload's `permit2Authorization`: the Permit2 fields (`transfer`, whose
+    `amount` is the most that may move) and the witness's `facilitator`, the only caller
+    the `upto` proxy lets settle it."""
+
+    transfer: Permit2Transfer
+    facilitator: str
+
+    @classmethod
+    def from_wire(cls, data: object) -> UptoTransfer:
+        """`ValueError` when `data` is not a well-formed `upto` `permit2Authorization`."""
+        transfer = Permit2Transfer.from_wire(data)
+        assert isinstance(data, Mapping)
+        facilitator = data["witness"].get("facilitator")
+        if not isinstance(facilitator, str) or not _ADDRESS.match(facilitator):
+            raise ValueError("facilitator is not a 0x address")
+        return cls(transfer, facilitator)
+
+
+def upto_settle_call(upto: UptoTransfer, amount: int, signature: bytes) -> bytes:
+    """Calldata of the `upto` proxy's `settle(((token, maximum), nonce, deadline), amount,
+    owner, (to, facilitator, validAfter), signature)`: ten static words, then the offset
+    and the padded bytes."""
+    transfer = upto.transfer
+    selector = keccak256(UPTO_SETTLE_SIGNATURE.encode())[:4]
+    head = b"".join(
+        _word(value)
+        for value in (
+            transfer.token,
+            transfer.amount,
+            transfer.nonce,
+            transfer.deadline,
+            amount,
+            transfer.from_address,
+            transfer.to,
+            upto.facilitator,
+            transfer.valid_after,
+            10 * 32,  # where the signature's bytes start
         )
     )
     padded = signature + bytes(-len(signature) % 32)

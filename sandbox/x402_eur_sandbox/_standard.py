@@ -31,6 +31,15 @@ sends that `settle` from the hot wallet. Permit2 and the proxy are set at their 
 addresses on the chain (`_permit2.install_permit2`); the sandbox payer's one-time approval
 is made at start (`approve_permit2=False` leaves it to the client's `approve_permit2`).
 
+An `upto` route (`upto_prices`, `/metered` by default) offers the same token with the
+foundation's `upto` scheme: its price is the most a request may cost, its entry names the
+merchant's facilitator (`extra.facilitatorAddress`, the hot wallet), and the payload is
+checked as on a Permit2 route plus `witness.facilitator` (`upto_facilitator_mismatch`),
+with the spender the `upto` Permit2 proxy. After the handler answered, the merchant charges
+`upto_charge` of the maximum (0.4 by default: 0.02 of 0.05) by sending the proxy's
+`settle(..., amount, ...)`, or no transaction for 0, and reports it in the
+`PAYMENT-RESPONSE`'s `amount` (atomic units), as the foundation's facilitator does.
+
 Every refusal after a payment was offered is a 402 with both `PAYMENT-REQUIRED` (its
 `error` the reason) and `PAYMENT-RESPONSE` (`{success: false, errorReason, ...}`). The
 foundation's server sends only the first after a failed verification and only the second
@@ -69,9 +78,12 @@ from ._permit2 import (
     BALANCE_OF_SELECTOR,
     EXACT_PERMIT2_PROXY_ADDRESS,
     PERMIT2_ADDRESS,
+    UPTO_PERMIT2_PROXY_ADDRESS,
     Permit2Transfer,
+    UptoTransfer,
     install_permit2,
     settle_call,
+    upto_settle_call,
 )
 from ._server import ServedApp
 from ._wire import to_atomic
@@ -86,6 +98,7 @@ __all__ = [
     "TOKEN_NAME",
     "TOKEN_SYMBOL",
     "TOKEN_VERSION",
+    "UPTO_PRICES",
     "StandardMerchant",
     "decode_payment_signature",
     "deploy_eip3009_token",
@@ -123,6 +136,11 @@ PERMIT2_PRICES: dict[str, Price] = {
     "/permit2": Price(Decimal("0.05"), "Paid through Permit2 (x402 v2, any ERC-20)"),
 }
 
+#: The standard merchant's `upto` routes: the most a request may cost (charged by use).
+UPTO_PRICES: dict[str, Price] = {
+    "/metered": Price(Decimal("0.05"), "Metered: at most 0.05, charged by use (x402 v2, upto)"),
+}
+
 # The foundation's error codes (`x402/mechanisms/evm/constants.py`), so that a client sees
 # the reasons a real merchant would give.
 ERR_PAYMENT_REQUIRED = "Payment required"
@@ -147,6 +165,7 @@ ERR_PERMIT2_TOKEN_MISMATCH = "permit2_token_mismatch"  # noqa: S105
 ERR_PERMIT2_INVALID_SIGNATURE = "invalid_permit2_signature"
 ERR_PERMIT2_ALLOWANCE_REQUIRED = "permit2_allowance_required"
 ERR_PERMIT2_INVALID_PAYLOAD = "invalid_permit2_payload_format"
+ERR_UPTO_FACILITATOR_MISMATCH = "upto_facilitator_mismatch"
 # Permit2's custom errors (selectors) -> codes, for a failed `settle` simulation.
 _PERMIT2_REVERTS = (
     ("0x815e1d64", ERR_PERMIT2_INVALID_SIGNATURE),  # InvalidSigner()
@@ -386,6 +405,8 @@ class _Settlement:
     data: bytes = dataclasses.field(repr=False)
     pay_to: str
     value: int
+    #: An `upto` payment: its authorization and signature, to settle what is charged.
+    metered: tuple[UptoTransfer, bytes] | None = dataclasses.field(default=None, repr=False)
 
 
 class StandardMerchant:
@@ -407,6 +428,8 @@ class StandardMerchant:
         max_timeout_seconds: int = MAX_TIMEOUT_SECONDS,
         permit2_prices: Mapping[str, Price] | None = None,
         approve_permit2: bool = True,
+        upto_prices: Mapping[str, Price] | None = None,
+        upto_charge: Decimal | str = "0.4",
     ) -> None:
         from eth_account import Account
 
@@ -417,6 +440,14 @@ class StandardMerchant:
         #: The paths paid through Permit2 (each also in `prices`).
         self.permit2_paths: set[str] = set(permit2)
         self.prices.update(permit2)
+        upto = UPTO_PRICES if upto_prices is None else upto_prices
+        #: The paths paid with `upto` (each also in `prices`, at its maximum).
+        self.upto_paths: set[str] = set(upto)
+        self.prices.update(upto)
+        #: The share of the maximum an `upto` route charges (0 to 1).
+        self.upto_charge = Decimal(upto_charge)
+        if not 0 <= self.upto_charge <= 1:
+            raise ValueError("upto_charge is a share of the maximum, from 0 to 1")
         self.approve_permit2 = approve_permit2
         self.payer_funding = Decimal(payer_funding)
         self.max_timeout_seconds = max_timeout_seconds
@@ -502,10 +533,27 @@ class StandardMerchant:
         """The route's price in atomic token units."""
         return to_atomic(self.prices[path].amount)
 
+    def upto_charge_atomic(self, path: str) -> int:
+        """What an `upto` route charges a request (atomic): `upto_charge` of its maximum."""
+        return int(self.price_atomic(path) * self.upto_charge)
+
     def requirements(self, path: str) -> dict[str, Any]:
         """The route's one accept entry, as the foundation's server writes it."""
         if self.token is None:
             raise RuntimeError("the standard merchant is not running")
+        if path in self.upto_paths:
+            return {
+                "scheme": "upto",
+                "network": self.network,
+                "asset": self.token,
+                "amount": str(self.price_atomic(path)),
+                "payTo": self.pay_to,
+                "maxTimeoutSeconds": self.max_timeout_seconds,
+                "extra": {
+                    "assetTransferMethod": "permit2",
+                    "facilitatorAddress": self.facilitator_address,
+                },
+            }
         return {
             "scheme": "exact",
             "network": self.network,
@@ -588,7 +636,7 @@ class StandardMerchant:
         self.token = await deploy_eip3009_token(self.rpc_url, _OWNER_KEY)
         if self.payer_funding > 0:
             await self.fund(self.payer_address, self.payer_funding)
-        if self.permit2_paths:
+        if self.permit2_paths or self.upto_paths:
             await install_permit2(self.rpc_url)
             if self.approve_permit2:
                 await _approve_without_gas(self.rpc_url, self.token, self.payer_key)
@@ -636,17 +684,7 @@ class StandardMerchant:
             await self._payment_required(send, path, url, ERR_NO_MATCH)
             return
         try:
-            if path in self.permit2_paths:
-                settlement = await self._verify_permit2(payment, requirements)
-            else:
-                authorization, signature = await self._verify(payment, requirements)
-                settlement = _Settlement(
-                    payer=authorization.from_address,
-                    contract=str(self.token),
-                    data=transfer_with_authorization_call(authorization, signature),
-                    pay_to=authorization.to,
-                    value=authorization.value,
-                )
+            settlement = await self._verified(path, payment, requirements)
         except _Refusal as refusal:
             await self._refuse(send, path, url, refusal)
             return
@@ -656,7 +694,7 @@ class StandardMerchant:
             await _send(send, status, headers, body)
             return
         try:
-            settled = await self._settle_transfer(settlement)
+            settled = await self._settle_charged(path, settlement)
         except _Refusal as refusal:
             await self._refuse(send, path, url, refusal)
             return
@@ -693,6 +731,66 @@ class StandardMerchant:
         await self._payment_required(send, path, url, refusal.reason, (header,))
 
     # --- the facilitator -------------------------------------------------------------------
+
+    async def _verified(
+        self, path: str, payment: Mapping[str, Any], requirements: Mapping[str, Any]
+    ) -> _Settlement:
+        """Verify a payment for `path` by its route's kind: the settlement it allows."""
+        if path in self.upto_paths:
+            return await self._verify_upto(payment, requirements)
+        if path in self.permit2_paths:
+            return await self._verify_permit2(payment, requirements)
+        authorization, signature = await self._verify(payment, requirements)
+        return _Settlement(
+            payer=authorization.from_address,
+            contract=str(self.token),
+            data=transfer_with_authorization_call(authorization, signature),
+            pay_to=authorization.to,
+            value=authorization.value,
+        )
+
+    async def _settle_charged(self, path: str, settlement: _Settlement) -> dict[str, Any]:
+        """Settle a verified payment; an `upto` one for what the route charges (no
+        transaction for 0), reported in the response's `amount`."""
+        if settlement.metered is None:
+            return await self._settle_transfer(settlement)
+        upto, signature = settlement.metered
+        charged = self.upto_charge_atomic(path)
+        if charged == 0:
+            settled = {"success": True, "payer": settlement.payer, "transaction": ""}
+            return {**settled, "network": self.network, "amount": "0"}
+        metered = dataclasses.replace(
+            settlement, data=upto_settle_call(upto, charged, signature), value=charged
+        )
+        return {**await self._settle_transfer(metered), "amount": str(charged)}
+
+    async def _verify_upto(
+        self, payment: Mapping[str, Any], requirements: Mapping[str, Any]
+    ) -> _Settlement:
+        """The foundation facilitator's `upto` checks: those of Permit2 (with the `upto`
+        proxy as spender), and the witness's facilitator is this merchant's; the proxy's
+        `settle` of the maximum is simulated."""
+        payload = payment["payload"]
+        try:
+            upto = UptoTransfer.from_wire(payload.get("permit2Authorization"))
+        except ValueError:
+            raise _Refusal(ERR_PERMIT2_INVALID_PAYLOAD) from None
+        transfer = upto.transfer
+        if transfer.spender.lower() != UPTO_PERMIT2_PROXY_ADDRESS.lower():
+            raise _Refusal(ERR_PERMIT2_INVALID_SPENDER, transfer.from_address)
+        if upto.facilitator.lower() != self.facilitator_address.lower():
+            raise _Refusal(ERR_UPTO_FACILITATOR_MISMATCH, transfer.from_address)
+        signature = await self._permit2_checks(transfer, payload, requirements)
+        settlement = _Settlement(
+            payer=transfer.from_address,
+            contract=UPTO_PERMIT2_PROXY_ADDRESS,
+            data=upto_settle_call(upto, transfer.amount, signature),
+            pay_to=transfer.to,
+            value=transfer.amount,
+            metered=(upto, signature),
+        )
+        await self._simulate_call(settlement, _PERMIT2_REVERTS)
+        return settlement
 
     async def _verify(
         self, payment: Mapping[str, Any], requirements: Mapping[str, Any]
@@ -733,9 +831,28 @@ class StandardMerchant:
             transfer = Permit2Transfer.from_wire(payload.get("permit2Authorization"))
         except ValueError:
             raise _Refusal(ERR_PERMIT2_INVALID_PAYLOAD) from None
-        payer = transfer.from_address
         if transfer.spender.lower() != EXACT_PERMIT2_PROXY_ADDRESS.lower():
-            raise _Refusal(ERR_PERMIT2_INVALID_SPENDER, payer)
+            raise _Refusal(ERR_PERMIT2_INVALID_SPENDER, transfer.from_address)
+        signature = await self._permit2_checks(transfer, payload, requirements)
+        settlement = _Settlement(
+            payer=transfer.from_address,
+            contract=EXACT_PERMIT2_PROXY_ADDRESS,
+            data=settle_call(transfer, signature),
+            pay_to=transfer.to,
+            value=transfer.amount,
+        )
+        await self._simulate_call(settlement, _PERMIT2_REVERTS)
+        return settlement
+
+    async def _permit2_checks(
+        self,
+        transfer: Permit2Transfer,
+        payload: Mapping[str, Any],
+        requirements: Mapping[str, Any],
+    ) -> bytes:
+        """The checks after the spender's, in the facilitator's order: recipient, time
+        window, amount, token, signature shape, allowance, balance. The signature."""
+        payer = transfer.from_address
         if transfer.to.lower() != str(requirements["payTo"]).lower():
             raise _Refusal(ERR_PERMIT2_RECIPIENT_MISMATCH, payer)
         now = int(time.time())
@@ -758,15 +875,7 @@ class StandardMerchant:
             raise _Refusal(ERR_PERMIT2_ALLOWANCE_REQUIRED, payer)
         if await self._read_uint(BALANCE_OF_SELECTOR + owner, payer) < transfer.amount:
             raise _Refusal(ERR_INSUFFICIENT_BALANCE, payer)
-        settlement = _Settlement(
-            payer=payer,
-            contract=EXACT_PERMIT2_PROXY_ADDRESS,
-            data=settle_call(transfer, signature),
-            pay_to=transfer.to,
-            value=transfer.amount,
-        )
-        await self._simulate_call(settlement, _PERMIT2_REVERTS)
-        return settlement
+        return signature
 
     async def _read_uint(self, data: bytes, payer: str) -> int:
         """A uint256 view of the token (`eth_call` at `latest`)."""

@@ -64,6 +64,9 @@ def receipt_rows(receipt: Any) -> list[tuple[str, str]]:
         ("asset", short(receipt.asset)),
         ("paid to", short(receipt.pay_to)),
     ]
+    authorized = getattr(receipt, "authorized_amount", None)
+    if authorized is not None:
+        rows.insert(3, ("authorized (at most)", money(authorized, receipt.currency)))
     for label, value in (
         ("payment request", receipt.payment_request_code),
         ("transaction code", receipt.transaction_code),
@@ -135,6 +138,11 @@ def _steps(sandbox: Sandbox, *, evm: bool, bridge: bool) -> list[Step]:
                 "standard x402 v2 merchant, Permit2 (any ERC-20) on chain 137",
                 "standard x402, Permit2",
                 sandbox.standard.resource_url("/permit2"),
+            ),
+            Step(
+                "standard x402 v2 merchant, upto (charged by use) on chain 137",
+                "standard x402, upto",
+                sandbox.standard.resource_url("/metered"),
             ),
         ]
     if bridge:
