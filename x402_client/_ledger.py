@@ -191,9 +191,7 @@ class PaymentLedger:
             {
                 "id": entry.id[:12],
                 "started": entry.started_at.isoformat(timespec="seconds"),
-                "price": money_of(
-                    entry.intent.amount, entry.intent.currency, entry.intent.asset_symbol
-                ),
+                "price": money_of(entry.amount, entry.intent.currency, entry.intent.asset_symbol),
                 "rail": entry.intent.rail,
                 "network": entry.intent.network,
                 "outcome": entry.outcome,
