@@ -252,9 +252,17 @@ def test_a_receipt_says_the_authorized_and_the_settled_amount() -> None:
 
 
 @pytest.mark.parametrize("window", [None, "24h"])
-async def test_a_budget_keeps_what_was_settled_and_gives_back_the_rest(window: Any) -> None:
+@pytest.mark.parametrize("store", ["memory", "sqlite"])
+async def test_a_budget_keeps_what_was_settled_and_gives_back_the_rest(
+    window: Any, store: str, tmp_path: Any
+) -> None:
+    from x402_client._sqlite import SqliteStore
+
     budget = Budget("0.015", window=window)
-    budgets = Budgets([budget], InMemoryBudgetStore())
+    if store == "memory":
+        budgets = Budgets([budget], InMemoryBudgetStore())
+    else:
+        budgets = Budgets([budget], SqliteStore(tmp_path / "state.sqlite3"))
     held = await budgets.reserve(_intent())
     kept = await budgets.settle(held, Decimal("0.01"), Decimal("0.004"))
     (status,) = await budgets.status()
@@ -270,3 +278,5 @@ async def test_a_budget_keeps_what_was_settled_and_gives_back_the_rest(window: A
     assert await budgets.settle(whole, Decimal("0.01"), Decimal("0.01")) == whole
     (status,) = await budgets.status()
     assert status.spent == Decimal("0.014")
+    if isinstance(budgets.store, SqliteStore):
+        budgets.store.close()
