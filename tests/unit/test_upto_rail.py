@@ -181,6 +181,12 @@ def test_an_entry_without_a_facilitator_address_says_so() -> None:
     entry = _entry(extra={"assetTransferMethod": "permit2"})
     why = UptoRail(_Context(_options())).describe(entry, "x")
     assert isinstance(why, str) and "facilitatorAddress" in why
+    assert why.startswith("upto authorization for sEURT")
+    # Every blocker together: no RPC URL for the chain, and no facilitator.
+    no_rpc = PaymentOptions(evm=EvmOptions(private_key=KEY), assets=(TOKEN_ASSET,))
+    both = UptoRail(_Context(no_rpc)).describe(entry, "x")
+    assert isinstance(both, str) and "no RPC URL" in both and "facilitatorAddress" in both
+    assert both.startswith("upto authorization for")
 
 
 def test_v1_has_no_upto_entries() -> None:

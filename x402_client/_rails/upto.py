@@ -36,7 +36,6 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
-from .._assets import find_asset
 from .._challenge import AcceptEntry
 from .._models import UptoAcceptEntry
 from .._types import PaymentIntent
@@ -254,18 +253,21 @@ class UptoRail(Permit2Rail):
     def describe(self, entry: AcceptEntry, resource: str) -> PaymentIntent | str:
         if not isinstance(entry, UptoAcceptEntry):
             return NotForThisRail("not an upto entry")
-        chain_id = chain_id_of(entry.network)
-        if chain_id is None:
+        if chain_id_of(entry.network) is None:
             return NotForThisRail("not an EVM entry")
-        as_exact = _as_permit2_entry(entry)
-        described = super().describe(as_exact, resource)
+        # The Permit2 rail's checks (asset, payTo, key, RPC URL) on the same fields.
+        described = super().describe(_as_permit2_entry(entry), resource)
+        if isinstance(described, NotForThisRail):
+            return described
+        missing = None
         if _facilitator_of(entry) is None:
-            blocker = "it names no facilitatorAddress (extra) to bind the authorization to"
-            asset = find_asset(chain_id, entry.asset, self._context.options.assets)
-            label = asset.symbol if asset is not None else "a token"
-            return unpayable(f"upto authorization for {label} on {entry.network[:40]}", [blocker])
+            missing = "it names no facilitatorAddress (extra) to bind the authorization to"
         if isinstance(described, str):
-            return described.replace("Permit2 transfer for", "upto authorization for", 1)
+            text = described.replace("Permit2 transfer for", "upto authorization for", 1)
+            return text if missing is None else f"{text}; {missing}"
+        if missing is not None:
+            what = f"upto authorization for {described.asset_symbol} on {entry.network[:40]}"
+            return unpayable(what, [missing])
         return _intent(entry, described, resource)
 
     @asynccontextmanager
