@@ -14,6 +14,7 @@ from collections.abc import AsyncIterator
 from decimal import Decimal
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 
@@ -232,3 +233,21 @@ async def test_an_unsettled_payment_keeps_the_maximum_for_recovery(stack, tmp_pa
     assert status.spent == MAXIMUM  # held until the payment is settled or given up
     state_of(opts).close()
     assert await stack.balance(address) == 5 * stack.price_atomic
+
+
+async def test_the_sync_client_books_the_settled_amount_too(stack):
+    key, address = await approved_payer(stack)
+    stack.charge_atomic = 6_000
+    opts = options(stack, key, budgets=[Budget("1")])
+
+    def fetch() -> httpx.Response:  # the sync client, off the loop that serves the merchant
+        with with_eur_payment(httpx.Client(timeout=30), opts) as client:
+            return client.get(stack.metered_url)
+
+    response = await anyio.to_thread.run_sync(fetch)
+    assert response.status_code == 200, response.text
+    receipt = response.extensions["x402_payment"]
+    assert (receipt.authorized_amount, receipt.settled_amount) == (MAXIMUM, Decimal("0.006"))
+    (status,) = await state_of(opts).budgets.status()
+    assert status.spent == Decimal("0.006")
+    assert await stack.balance(address) == 5 * stack.price_atomic - 6_000
