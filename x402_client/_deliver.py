@@ -465,6 +465,8 @@ async def resend_proof(
             money_moved=refused_money_moved(moves_first),
         )
     await _close_resent(state, proof, decoded, entry)
+    if intent.scheme == "upto":
+        await _settle_resent(state, proof, result, entry)
     return result
 
 
@@ -489,5 +491,45 @@ async def _close_resent(
     except Exception as exc:
         logger.error(
             "x402: the payment journal could not record a re-sent proof's delivery (%s)",
+            type(exc).__name__,
+        )
+
+
+async def _settle_resent(
+    state: PaymentState, proof: str, response: httpx.Response, entry: LedgerEntry | None
+) -> None:
+    """A re-sent `upto` proof was served (recovery): book what its settlement response
+    says was settled, as the first send would have: the ledger entry, a `settled` step in
+    the journal, and the budgets keep it and give back the rest of the reservations the
+    journal row holds. Once per payment (a row with a `settled` step is left alone); a
+    claim beyond the authorization, or none, keeps the maximum."""
+    from ._amounts import format_amount
+    from ._budget import Reservation
+
+    receipt = response.extensions.get(RECEIPT_EXTENSION)
+    settled = getattr(receipt, "settled_amount", None)
+    authorized = getattr(receipt, "authorized_amount", None)
+    if settled is None or authorized is None or settled > authorized:
+        return
+    detail = f"{format_amount(settled)} of at most {format_amount(authorized)}"
+    if entry is not None and entry.settled_amount is None:
+        entry.settled_amount = settled
+        entry.step("settled", detail)
+    journal = state.journal
+    if journal is None:
+        return
+    try:
+        with anyio.CancelScope(shield=True):
+            found = await journal.find_by_proof(proof)
+            if found is None or any(step.step == "settled" for step in found.steps):
+                return
+            budgets = {budget.key: budget for budget in state.budgets.budgets}
+            held = [Reservation(budgets[k], r) for k, r in found.reservations if k in budgets]
+            await journal.update_payment(found.id, step="settled", detail=detail)
+            await state.budgets.settle(held, authorized, settled)
+    except Exception as exc:
+        logger.error(
+            "x402: a re-sent upto payment's settled amount could not be booked (%s); "
+            "the authorized maximum stays counted",
             type(exc).__name__,
         )

@@ -31,6 +31,7 @@ from x402_client import (
     PaymentOutcomeUnknown,
     PaymentVerificationFailed,
     payment_ledger,
+    recover_payments,
     unfinished_payments,
     with_eur_payment,
 )
@@ -211,7 +212,7 @@ async def test_the_journal_keeps_the_maximum_until_settled(stack, tmp_path):
     assert await stack.balance(address) == 5 * stack.price_atomic - 2_500
 
 
-async def test_an_unsettled_payment_keeps_the_maximum_for_recovery(stack, tmp_path):
+async def test_an_unsettled_payment_keeps_the_maximum_until_recovery_settles_it(stack, tmp_path):
     key, address = await approved_payer(stack)
     stack.fail_status = 500  # the merchant breaks before it settles anything
     opts = options(
@@ -231,8 +232,31 @@ async def test_an_unsettled_payment_keeps_the_maximum_for_recovery(stack, tmp_pa
     assert (entry.outcome, entry.amount) == ("unknown", MAXIMUM)
     (status,) = await state_of(opts).budgets.status()
     assert status.spent == MAXIMUM  # held until the payment is settled or given up
-    state_of(opts).close()
     assert await stack.balance(address) == 5 * stack.price_atomic
+
+    # Recovery re-sends the same proof; the merchant serves and settles what it charges.
+    stack.fail_status = None
+    stack.charge_atomic = 3_500
+    async with with_eur_payment(httpx.AsyncClient(timeout=30), opts) as client:
+        (recovered,) = await recover_payments(client)
+        assert recovered.status == "delivered", recovered.reason
+        assert recovered.response is not None
+        receipt = recovered.response.extensions["x402_payment"]
+        assert (receipt.reused, receipt.settled_amount) == (True, Decimal("0.0035"))
+        # Once only: the same proof re-sent again books nothing twice.
+        with pytest.raises(PaymentVerificationFailed):
+            await client.get(stack.metered_url, extensions={"x402": {"proof": receipt.proof}})
+    (entry,) = payment_ledger(opts).entries()
+    assert (entry.outcome, entry.amount) == ("paid", Decimal("0.0035"))
+    (status,) = await state_of(opts).budgets.status()
+    assert status.spent == Decimal("0.0035")
+    journal = state_of(opts).journal
+    assert journal is not None
+    (record,) = await journal.payments()
+    assert record.amount == MAXIMUM and record.delivered
+    assert [s.detail for s in record.steps if s.step == "settled"] == ["0.0035 of at most 0.01"]
+    state_of(opts).close()
+    assert await stack.balance(address) == 5 * stack.price_atomic - 3_500
 
 
 async def test_the_sync_client_books_the_settled_amount_too(stack):
