@@ -281,6 +281,10 @@ class PaymentRecord:
             entry.settled_amount = settled
             detail = f"{format_amount(settled)} of at most {format_amount(authorized)}"
         entry.step("settled", detail)
+        # The journal first: a row with a `settled` step is never given back again.
+        await self._write(
+            "the settled amount", self._journal.update_payment, step="settled", detail=detail
+        )
         if settled is not None and settled < authorized and self.held:
             try:
                 with anyio.CancelScope(shield=True):
@@ -292,9 +296,6 @@ class PaymentRecord:
                     self.id,
                     type(exc).__name__,
                 )
-        await self._write(
-            "the settled amount", self._journal.update_payment, step="settled", detail=detail
-        )
 
     # --- the end ---------------------------------------------------------------------------------
 
