@@ -70,13 +70,14 @@ def test_demo_pays_on_every_rail_and_prints_the_resources() -> None:
         "EVM permit, chain 1        0.25 EUR",
         "standard x402, EIP-3009    0.10 EUR",
         "standard x402, Permit2     0.05 EUR",
+        "standard x402, upto        0.02 EUR",
         "bridge to chain A          0.30 EUR",
         "chain A, own wallet        0.30 EUR",
-        "total                      1.35 EUR",
+        "total                      1.37 EUR",
         "payer account left         99.60 EURO",
         "EVM payer left, chain 137  99.75 EURQ",
         "EVM payer left, chain 1    99.75 EURQ",
-        "EVM payer left, sEURC      99.85 sEURC",
+        "EVM payer left, sEURC      99.83 sEURC",
         "chain-A wallet left        99.70 EURQ",
     ):
         assert paid in summary, summary
