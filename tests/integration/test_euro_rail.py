@@ -140,7 +140,9 @@ async def test_expired_proof_gets_exactly_one_fresh_payment():
 
 
 async def test_expired_twice_is_an_error_not_a_third_payment():
-    async with Sandbox(confirmation_delay=0.6, request_lifetime=0.2) as sandbox:
+    # Each payment request lives 1 s (long enough to be paid on a busy machine) and is
+    # confirmed only after 3 s, so each proof is refused as expired.
+    async with Sandbox(confirmation_delay=3.0, request_lifetime=1.0) as sandbox:
         options = payment_options(sandbox, confirmation_wait=0.05)
         async with with_eur_payment(httpx.AsyncClient(), options) as client:
             with pytest.raises(PaymentVerificationFailed, match="expired"):
