@@ -24,12 +24,14 @@ are classified:
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
 
 import httpx
+from pydantic import ValidationError
 
 from . import _json
 from ._exceptions import (
@@ -42,6 +44,7 @@ from ._http import BodyTooLarge, read_bounded
 from ._provider import (
     ProviderError,
     TransactionRecord,
+    _get,
     find_transaction,
     is_insufficient_funds,
     provider_errors,
@@ -51,7 +54,7 @@ from ._provider import (
 from ._secret import SecretStr
 from ._types import PaymentIntent
 
-__all__ = ["PaymentAPI"]
+__all__ = ["PaymentAPI", "TransactionList"]
 
 logger = logging.getLogger("x402_client")
 
@@ -78,6 +81,40 @@ def payment_request_body(from_account: str, payment_request_code: str, amount: D
 def _first_error(errors: list[ProviderError]) -> tuple[str | None, str | None]:
     """The provider's first error `code` and `message`, if the body carried any."""
     return (errors[0].code, errors[0].message) if errors else (None, None)
+
+
+@dataclasses.dataclass(frozen=True)
+class TransactionList:
+    """One page of the account's transactions (`GET /transaction`), and whether it holds
+    all of them: `complete` only when the answer says there is no other page."""
+
+    items: tuple[TransactionRecord, ...]
+    complete: bool
+
+
+def transaction_list(body: Any, page_size: int) -> TransactionList:
+    """A page of `{"items": [...], "page", "pageSize", "total", "totalPages"}` (wrapped or
+    not). Items that are no transaction record are skipped, and make the page incomplete;
+    so does a `total` or `totalPages` beyond this page, or a full page that gives neither."""
+    payload = unwrap(body)
+    raw = _get(payload, "items") if isinstance(payload, dict) else payload
+    if not isinstance(raw, list):
+        raise PaymentAPIError("the transaction list has no items")
+    items = []
+    for item in raw:
+        try:
+            items.append(TransactionRecord.model_validate(item))
+        except ValidationError:
+            continue
+    total = _get(payload, "total") if isinstance(payload, dict) else None
+    pages = _get(payload, "totalPages") if isinstance(payload, dict) else None
+    if isinstance(total, int) and not isinstance(total, bool):
+        complete = total <= len(raw)
+    else:
+        complete = len(raw) < page_size
+    if isinstance(pages, int) and not isinstance(pages, bool) and pages > 1:
+        complete = False
+    return TransactionList(tuple(items), complete and len(items) == len(raw))
 
 
 class _KeyedTransport(httpx.AsyncBaseTransport):
@@ -281,6 +318,11 @@ class PaymentAPI:
         """Look a transaction up by code (`GET /transaction?txCode=`); None if not listed."""
         answer = await self._get("/transaction", {"txCode": transaction_code, "pageSize": "1"})
         return find_transaction(answer, transaction_code)
+
+    async def list_transactions(self, page_size: int = 200) -> TransactionList:
+        """The account's transactions, first page (`GET /transaction?pageSize=`)."""
+        answer = await self._get("/transaction", {"pageSize": str(page_size)})
+        return transaction_list(answer, page_size)
 
     async def balance(self, account_code: str) -> Decimal:
         """The account's balance (`GET /account/balance?accountCode=`)."""

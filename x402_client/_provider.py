@@ -55,6 +55,8 @@ class TransactionRecord(_Wire):
     token_code: WireStr | None = Field(default=None, alias="tokenCode")
     type: WireStr | None = None
     message: WireStr | None = None
+    #: When the provider made it (ISO 8601, UTC when no offset is given).
+    created: WireStr | None = None
 
 
 def _get(mapping: dict[str, Any], key: str) -> Any:

@@ -25,8 +25,11 @@ What recovery does, by what the journal holds (docs/failure-semantics.md, the cr
   the node, `_rails.chain_a.lookup`): the transaction is on chain: `unrecoverable`, the
   money moved; its validity window passed unconfirmed: `failed`, budget released; still
   valid: `pending`;
-- bridge, no transaction code (a crash during the payment call): `unrecoverable`: the
-  call may have gone through; the reason says what to ask the provider;
+- bridge, no transaction code (a crash before or during the payment call): the payment
+  API's list of the account's transactions decides: no BlockchainAddress payment of the
+  amount to the entry's `payTo` since the record was opened: `failed`, budget released;
+  exactly one: its transaction code is adopted and the bridge wait resumed (never paying
+  again); the API unreachable, or the answer ambiguous: `pending`;
 - a proof the merchant calls used or expired, or an expired authorization:
   `unrecoverable`, with the codes a person needs (unless the journal shows the payment
   was delivered meanwhile, by its proof re-sent by hand: `delivered`);
@@ -56,6 +59,8 @@ import dataclasses
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
+from datetime import datetime, timedelta, timezone
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
@@ -65,6 +70,7 @@ from ._amounts import format_money, money_of
 from ._challenge import VerifierReason, classify_reason
 from ._exceptions import (
     ConfigurationError,
+    PaymentAPIError,
     PaymentNotConfirmed,
     PaymentOutcomeUnknown,
     PaymentVerificationFailed,
@@ -73,6 +79,7 @@ from ._exceptions import (
 from ._models import EuroPayload, PaymentProof
 from ._options import PaymentOptions
 from ._payer import Payer
+from ._payment_api import PaymentAPI
 from ._policy import EXPIRY_SKEW
 from ._proof import ProofError, b64_json_decode, encode_proof
 from ._redact import redact_urls, strip_redacted
@@ -82,6 +89,7 @@ from ._state import PaymentState, state_of
 
 if TYPE_CHECKING:
     from ._chain_a_options import ChainAOptions
+    from ._provider import TransactionRecord
 
 __all__ = ["Recovery", "recover_payment", "recover_payments", "unfinished_payments"]
 
@@ -101,6 +109,10 @@ _SETTLE_ON_PROOF = ("evm-permit", "eip3009", "permit2", "upto", "chain-a")
 _CREDENTIALS = (401, 403, 407)
 #: Answers that say "later", not "never".
 _LATER = (408, 425, 429)
+
+#: How much earlier than the journal record the provider may stamp the bridge payment made
+#: for it (the two clocks differ): a payment listed from then on may be the record's.
+BRIDGE_CLOCK_SKEW = timedelta(seconds=EXPIRY_SKEW)
 
 IN_PROGRESS = (
     "a process that is still running is working on this payment (paying it, waiting for "
@@ -328,9 +340,9 @@ async def recover_one(
     try:
         # What the process that owned it left, now that none does.
         record = await journal.get(record.id) or record
-        chain_a = _options_of(source).chain_a
+        options = _options_of(source)
         result = _settled(record) or await _recover(
-            _Recovering(state, journal, record, headers, send, chain_a)
+            _Recovering(state, journal, record, headers, send, options.chain_a, options)
         )
     finally:
         with anyio.CancelScope(shield=True):
@@ -374,6 +386,8 @@ class _Recovering:
     #: The chain-A wallet's settings (its node and indexer), to ask the chain about a
     #: direct chain-A proof the merchant refuses.
     chain_a: ChainAOptions | None = None
+    #: The payer's options: the payment API to ask about a bridge payment with no code.
+    options: PaymentOptions | None = None
 
     async def give_up(self, reason: str, *, on_chain: bool = False) -> Recovery:
         # Say what is known of the money: on a pay-first rail a proof or a transaction code
@@ -434,13 +448,16 @@ class _Recovering:
 
     async def resume_bridge(self) -> Recovery:
         """A bridge payment that has no proof yet: resume it from its transaction code."""
-        record = self.record
-        if record.transaction_code is None:
-            return await self.give_up(
-                "the process died during the bridge payment call: the EURO may or may not "
-                "have left the account; ask the provider for a BlockchainAddress payment "
-                f"made at {record.created_at.isoformat(timespec='seconds')}"
+        if self.record.transaction_code is None:
+            found = await self.find_bridge_payment()
+            if isinstance(found, Recovery):
+                return found
+            # The EURO left the account in that payment: its code is this record's now.
+            await self.journal.update_payment(
+                self.record.id, transaction_code=found, detail="transaction_code (listed)"
             )
+            self.record = dataclasses.replace(self.record, transaction_code=found)
+        record = self.record
         settings = {"resume_transaction_code": record.transaction_code, "journal_id": record.id}
         try:
             response = await _send(self.send, record, settings, self.headers)
@@ -452,6 +469,59 @@ class _Recovering:
         except httpx.HTTPError as exc:
             return Recovery(record, "pending", f"the merchant did not answer: {exc}")
         return await self.answered(response, "the bridge payment was resumed")
+
+    def undecided(self, reason: str) -> Recovery:
+        """A bridge payment with no code that recovery cannot tell paid or not: pending."""
+        record = self.record
+        return Recovery(
+            record,
+            "pending",
+            f"the process died before or during the bridge payment call and {reason}: the "
+            "EURO may or may not have left the account; nothing was released and nothing "
+            "paid; try again later, or ask the provider for a BlockchainAddress payment of "
+            f"{_codes(record)} made from {record.created_at.isoformat(timespec='seconds')}",
+        )
+
+    async def find_bridge_payment(self) -> Recovery | str:
+        """Whether the EURO of a bridge payment with no transaction code left the account:
+        the payment API's list of the account's transactions decides. Its one payment to
+        the entry's `payTo` since the record was opened (the code to resume), no payment
+        (`failed`, the reservation released), or, unreachable or ambiguous, `pending`."""
+        record, options = self.record, self.options
+        if options is None or not (options.api_url and options.api_key and options.from_account):
+            return self.undecided("recovery has no payment API (api_url, api_key, from_account)")
+        api = PaymentAPI(
+            options.api_url,
+            options.api_key,
+            timeout=options.payment_api_timeout,
+            max_body_bytes=options.max_body_bytes,
+        )
+        try:
+            listing = await api.list_transactions()
+        except (PaymentAPIError, httpx.HTTPError) as exc:
+            detail = str(exc) if isinstance(exc, PaymentAPIError) else type(exc).__name__
+            return self.undecided(f"the payment API did not list the transactions ({detail})")
+        finally:
+            await api.aclose()
+        found = []
+        for item in _bridge_payments(record, options.from_account, listing.items):
+            other = await self.journal.with_transaction_code(item.transaction_code)
+            if other is None or other.id == record.id:
+                found.append(item)  # no other journaled payment made this one
+        if not listing.complete:
+            return self.undecided("the payment API listed only part of the transactions")
+        if not found:
+            return await self.nothing_moved(
+                "the process died before the bridge payment call: the payment API lists no "
+                f"BlockchainAddress payment to {record.pay_to} since the payment was opened; "
+                "no money moved"
+            )
+        if len(found) > 1 or not _pays(found[0], record):
+            codes = ", ".join(item.transaction_code for item in found)
+            which = "more than one payment" if len(found) > 1 else "a payment whose fields"
+            which += "" if len(found) > 1 else " it does not all give,"
+            return self.undecided(f"the payment API lists {which} that may be it ({codes})")
+        return found[0].transaction_code
 
     async def resend_proof(self) -> Recovery:
         """Re-send the payment's proof (a euro payment's, rebuilt from its request code)."""
@@ -519,6 +589,50 @@ class _Recovering:
         if found.status == "void":
             return await self.nothing_moved(f"{refused}; {found.detail}: no money moved")
         return Recovery(self.record, "pending", f"{refused}; {found.detail}")
+
+
+def _listed_at(created: str | None) -> datetime | None:
+    """When the provider stamped a transaction (UTC unless it says otherwise)."""
+    if created is None:
+        return None
+    try:
+        stamped = datetime.fromisoformat(created.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return stamped if stamped.tzinfo is not None else stamped.replace(tzinfo=timezone.utc)
+
+
+def _pays(item: TransactionRecord, record: JournalRecord) -> bool:
+    """Whether a listed transaction says it is a bridge payment of `record`'s amount to its
+    `payTo` (not merely that it may be one)."""
+    return (
+        item.type == "BlockchainAddress"
+        and item.to_account_code == record.pay_to
+        and item.amount is not None
+        and Decimal(item.amount) == record.amount
+    )
+
+
+def _bridge_payments(
+    record: JournalRecord, from_account: str, items: Sequence[TransactionRecord]
+) -> list[TransactionRecord]:
+    """The listed transactions that may be `record`'s bridge payment: none of their fields
+    says otherwise (type, payer, payee, amount), and they were not made before the record
+    was opened (less the clocks' skew)."""
+    since = record.created_at - BRIDGE_CLOCK_SKEW
+    found = []
+    for item in items:
+        stamped = _listed_at(item.created)
+        if (
+            item.type not in (None, "BlockchainAddress")
+            or item.from_account_code not in (None, from_account)
+            or item.to_account_code not in (None, record.pay_to)
+            or (item.amount is not None and Decimal(item.amount) != record.amount)
+            or (stamped is not None and stamped < since)
+        ):
+            continue
+        found.append(item)
+    return found
 
 
 async def recover_payments(

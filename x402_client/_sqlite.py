@@ -925,6 +925,11 @@ class SqliteStore:
         found = await self._read(work)
         return found[0] if found else None
 
+    async def with_transaction_code(self, code: str) -> JournalRecord | None:
+        """The newest payment that journaled the provider's transaction `code`."""
+        found = await self._read(partial(self._select, "transaction_code = ?", (code,), "DESC", 1))
+        return found[0] if found else None
+
     async def unfinished(self) -> list[JournalRecord]:
         """Payments recovery should look at, oldest first: pending, unknown, or paid but
         not delivered (and not marked unrecoverable). Those a live process is still working

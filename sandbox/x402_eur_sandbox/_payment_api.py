@@ -1,6 +1,8 @@
 """The managed-account payment API (`{api_url}`), in the field notes' shapes.
 
-`POST /transaction/payment`, `GET /transaction?txCode=`, `GET /account/balance`,
+`POST /transaction/payment`, `GET /transaction?txCode=` (or, without `txCode`, the
+account's transactions, oldest first: the first page, its `total` counting them all),
+`GET /account/balance`,
 `GET /account/list`. Success bodies are wrapped in `{"value": ...}`; errors are
 `{"errors": [{"code", "message"}]}`.
 """
@@ -70,15 +72,15 @@ def payment_api_app(bank: Bank, faults: Faults | None = None) -> Starlette:
                 t.record() for t in found if t is not None and holder.code in (t.from_account, t.to)
             ]
         page_size = max(1, int(request.query_params.get("pageSize", "50") or 50))
-        items = items[:page_size]
+        total = len(items)
         return json_response(
             {
                 "value": {
-                    "items": items,
+                    "items": items[:page_size],
                     "page": 1,
                     "pageSize": page_size,
-                    "total": len(items),
-                    "totalPages": 1,
+                    "total": total,
+                    "totalPages": max(1, -(-total // page_size)),
                 }
             }
         )

@@ -27,6 +27,7 @@ import dataclasses
 import json
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -214,7 +215,6 @@ class Case:
 # `before-call` / `after-call` are around signing the transfer: killed after signing, before
 # the proof was journaled or delivered, nothing signed ever left the process.
 USED = ("refused the re-sent proof", "already used")
-DIED_IN_CALL = ("died during the bridge payment call", "ask the provider")
 
 MATRIX = [
     # euro: money moves in the payment call; the payment request code is journaled before
@@ -250,9 +250,12 @@ MATRIX = [
     Case("evm", "proof", True, ("proof",), "delivered"),
     Case("evm", "delivery", True, ("proof",), "unrecoverable", USED),
     Case("evm", "delivery-held", True, ("proof",), "delivered"),
-    # bridge: money moves in the payment call; its code is noted right after it.
-    Case("bridge", "before-call", False, (), "unrecoverable", DIED_IN_CALL),
-    Case("bridge", "after-call", True, (), "unrecoverable", DIED_IN_CALL),
+    # bridge: money moves in the payment call; its code is noted right after it. Without
+    # it, the payment API's list of the account's transactions says whether the EURO left:
+    # no payment to the entry's payTo since the record was opened, or exactly one (whose
+    # code recovery adopts, to resume the bridge wait).
+    Case("bridge", "before-call", False, (), "failed", ("no money moved",)),
+    Case("bridge", "after-call", True, (), "delivered"),
     Case("bridge", "wait", True, ("transaction_code",), "delivered"),
     Case(
         "bridge",
@@ -606,8 +609,8 @@ SETTLED_OUTCOMES = {
     "evm-proof": {"paid"},
     "evm-delivery": {"paid", "unknown"},  # the merchant settled the permit
     "evm-delivery-held": {"paid"},
-    "bridge-before-call": {"unknown"},  # the EURO may have left
-    "bridge-after-call": {"unknown", "paid"},
+    "bridge-before-call": {"failed"},  # the payment API lists no payment
+    "bridge-after-call": {"paid"},  # it lists the one payment: resumed and delivered
     "bridge-wait": {"paid"},
     "bridge-proof": {"paid"},
     "bridge-delivery": {"paid"},  # the proof exists only once the EURO left
@@ -638,23 +641,13 @@ async def test_a_recovered_record_says_whether_money_moved(
 
 # --- the reservation, exactly when no money moved ---------------------------------------------
 
-_BRIDGE_BEFORE_THE_CALL = pytest.mark.xfail(
-    strict=True,
-    reason="a bridge payer killed before its payment call leaves the same journal record as "
-    "one killed during it (pending, no transaction code): recovery gives up and keeps the "
-    "reservation, though no money moved; the provider's transaction list (GET /transaction, "
-    "served by the sandbox) would show that no BlockchainAddress payment to pay_to left the "
-    "account after the record was opened",
-)
-
 
 def _reservation_cases() -> list[Any]:
     cases = []
     for case in MATRIX:
         if case.recovery == "pending":
             continue  # not decidable yet: see the expired-request test below
-        marks = [_BRIDGE_BEFORE_THE_CALL] if case.id == "bridge-before-call" else []
-        cases.append(pytest.param(case, id=case.id, marks=marks))
+        cases.append(pytest.param(case, id=case.id))
     return cases
 
 
@@ -720,6 +713,93 @@ async def test_euro_killed_before_paying_is_failed_once_the_request_expired(
 
 def payments_of(sandbox: Sandbox, account: Account) -> list[Any]:
     return [t for t in sandbox.bank.payments_made if t.from_account == account.code]
+
+
+# --- a bridge payment with no transaction code that the payment API cannot settle ------------
+
+
+async def _bridge_killed(sandbox: Sandbox, step: str, tmp_path: Path) -> Crashed:
+    """A bridge payer killed at `step` (before or after its payment call), its transfer
+    (if any) settled."""
+    case = next(c for c in MATRIX if c.id == f"bridge-{step}")
+    crashed = Crashed(case, sandbox.bank.open_account("10.00"), tmp_path / "state.sqlite3")
+    crashed.served_before = _served(sandbox)
+    await _kill_child(sandbox, crashed, tmp_path)
+    await _settle_bridge(sandbox, crashed.account)
+    return crashed
+
+
+async def _recover_once(options: PaymentOptions) -> tuple[Recovery, JournalRecord, int]:
+    """One recovery run: what it said, the record it left and the budget still reserved."""
+    try:
+        async with with_eur_payment(httpx.AsyncClient(timeout=30), options) as client:
+            (recovery,) = await recover_payments(client)
+        journal = state_of(options).journal
+        assert journal is not None
+        after = await journal.get(recovery.record.id)
+        spent = await journal.spent(BUDGET.key, None)
+    finally:
+        state_of(options).close()
+    assert after is not None
+    return recovery, after, spent
+
+
+async def test_bridge_killed_in_the_call_stays_pending_when_the_listed_payments_are_ambiguous(
+    crash_sandbox: Sandbox, tmp_path: Path
+) -> None:
+    sandbox = crash_sandbox
+    crashed = await _bridge_killed(sandbox, "after-call", tmp_path)
+    (made,) = payments_of(sandbox, crashed.account)
+    # Another payment of the same amount to the same address from the account, made since
+    # (by hand, say): the list cannot tell which one is the journaled payment's.
+    other = sandbox.bank.pay(
+        crashed.account,
+        payment_from=crashed.account.code,
+        to_type="BlockchainAddress",
+        payment_to=made.to,
+        amount=PRICE,
+    )
+    await _settle_bridge(sandbox, crashed.account)
+
+    recovery, after, spent = await _recover_once(_options(sandbox, crashed))
+
+    assert recovery.status == "pending", recovery.reason
+    assert "more than one payment" in recovery.reason
+    assert made.code in recovery.reason and other.code in recovery.reason
+    assert (after.outcome, after.transaction_code, after.unrecoverable) == ("pending", None, None)
+    assert spent == ATOMIC  # nothing released
+    assert payments_of(sandbox, crashed.account) == [made, other]  # nothing paid
+    assert _served(sandbox) == crashed.served_before
+
+
+async def test_bridge_killed_before_the_call_stays_pending_while_the_payment_api_is_unreachable(
+    crash_sandbox: Sandbox, tmp_path: Path
+) -> None:
+    sandbox = crash_sandbox
+    crashed = await _bridge_killed(sandbox, "before-call", tmp_path)
+    with socket.socket() as unused:  # a loopback port nothing listens on
+        unused.bind(("127.0.0.1", 0))
+        port = unused.getsockname()[1]
+    unreachable = _options(sandbox, crashed).model_copy(
+        update={"api_url": f"http://127.0.0.1:{port}"}
+    )
+
+    recovery, after, spent = await _recover_once(unreachable)
+
+    assert recovery.status == "pending", recovery.reason
+    assert "did not list" in recovery.reason and "may or may not" in recovery.reason
+    assert (after.outcome, after.unrecoverable) == ("pending", None)
+    assert spent == ATOMIC  # nothing released
+    assert payments_of(sandbox, crashed.account) == []  # nothing paid
+
+    # Once the payment API answers, a later run finds that no money moved.
+    recovery, after, spent = await _recover_once(_options(sandbox, crashed))
+    assert recovery.status == "failed", recovery.reason
+    assert "no money moved" in recovery.reason
+    assert (after.outcome, after.delivered) == ("failed", False)
+    assert spent == 0
+    assert payments_of(sandbox, crashed.account) == []
+    assert _served(sandbox) == crashed.served_before
 
 
 # --- recovery while the payer is alive, in another process ------------------------------------
