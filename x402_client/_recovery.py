@@ -512,9 +512,9 @@ class _Recovering:
             return self.undecided("the payment API listed only part of the transactions")
         if not found:
             return await self.nothing_moved(
-                "the process died before the bridge payment call: the payment API lists no "
-                f"BlockchainAddress payment to {record.pay_to} since the payment was opened; "
-                "no money moved"
+                "no bridge payment was made before the process died: the payment API lists "
+                f"no BlockchainAddress payment to {record.pay_to} since the payment was "
+                "journaled; no money moved"
             )
         if len(found) > 1 or not _pays(found[0], record):
             codes = ", ".join(item.transaction_code for item in found)
