@@ -40,6 +40,14 @@ with the spender the `upto` Permit2 proxy. After the handler answered, the merch
 `settle(..., amount, ...)`, or no transaction for 0, and reports it in the
 `PAYMENT-RESPONSE`'s `amount` (atomic units), as the foundation's facilitator does.
 
+The routes of `payment_identifier_paths` (`/report`, optional, and `/order`, required, by
+default) declare the `payment-identifier` extension in their 402 (`_payment_identifier`)
+and deduplicate by it: a proof whose identifier was served before with the same payload is
+answered with the first answer again, status, `PAYMENT-RESPONSE` and body, and nothing is
+verified or settled; with another payload it is 409 Conflict; on a route that requires one,
+a proof without a valid identifier is 400 Bad Request. Proofs of one identifier are handled
+one at a time, so a duplicate sent while the first settles waits for its answer.
+
 Every refusal after a payment was offered is a 402 with both `PAYMENT-REQUIRED` (its
 `error` the reason) and `PAYMENT-RESPONSE` (`{success: false, errorReason, ...}`). The
 foundation's server sends only the first after a failed verification and only the second
@@ -73,6 +81,15 @@ from starlette.routing import Route
 from ._anvil import ANVIL_DEV_KEYS, AnvilNode, _sign_and_send, _web3, token_balance
 from ._eip712 import DigestSigner, TransferAuthorization, keccak256
 from ._merchant import Price
+from ._payment_identifier import (
+    PAYMENT_IDENTIFIER,
+    Answer,
+    PaymentIdentifiers,
+    declaration,
+    payload_digest,
+    payment_id_of,
+    requirement_problem,
+)
 from ._permit2 import (
     ALLOWANCE_SELECTOR,
     BALANCE_OF_SELECTOR,
@@ -93,6 +110,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DEFAULT_CHAIN_ID",
+    "PAYMENT_IDENTIFIER_PATHS",
     "PERMIT2_PRICES",
     "STANDARD_PRICES",
     "TOKEN_NAME",
@@ -129,7 +147,11 @@ STANDARD_PRICES: dict[str, Price] = {
     "/report": Price(Decimal("0.50"), "A market report"),
     "/premium": Price(Decimal("2.00"), "Above the default per-payment cap"),
     "/paid": Price(Decimal("0.01"), "A paid sandbox resource (x402 v2)"),
+    "/order": Price(Decimal("0.20"), "An order, placed once per payment identifier"),
 }
+
+#: The routes that declare the `payment-identifier` extension: path -> `required`.
+PAYMENT_IDENTIFIER_PATHS: dict[str, bool] = {"/report": False, "/order": True}
 
 #: The standard merchant's Permit2 routes (the same token, paid through Permit2).
 PERMIT2_PRICES: dict[str, Price] = {
@@ -430,6 +452,7 @@ class StandardMerchant:
         approve_permit2: bool = True,
         upto_prices: Mapping[str, Price] | None = None,
         upto_charge: Decimal | str = "0.4",
+        payment_identifier_paths: Mapping[str, bool] | None = None,
     ) -> None:
         from eth_account import Account
 
@@ -448,6 +471,14 @@ class StandardMerchant:
         self.upto_charge = Decimal(upto_charge)
         if not 0 <= self.upto_charge <= 1:
             raise ValueError("upto_charge is a share of the maximum, from 0 to 1")
+        #: The routes declaring the `payment-identifier` extension: path -> `required`.
+        self.payment_identifier_paths: dict[str, bool] = dict(
+            PAYMENT_IDENTIFIER_PATHS
+            if payment_identifier_paths is None
+            else payment_identifier_paths
+        )
+        #: The identifiers served, each with its answer (a re-sent proof gets it again).
+        self.payment_identifiers = PaymentIdentifiers()
         self.approve_permit2 = approve_permit2
         self.payer_funding = Decimal(payer_funding)
         self.max_timeout_seconds = max_timeout_seconds
@@ -570,7 +601,7 @@ class StandardMerchant:
 
     def payment_required(self, path: str, url: str, error: str) -> dict[str, Any]:
         price = self.prices[path]
-        return {
+        required: dict[str, Any] = {
             "x402Version": 2,
             "error": error,
             "resource": {
@@ -580,6 +611,10 @@ class StandardMerchant:
             },
             "accepts": [self.requirements(path)],
         }
+        declared = self.payment_identifier_paths.get(path)
+        if declared is not None:
+            required["extensions"] = {PAYMENT_IDENTIFIER: declaration(declared)}
+        return required
 
     async def token_balance(self, address: str) -> int:
         """Atomic sEURC balance of `address`."""
@@ -677,48 +712,80 @@ class StandardMerchant:
         header = request.headers.get("payment-signature")
         payment = decode_payment_signature(header) if header else None
         if payment is None:
-            await self._payment_required(send, path, url, ERR_PAYMENT_REQUIRED)
-            return
+            answer = self._payment_required(path, url, ERR_PAYMENT_REQUIRED)
+        else:
+            answer = await self._identified(scope, receive, path, url, payment)
+        await _send(send, answer.status, list(answer.headers), answer.body)
+
+    async def _identified(
+        self, scope: Any, receive: Any, path: str, url: str, payment: Mapping[str, Any]
+    ) -> Answer:
+        """A paid request, under the `payment-identifier` rules where the route declares
+        the extension: 400 without a valid identifier where it is required, the first
+        answer again for an identifier served before with the same proof (nothing is
+        verified or settled), 409 for one served with another proof."""
+        required = self.payment_identifier_paths.get(path)
+        if required is None:
+            return await self._paid(scope, receive, path, url, payment)
+        problem = requirement_problem(payment, required)
+        if problem is not None:
+            return _json_answer(400, {"error": [problem]})
+        payment_id = payment_id_of(payment)
+        if payment_id is None:
+            return await self._paid(scope, receive, path, url, payment)
+        digest = payload_digest(payment)
+        async with self.payment_identifiers.lock(payment_id):
+            kept = self.payment_identifiers.lookup(payment_id, digest)
+            if isinstance(kept, Answer):
+                return kept
+            if kept is False:
+                message = f"payment identifier {payment_id} was used with another payment"
+                return _json_answer(409, {"error": [message]})
+            answer = await self._paid(scope, receive, path, url, payment)
+            if answer.status < 400 and any(k == b"payment-response" for k, _ in answer.headers):
+                self.payment_identifiers.keep(payment_id, digest, answer)
+            return answer
+
+    async def _paid(
+        self, scope: Any, receive: Any, path: str, url: str, payment: Mapping[str, Any]
+    ) -> Answer:
+        """Verify the payment, run the handler, settle: the answer to send."""
         requirements = self.requirements(path)
         if not requirements_match(requirements, payment["accepted"]):
-            await self._payment_required(send, path, url, ERR_NO_MATCH)
-            return
+            return self._payment_required(path, url, ERR_NO_MATCH)
         try:
             settlement = await self._verified(path, payment, requirements)
         except _Refusal as refusal:
-            await self._refuse(send, path, url, refusal)
-            return
+            return self._refuse(path, url, refusal)
 
         status, headers, body = await _buffered(self.app, scope, receive)
         if status >= 400:  # the foundation settles only a successful answer
-            await _send(send, status, headers, body)
-            return
+            return Answer(status, tuple(headers), body)
         try:
             settled = await self._settle_charged(path, settlement)
         except _Refusal as refusal:
-            await self._refuse(send, path, url, refusal)
-            return
+            return self._refuse(path, url, refusal)
         self.settlements.append(settled)
         headers = [
             *headers,
             (b"payment-response", encode_header(settled, compact=False).encode()),
             (b"access-control-expose-headers", b"PAYMENT-RESPONSE"),
         ]
-        await _send(send, status, headers, body)
+        return Answer(status, tuple(headers), body)
 
-    async def _payment_required(
-        self, send: Any, path: str, url: str, error: str, extra_headers: tuple[Any, ...] = ()
-    ) -> None:
+    def _payment_required(
+        self, path: str, url: str, error: str, extra_headers: tuple[Any, ...] = ()
+    ) -> Answer:
         required = encode_header(self.payment_required(path, url, error))
-        headers = [
+        headers = (
             (b"content-type", b"application/json"),
             (b"cache-control", b"no-store"),
             (b"payment-required", required.encode()),
             *extra_headers,
-        ]
-        await _send(send, 402, headers, b"{}")
+        )
+        return Answer(402, headers, b"{}")
 
-    async def _refuse(self, send: Any, path: str, url: str, refusal: _Refusal) -> None:
+    def _refuse(self, path: str, url: str, refusal: _Refusal) -> Answer:
         response: dict[str, Any] = {
             "success": False,
             "errorReason": refusal.reason,
@@ -728,7 +795,7 @@ class StandardMerchant:
         if refusal.payer is not None:
             response["payer"] = refusal.payer
         header = (b"payment-response", encode_header(response, compact=False).encode())
-        await self._payment_required(send, path, url, refusal.reason, (header,))
+        return self._payment_required(path, url, refusal.reason, (header,))
 
     # --- the facilitator -------------------------------------------------------------------
 
@@ -1064,6 +1131,11 @@ async def _buffered(app: Any, scope: Any, receive: Any) -> tuple[int, list[Any],
 
     await app(scope, receive, capture)
     return status, headers, bytes(body)
+
+
+def _json_answer(status: int, body: Any) -> Answer:
+    raw = json.dumps(body).encode()
+    return Answer(status, ((b"content-type", b"application/json"),), raw)
 
 
 async def _send(send: Any, status: int, headers: list[Any], body: bytes) -> None:
