@@ -64,7 +64,7 @@ if TYPE_CHECKING:
         PaginatedRequestParams,
     )
 
-__all__ = ["ERROR_CODES", "HostedToolServer", "ToolError", "mcp_available"]
+__all__ = ["ERROR_CODES", "HostedToolServer", "McpEndpoint", "ToolError", "mcp_available"]
 
 logger = logging.getLogger("x402_eur_sandbox")
 
@@ -551,16 +551,19 @@ class _Unavailable(Exception):
         self.body = {"error": {"code": code, "message": message}}
 
 
-class HostedToolServer:
-    """The `/mcp` endpoint (an ASGI app) and its lifecycle (a `SandboxPart`).
+class McpEndpoint:
+    """An MCP server's streamable HTTP endpoint (an ASGI app) and its lifecycle.
 
-    The MCP server and its session manager are built on the first request, so a sandbox
-    that nobody asks for tools never imports `mcp`. The manager's `run()` context lives in
-    a task owned by this object, from that first request until `stop()`.
+    The MCP server (`build_server`) and its session manager are built on the first
+    request, so a sandbox that nobody asks for tools never imports `mcp`. The manager's
+    `run()` context lives in a task owned by this object, from that first request until
+    `stop()`. Stateless, one JSON answer per request: each call stands alone.
     """
 
-    def __init__(self, bank: Bank) -> None:
-        self._bank = bank
+    #: How the endpoint names itself in its errors and logs.
+    name = "the tool server"
+
+    def __init__(self) -> None:
         self._lock = asyncio.Lock()
         self._manager: StreamableHTTPSessionManager | None = None
         self._task: asyncio.Task[None] | None = None
@@ -568,7 +571,10 @@ class HostedToolServer:
         self._running = False
 
     def __repr__(self) -> str:
-        return f"HostedToolServer(started={self._manager is not None})"
+        return f"{type(self).__name__}(started={self._manager is not None})"
+
+    def build_server(self) -> Server[Any]:
+        raise NotImplementedError
 
     async def start(self, sandbox: Any = None) -> None:
         self._lock = asyncio.Lock()  # bound to the loop that serves, if it changed
@@ -597,7 +603,7 @@ class HostedToolServer:
 
     async def _session_manager(self) -> StreamableHTTPSessionManager:
         if not self._running:
-            raise _Unavailable(503, "UNAVAILABLE", "the hosted tool server is not running")
+            raise _Unavailable(503, "UNAVAILABLE", f"{self.name} is not running")
         if self._manager is not None:
             return self._manager
         async with self._lock:
@@ -615,13 +621,13 @@ class HostedToolServer:
             raise _Unavailable(
                 404,
                 "NOT_AVAILABLE",
-                "the hosted tool server needs the `mcp` package (pip install mcp); "
+                f"{self.name} needs the `mcp` package (pip install mcp); "
                 "this sandbox does not serve /mcp",
             ) from None
         manager = StreamableHTTPSessionManager(
-            app=_build_server(self._bank),
+            app=self.build_server(),
             # One JSON answer per request, no session state: each call stands alone,
-            # authenticated by the X-API-KEY of the request that carries it.
+            # authenticated (where it is) by the request that carries it.
             json_response=True,
             stateless=True,
             security_settings=TransportSecuritySettings(
@@ -641,11 +647,11 @@ class HostedToolServer:
                     await shutdown.wait()
             except Exception as exc:
                 if started.done():
-                    logger.exception("hosted tool server: the session manager failed")
+                    logger.exception("%s: the session manager failed", self.name)
                 else:
                     started.set_exception(exc)
 
-        task = asyncio.create_task(run(), name="hosted-tool-server")
+        task = asyncio.create_task(run(), name=self.name)
         try:
             await started
         except BaseException:
@@ -653,3 +659,17 @@ class HostedToolServer:
             raise
         self._task, self._shutdown = task, shutdown
         return manager
+
+
+class HostedToolServer(McpEndpoint):
+    """The `/mcp` endpoint of the managed-account facilitator (a `SandboxPart`): the
+    hosted tools, on the bank."""
+
+    name = "the hosted tool server"
+
+    def __init__(self, bank: Bank) -> None:
+        super().__init__()
+        self._bank = bank
+
+    def build_server(self) -> Server[Any]:
+        return _build_server(self._bank)

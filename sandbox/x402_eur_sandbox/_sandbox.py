@@ -165,6 +165,18 @@ class Sandbox:
         return self.mcp_url + "/mcp"
 
     @property
+    def paid_tool_server_url(self) -> str:
+        """`{standard.url}/mcp`: the standard merchant's paid MCP tool server (streamable
+        HTTP; `standard=True` and the `mcp` package)."""
+        if self.standard is None:
+            raise RuntimeError(
+                "the paid tool server runs with the standard merchant: standard=True"
+            )
+        if not mcp_available():
+            raise RuntimeError("the paid tool server needs the `mcp` package: pip install mcp")
+        return str(self.standard.mcp_url)
+
+    @property
     def merchant_url(self) -> str:
         return self._merchant.url
 

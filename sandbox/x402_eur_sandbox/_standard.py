@@ -48,6 +48,11 @@ verified or settled; with another payload it is 409 Conflict; on a route that re
 a proof without a valid identifier is 400 Bad Request. Proofs of one identifier are handled
 one at a time, so a duplicate sent while the first settles waits for its answer.
 
+The merchant also sells MCP tool calls (`tools`, a `PaidToolServer` at `mcp_url` =
+`{url}/mcp`, `tool_prices`): the `weather` tool for an EIP-3009 price in its token, over the
+x402 foundation's MCP transport, verified and settled by the same facilitator
+(`_paid_mcp`).
+
 Every refusal after a payment was offered is a 402 with both `PAYMENT-REQUIRED` (its
 `error` the reason) and `PAYMENT-RESPONSE` (`{success: false, errorReason, ...}`). The
 foundation's server sends only the first after a failed verification and only the second
@@ -453,8 +458,11 @@ class StandardMerchant:
         upto_prices: Mapping[str, Price] | None = None,
         upto_charge: Decimal | str = "0.4",
         payment_identifier_paths: Mapping[str, bool] | None = None,
+        tool_prices: Mapping[str, Price] | None = None,
     ) -> None:
         from eth_account import Account
+
+        from ._paid_mcp import PaidToolServer
 
         self.chain_id = chain_id
         self.network = f"eip155:{chain_id}"
@@ -480,6 +488,8 @@ class StandardMerchant:
         #: The identifiers served, each with its answer (a re-sent proof gets it again).
         self.payment_identifiers = PaymentIdentifiers()
         self.approve_permit2 = approve_permit2
+        #: The paid MCP tool server at `mcp_url` (`tool_prices`: tool name -> `Price`).
+        self.tools = PaidToolServer(self, tool_prices)
         self.payer_funding = Decimal(payer_funding)
         self.max_timeout_seconds = max_timeout_seconds
         self.pay_to: str = str(Account.create().address)
@@ -518,6 +528,11 @@ class StandardMerchant:
         if self._served is None:
             raise RuntimeError("the standard merchant is not running")
         return self._served.url
+
+    @property
+    def mcp_url(self) -> str:
+        """`{url}/mcp`: the paid MCP tool server (streamable HTTP; needs `mcp`)."""
+        return self.url + "/mcp"
 
     def resource_url(self, path: str) -> str:
         """A merchant URL: `merchant.resource_url("/weather")`."""
@@ -677,6 +692,7 @@ class StandardMerchant:
                 await _approve_without_gas(self.rpc_url, self.token, self.payer_key)
         self._rpc = _JsonRpc(self.rpc_url)
         self._served = ServedApp(self, "standard-merchant")
+        await self.tools.start()
         await self._served.start()
 
     async def stop(self) -> None:
@@ -684,6 +700,7 @@ class StandardMerchant:
             if self._served is not None:
                 await self._served.stop()
                 self._served = None
+            await self.tools.stop()
             if self._rpc is not None:
                 await self._rpc.aclose()
                 self._rpc = None
@@ -704,6 +721,9 @@ class StandardMerchant:
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
         path = scope.get("path", "") if scope["type"] == "http" else ""
+        if path in ("/mcp", "/mcp/"):
+            await self.tools(scope, receive, send)
+            return
         if path not in self.prices:
             await self.app(scope, receive, send)
             return
@@ -807,6 +827,13 @@ class StandardMerchant:
             return await self._verify_upto(payment, requirements)
         if path in self.permit2_paths:
             return await self._verify_permit2(payment, requirements)
+        return await self.verify_eip3009(payment, requirements)
+
+    async def verify_eip3009(
+        self, payment: Mapping[str, Any], requirements: Mapping[str, Any]
+    ) -> _Settlement:
+        """Verify an `exact` EIP-3009 payment against `requirements` (the facilitator's
+        checks and simulation): the settlement it allows; raises `_Refusal`."""
         authorization, signature = await self._verify(payment, requirements)
         return _Settlement(
             payer=authorization.from_address,
@@ -815,6 +842,11 @@ class StandardMerchant:
             pay_to=authorization.to,
             value=authorization.value,
         )
+
+    async def settle(self, settlement: _Settlement) -> dict[str, Any]:
+        """Settle a verified payment from the hot wallet: the `PAYMENT-RESPONSE` object;
+        raises `_Refusal`."""
+        return await self._settle_transfer(settlement)
 
     async def _settle_charged(self, path: str, settlement: _Settlement) -> dict[str, Any]:
         """Settle a verified payment; an `upto` one for what the route charges (no

@@ -99,6 +99,9 @@ def service_rows(sandbox: Sandbox) -> list[tuple[str, str]]:
     if sandbox.standard is not None:
         rows.append(("standard x402 merchant", sandbox.standard.url))
         rows += price_rows("its resources", sandbox.standard.prices, "sEURC")
+        if mcp_available():
+            rows.append(("paid tool server (MCP)", sandbox.paid_tool_server_url))
+            rows += price_rows("its tools", sandbox.standard.tools.prices, "sEURC")
     return rows
 
 
