@@ -71,13 +71,15 @@ def test_demo_pays_on_every_rail_and_prints_the_resources() -> None:
         "standard x402, EIP-3009    0.10 EUR",
         "standard x402, Permit2     0.05 EUR",
         "standard x402, upto        0.02 EUR",
+        "standard x402, identifier  0.20 EUR",
         "bridge to chain A          0.30 EUR",
+        "paid MCP tool (weather)    0.05 EUR",
         "chain A, own wallet        0.30 EUR",
-        "total                      1.37 EUR",
+        "total                      1.62 EUR",
         "payer account left         99.60 EURO",
         "EVM payer left, chain 137  99.75 EURQ",
         "EVM payer left, chain 1    99.75 EURQ",
-        "EVM payer left, sEURC      99.83 sEURC",
+        "EVM payer left, sEURC      99.58 sEURC",
         "chain-A wallet left        99.70 EURQ",
     ):
         assert paid in summary, summary
@@ -87,6 +89,13 @@ def test_demo_pays_on_every_rail_and_prints_the_resources() -> None:
     assert "provider:mainnet" in out and "eip155:137" in out and "eip155:1" in out
     assert "eip3009" in out  # the standard x402 merchant, paid with EIP-3009
     assert "permit2" in out  # and through Permit2
+    # The identifier-declaring route: the receipt names the identifier, and the proof
+    # sent again is answered from the first answer, settled once.
+    assert re.search(r"^payment identifier +pay_[0-9a-f]{32} *$", out, re.MULTILINE)
+    assert "re-sent the same proof: HTTP 200, the merchant's first answer" in out
+    assert "settled once, balance unchanged" in out
+    # The paid MCP tool call, through with_eur_payment_mcp.
+    assert 'tool result: {"city": "Amsterdam", "forecast": "sunny"' in out
     assert "ledgera:mainnet" in out
     assert "payment failed" not in out
     assert "sk_sandbox_" not in out + result.stderr
@@ -191,6 +200,9 @@ def test_sigterm_stops_the_sandbox_and_its_anvil_nodes(tmp_path) -> None:
         assert f"http://127.0.0.1:{port + 2}" in out  # the merchant, at N+2
         resources = resources_of(out)
         assert "/paid/evm-polygon" in resources and "/paid/bridge" not in resources
+        # The standard merchant's paid MCP tool server, with its tools' prices.
+        assert re.search(r"^paid tool server \(MCP\) +http://127\.0\.0\.1:\d+/mcp *$", out, re.M)
+        assert re.search(r"^its tools +weather +0\.05 sEURC *$", out, re.M)
         assert stat.S_IMODE(env_file.stat().st_mode) == 0o600
         exported = exports_of(env_file.read_text())
         assert exported["X402_EUR_API_URL"] == f"http://127.0.0.1:{port}"

@@ -73,6 +73,7 @@ def receipt_rows(receipt: Any) -> list[tuple[str, str]]:
         ("chain tx id", receipt.blockchain_tx_id),
         ("tx hash", receipt.tx_hash),
         ("payer", receipt.payer),
+        ("payment identifier", getattr(receipt, "payment_identifier", None)),
     ):
         if value:
             rows.append((label, short(str(value))))
@@ -115,6 +116,9 @@ class Step:
     title: str
     name: str
     url: str
+    #: Send the paid proof again afterwards: a merchant deduplicating by the x402
+    #: `payment-identifier` answers it with its first answer and settles nothing more.
+    resend: bool = False
 
 
 def _steps(sandbox: Sandbox, *, evm: bool, bridge: bool) -> list[Step]:
@@ -143,6 +147,12 @@ def _steps(sandbox: Sandbox, *, evm: bool, bridge: bool) -> list[Step]:
                 "standard x402 v2 merchant, upto (charged by use) on chain 137",
                 "standard x402, upto",
                 sandbox.standard.resource_url("/metered"),
+            ),
+            Step(
+                "standard x402 v2 merchant, payment identifier required",
+                "standard x402, identifier",
+                sandbox.standard.resource_url("/order"),
+                resend=True,
             ),
         ]
     if bridge:
@@ -185,10 +195,70 @@ async def _pay_each(
             continue
         out.table(receipt_rows(receipt))
         paid.append(Paid(step.name, receipt.amount, receipt.currency))
+        if step.resend:
+            failures += await _resend(out, sandbox, client, step, receipt)
         after = sandbox.balance(sandbox.payer)
         if after != before:
             out.line(f"payer EURO balance {money(before)} -> {money(after)}")
     return paid, failures
+
+
+async def _resend(
+    out: Out, sandbox: Sandbox, client: httpx.AsyncClient, step: Step, receipt: Any
+) -> int:
+    """Send the paid proof of `step` again, as after a lost answer: the merchant answers it
+    from its first answer by the payment identifier and settles nothing more. The number
+    of failures (0 or 1)."""
+    standard = sandbox.standard
+    settled = len(standard.settlements)
+    balance = await standard.token_balance(standard.payer_address)
+    again = await client.get(step.url, extensions={"x402": {"proof": receipt.proof}})
+    same = again.extensions.get("x402_payment")
+    once = len(standard.settlements) == settled
+    unchanged = await standard.token_balance(standard.payer_address) == balance
+    if again.status_code != 200 or same is None or not (once and unchanged):
+        out.line(f"re-sent proof: HTTP {again.status_code}, settled again?", style="red")
+        return 1
+    out.line(
+        f"re-sent the same proof: HTTP {again.status_code}, the merchant's first answer "
+        "(same payment identifier), settled once, balance unchanged"
+    )
+    return 0
+
+
+def mcp_problem() -> str | None:
+    """Why the demo cannot call a paid MCP tool here (the `mcp` package missing), or None."""
+    import importlib.util
+
+    if importlib.util.find_spec("mcp") is None:
+        return "it needs the client's mcp extra: pip install 'x402-eur[mcp]'"
+    return None
+
+
+async def _pay_tool(out: Out, sandbox: Sandbox, config: dict[str, Any]) -> tuple[list[Paid], int]:
+    """A paid MCP tool call: the standard merchant's `weather` tool, through
+    `with_eur_payment_mcp` on `mcp`'s client, with the same settings as the HTTP client."""
+    from mcp import Client
+
+    from x402_client import with_eur_payment_mcp
+
+    url = sandbox.paid_tool_server_url
+    out.title(f"paid MCP tool call, x402 MCP transport: weather at {httpx.URL(url).path}")
+    try:
+        async with Client(url) as client:
+            with_eur_payment_mcp(client, config)
+            result = await client.call_tool("weather", {"city": "Amsterdam"})
+    except X402Error as exc:
+        out.line(f"payment failed: {type(exc).__name__}: {exc}", style="red")
+        return [], 1
+    receipt = getattr(result, "x402_payment", None)
+    first = result.content[0] if result.content else None
+    out.line(f"tool result: {getattr(first, 'text', '')}")
+    if receipt is None:
+        out.line("no payment was needed?", style="red")
+        return [], 1
+    out.table(receipt_rows(receipt))
+    return [Paid("paid MCP tool (weather)", receipt.amount, receipt.currency)], 0
 
 
 def chain_a_problem() -> str | None:
@@ -244,6 +314,10 @@ async def run_demo(args: argparse.Namespace) -> int:
         async with with_eur_payment(httpx.AsyncClient(timeout=30), config) as client:
             steps = _steps(sandbox, evm=use_evm, bridge=bridge)
             paid, failures = await _pay_each(out, sandbox, client, steps, progress)
+        tool_problem = mcp_problem() if use_evm else None
+        if use_evm and tool_problem is None:
+            tool, failed = await _pay_tool(out, sandbox, sandbox.payment_config())
+            paid, failures = paid + tool, failures + failed
         wallet_problem = chain_a_problem() if bridge else None
         if bridge and wallet_problem is None:
             direct, failed = await _pay_from_wallet(out, sandbox)
@@ -252,6 +326,8 @@ async def run_demo(args: argparse.Namespace) -> int:
             out.line(f"EVM rail skipped: {evm_problem}", style="yellow")
         if wallet_problem is not None:
             out.line(f"chain-A wallet skipped: {wallet_problem}", style="yellow")
+        if tool_problem is not None:
+            out.line(f"paid MCP tool skipped: {tool_problem}", style="yellow")
         out.title("summary" if failures == 0 else f"summary: {failures} payment(s) failed")
         out.table(summary_rows(paid, await balances_left(sandbox)))
         return 1 if failures else 0
