@@ -466,15 +466,7 @@ class StandardMerchant:
 
         self.chain_id = chain_id
         self.network = f"eip155:{chain_id}"
-        self.prices: dict[str, Price] = dict(STANDARD_PRICES if prices is None else prices)
-        permit2 = PERMIT2_PRICES if permit2_prices is None else permit2_prices
-        #: The paths paid through Permit2 (each also in `prices`).
-        self.permit2_paths: set[str] = set(permit2)
-        self.prices.update(permit2)
-        upto = UPTO_PRICES if upto_prices is None else upto_prices
-        #: The paths paid with `upto` (each also in `prices`, at its maximum).
-        self.upto_paths: set[str] = set(upto)
-        self.prices.update(upto)
+        self._routes(prices, permit2_prices, upto_prices)
         #: The share of the maximum an `upto` route charges (0 to 1).
         self.upto_charge = Decimal(upto_charge)
         if not 0 <= self.upto_charge <= 1:
@@ -514,6 +506,22 @@ class StandardMerchant:
                 Route("/{path:path}", self._resource, methods=["GET", "POST"]),
             ]
         )
+
+    def _routes(
+        self,
+        prices: Mapping[str, Price] | None,
+        permit2_prices: Mapping[str, Price] | None,
+        upto_prices: Mapping[str, Price] | None,
+    ) -> None:
+        self.prices: dict[str, Price] = dict(STANDARD_PRICES if prices is None else prices)
+        permit2 = PERMIT2_PRICES if permit2_prices is None else permit2_prices
+        #: The paths paid through Permit2 (each also in `prices`).
+        self.permit2_paths: set[str] = set(permit2)
+        self.prices.update(permit2)
+        upto = UPTO_PRICES if upto_prices is None else upto_prices
+        #: The paths paid with `upto` (each also in `prices`, at its maximum).
+        self.upto_paths: set[str] = set(upto)
+        self.prices.update(upto)
 
     def __repr__(self) -> str:
         return (
