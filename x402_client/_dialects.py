@@ -177,7 +177,7 @@ def challenge_of(body: bytes, headers: Mapping[str, str], *, limit: int) -> Chal
     malformed x402 one is `InvalidChallenge`. Parses the body once."""
     header = headers.get(PAYMENT_REQUIRED)
     if header is not None:
-        return _from_header(header, limit)
+        return _header_challenge(header, limit)
     if b"x402Version" not in body:
         return None
     try:
@@ -203,6 +203,26 @@ def read_challenge(body: bytes, headers: Mapping[str, str], *, limit: int) -> Ch
     if not isinstance(parsed, dict):
         raise InvalidChallenge("402 body is not a JSON object")
     return _from_body(parsed)
+
+
+#: The standard v2 challenges the payer read last, by header and limit: a merchant sends
+#: the same `PAYMENT-REQUIRED` for every request of a resource, so it is decoded once. The
+#: payer only reads them (`read_challenge`, which hands entries to callers, decodes anew).
+_HEADER_CHALLENGES: dict[tuple[str, int], Challenge] = {}
+_HEADER_CHALLENGES_MAX = 64
+_HEADER_CACHED_CHARS = 8192
+
+
+def _header_challenge(header: str, limit: int) -> Challenge:
+    key = (header, limit)
+    found = _HEADER_CHALLENGES.get(key)
+    if found is None:
+        found = _from_header(header, limit)
+        if len(header) <= _HEADER_CACHED_CHARS:
+            if len(_HEADER_CHALLENGES) >= _HEADER_CHALLENGES_MAX:
+                _HEADER_CHALLENGES.clear()
+            _HEADER_CHALLENGES[key] = found
+    return found
 
 
 def _from_header(header: str, limit: int) -> Challenge:

@@ -47,9 +47,19 @@ def loads(data: bytes | str) -> Any:
         if isinstance(exc, JSONError):
             raise
         raise JSONError(f"invalid JSON: {exc}") from None
-    if isinstance(parsed, (dict, list)):
+    if isinstance(parsed, (dict, list)) and _may_nest_too_deep(data):
         _check_depth(parsed)
     return parsed
+
+
+def _may_nest_too_deep(data: bytes | str) -> bool:
+    """False when the text has too few brackets to nest deeper than `MAX_DEPTH` (each
+    level opens one; brackets inside strings only add to the count): the common case,
+    decided without walking the parsed document."""
+    if isinstance(data, str):
+        return data.count("{") + data.count("[") > MAX_DEPTH
+    # Bytes in UTF-16 or -32 write a bracket as its byte plus zeros: counted all the same.
+    return data.count(b"{") + data.count(b"[") > MAX_DEPTH
 
 
 def _check_depth(value: dict[str, Any] | list[Any]) -> None:
@@ -89,6 +99,47 @@ def _encode(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), allow_nan=False)
 
 
+#: The C encoder, for documents of plain JSON types only (what `_plain` says).
+_PLAIN_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False)
+#: A document with more nodes than this is left to `_encode` (which also meets a cycle).
+_PLAIN_MAX_NODES = 10_000
+
+
+def _plain(value: Any) -> bool:
+    """True when `value` holds only dicts with `str` keys, lists, tuples, `str`, `int`,
+    `bool` and `None` (exact types): the C encoder writes those byte for byte as `_encode`
+    does. `Decimal`, floats, subclasses and anything else go to `_encode`."""
+    stack = [value]
+    nodes = 0
+    while stack:
+        node = stack.pop()
+        nodes += 1
+        if nodes > _PLAIN_MAX_NODES:
+            return False
+        kind = type(node)
+        if kind is dict:
+            for key, child in node.items():
+                if type(key) is not str:
+                    return False
+                kind = type(child)
+                if kind is dict or kind is list or kind is tuple:
+                    stack.append(child)
+                elif kind is not str and kind is not int and kind is not bool and child is not None:
+                    return False
+        elif kind is list or kind is tuple:
+            for child in node:
+                kind = type(child)
+                if kind is dict or kind is list or kind is tuple:
+                    stack.append(child)
+                elif kind is not str and kind is not int and kind is not bool and child is not None:
+                    return False
+        else:
+            return False
+    return True
+
+
 def dumps(value: Any) -> bytes:
     """Compact JSON as UTF-8 bytes, `Decimal` written as an exact number."""
+    if type(value) in (dict, list, tuple) and _plain(value):
+        return _PLAIN_ENCODER.encode(value).encode()
     return _encode(value).encode()
