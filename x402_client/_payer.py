@@ -428,7 +428,8 @@ class Payer:
         ending: _Ending = ("unknown", None, None)
         try:
             await self._approve(record, intent, request)
-            await self._journal(record, request, body, entry)
+            if self.state.journal is not None:
+                await self._journal(record, request, body, entry)
             record.calling_rail(intent.rail)
             async with rail.pay(entry, intent, guard.settings, record.note) as paid:
                 paid = self._framed(rail, paid, challenge, candidate.index, record)
@@ -487,7 +488,11 @@ class Payer:
         same in every send of the proof, recovery's included)."""
         if rail.frames_own_proof or paid.payload is None:
             return paid
-        payment_id = payment_id_for(record.journal_id or record.id)
+        payment_id = (
+            None
+            if challenge.payment_identifier is None
+            else payment_id_for(record.journal_id or record.id)
+        )
         header, framed = encode_payment(
             challenge, challenge.accepts[index], paid.payload, payment_id=payment_id
         )

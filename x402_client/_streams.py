@@ -97,13 +97,26 @@ def rebuild(
         headers.pop(name, None)
     if proof is not None:
         headers[header] = proof
-    return httpx.Request(
-        request.method,
+    method = request.method
+    if "Host" not in headers or (
+        "Content-Length" not in headers
+        and (body or (method in ("POST", "PUT", "PATCH") and "Transfer-Encoding" not in headers))
+    ):
+        # httpx adds a header to these: let it, as for any request made with `content=`.
+        return httpx.Request(
+            method, request.url, headers=headers, content=body, extensions=dict(request.extensions)
+        )
+    # The headers are those httpx would write for `content=body` already: the same request,
+    # without preparing them again.
+    rebuilt = httpx.Request(
+        method,
         request.url,
         headers=headers,
-        content=body,
+        stream=httpx.ByteStream(body),
         extensions=dict(request.extensions),
     )
+    rebuilt.read()
+    return rebuilt
 
 
 def hand_back(

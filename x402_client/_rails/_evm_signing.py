@@ -85,18 +85,19 @@ def _reused_state_keccak(keccak_module: Any) -> Callable[[bytes], bytes] | None:
     capacity, rounds, digest_size, padding = size_t(64), ubyte(24), size_t(32), ubyte(1)
     local = threading.local()
 
-    def state() -> Any:
+    def state() -> tuple[Any, Any]:
+        """This thread's Keccak state and digest buffer (the digest is copied out of it)."""
         found = getattr(local, "state", None)
         if found is None:
             pointer = void_pointer()
             if init(pointer.address_of(), capacity, rounds):
                 raise ValueError("cannot set up a Keccak state")
-            found = local.state = smart_pointer(pointer.get(), lib.keccak_destroy)
-        return found.get()
+            owned = smart_pointer(pointer.get(), lib.keccak_destroy)
+            found = local.state = (owned, owned.get(), new_buffer(32))
+        return found[1], found[2]
 
     def keccak(data: bytes) -> bytes:
-        handle = state()
-        out = new_buffer(32)
+        handle, out = state()
         if (
             reset(handle)
             or absorb(handle, uint8_ptr(data), size_t(len(data)))
