@@ -337,12 +337,20 @@ class _BodyRaw:
         try:
             return next(self._chunks, None)
         except X402Error as exc:
+            self._close_broken()
             raise requests_error(exc, self._request) from exc.__cause__
         except (httpx.HTTPError, httpx.StreamError) as exc:
             # E.g. a paid body read after its session closed (its payment loop is gone).
+            self._close_broken()
             raise requests.ConnectionError(
                 f"the paid body cannot be read: {type(exc).__name__}"
             ) from exc
+
+    def _close_broken(self) -> None:
+        """A body that broke off gives its connection back at once, closed, rather than
+        when the caller's response is collected; the error being raised is what counts."""
+        with contextlib.suppress(Exception):
+            self._answer.close()
 
     def stream(self, amt: int | None = None, decode_content: bool | None = None) -> Iterator[bytes]:
         if self._buffer:
