@@ -350,7 +350,18 @@ class _BodyRaw:
         """A body that broke off gives its connection back at once, closed, rather than
         when the caller's response is collected; the error being raised is what counts."""
         with contextlib.suppress(Exception):
-            self._answer.close()
+            self.close()
+
+    def _close_original(self) -> None:
+        # The adapter's own answer, closed here too: once the session is closed, the
+        # payment loop that would have closed it through the paid body is gone.
+        raw = self._original
+        if raw is None:
+            return
+        raw.close()
+        release = getattr(raw, "release_conn", None)
+        if release is not None:
+            release()
 
     def stream(self, amt: int | None = None, decode_content: bool | None = None) -> Iterator[bytes]:
         if self._buffer:
@@ -378,10 +389,13 @@ class _BodyRaw:
         return out
 
     def close(self) -> None:
-        self._answer.close()
+        try:
+            self._answer.close()
+        finally:
+            self._close_original()
 
     def release_conn(self) -> None:
-        self._answer.close()
+        self.close()
 
     @property
     def closed(self) -> bool:
