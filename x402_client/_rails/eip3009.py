@@ -46,6 +46,7 @@ from .._assets import Asset, find_asset
 from .._challenge import AcceptEntry
 from .._models import ExactAcceptEntry
 from .._types import PaymentIntent
+from .._types import Rail as RailName
 from . import (
     EIP712_DOMAIN,
     Note,
@@ -404,7 +405,7 @@ class Eip3009Rail:
             label = asset.symbol if asset is not None else name if isinstance(name, str) else ""
             what = f"EIP-3009 transfer for {label[:20] or 'a token'} on {entry.network[:40]}"
             return unpayable(what, blockers, settings)
-        return _intent(entry, asset, resource)
+        return token_intent(entry, asset, resource)
 
     async def prepare(self, entry: AcceptEntry, intent: PaymentIntent) -> str | None:
         # Nothing to read: the nonce is random and the facilitator checks the balance.
@@ -455,9 +456,13 @@ class Eip3009Rail:
         return self._signers.signer(self._context.options)
 
 
-def _intent(entry: ExactAcceptEntry, asset: Asset, resource: str) -> PaymentIntent:
+def token_intent(
+    entry: ExactAcceptEntry, asset: Asset, resource: str, *, rail: RailName = "eip3009"
+) -> PaymentIntent:
+    """The intent of paying a standard `exact` entry in a known token (`asset`), on `rail`
+    (the EIP-3009 and Permit2 rails pay the same entries, authorized differently)."""
     return PaymentIntent(
-        rail="eip3009",
+        rail=rail,
         scheme=entry.scheme,
         network=entry.network,
         asset=entry.asset,

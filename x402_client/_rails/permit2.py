@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from .._amounts import format_amount
-from .._assets import Asset, find_asset
+from .._assets import find_asset
 from .._challenge import AcceptEntry
 from .._exceptions import ConfigurationError
 from .._models import ExactAcceptEntry, UptoAcceptEntry
@@ -66,7 +66,7 @@ from ._evm_signing import (
     keccak256,
     uint_word,
 )
-from .eip3009 import chain_id_of
+from .eip3009 import chain_id_of, token_intent
 
 if TYPE_CHECKING:
     pass
@@ -226,9 +226,13 @@ def permit2_digest(authorization: Permit2Authorization, *, chain_id: int) -> byt
     return keccak256(b"\x19\x01" + permit2_domain_separator(chain_id) + _struct_hash(authorization))
 
 
-def permit2_typed_data(authorization: Permit2Authorization, *, chain_id: int) -> dict[str, Any]:
-    """The same message as a full EIP-712 document, as eth-account's `sign_typed_data` and
-    `encode_typed_data(full_message=...)` take it (for reference and independent checks)."""
+def witness_transfer_document(
+    authorization: Any, witness: list[tuple[str, str, Any]], *, chain_id: int
+) -> dict[str, Any]:
+    """A Permit2 `PermitWitnessTransferFrom` as a full EIP-712 document, as eth-account's
+    `sign_typed_data` and `encode_typed_data(full_message=...)` take it. `authorization`
+    has `token`, `amount`, `spender`, `nonce` and `deadline`; `witness` is the scheme's
+    witness as (name, type, value), in its type's order."""
     return {
         "types": {
             "EIP712Domain": [
@@ -247,10 +251,7 @@ def permit2_typed_data(authorization: Permit2Authorization, *, chain_id: int) ->
                 {"name": "token", "type": "address"},
                 {"name": "amount", "type": "uint256"},
             ],
-            "Witness": [
-                {"name": "to", "type": "address"},
-                {"name": "validAfter", "type": "uint256"},
-            ],
+            "Witness": [{"name": name, "type": kind} for name, kind, _ in witness],
         },
         "primaryType": "PermitWitnessTransferFrom",
         "domain": {"name": "Permit2", "chainId": chain_id, "verifyingContract": PERMIT2_ADDRESS},
@@ -259,9 +260,18 @@ def permit2_typed_data(authorization: Permit2Authorization, *, chain_id: int) ->
             "spender": authorization.spender,
             "nonce": authorization.nonce,
             "deadline": authorization.deadline,
-            "witness": {"to": authorization.to, "validAfter": authorization.valid_after},
+            "witness": {name: value for name, _, value in witness},
         },
     }
+
+
+def permit2_typed_data(authorization: Permit2Authorization, *, chain_id: int) -> dict[str, Any]:
+    """The same message as a full EIP-712 document (for reference and independent checks)."""
+    witness = [
+        ("to", "address", authorization.to),
+        ("validAfter", "uint256", authorization.valid_after),
+    ]
+    return witness_transfer_document(authorization, witness, chain_id=chain_id)
 
 
 def permit2_payload(authorization: Permit2Authorization, signature: bytes) -> dict[str, Any]:
@@ -411,7 +421,7 @@ class Permit2Rail:
             return unpayable(
                 f"Permit2 transfer for {label} on {entry.network[:40]}", blockers, settings
             )
-        return _intent(entry, asset, resource)
+        return token_intent(entry, asset, resource, rail="permit2")
 
     async def prepare(self, entry: AcceptEntry, intent: PaymentIntent) -> str | None:
         assert isinstance(entry, (ExactAcceptEntry, UptoAcceptEntry))
@@ -477,23 +487,6 @@ class Permit2Rail:
         if self._reader is None or self._reader._rpc_urls is not evm.rpc_urls:
             self._reader = ChainReader(evm.rpc_urls)
         return self._reader
-
-
-def _intent(entry: ExactAcceptEntry, asset: Asset, resource: str) -> PaymentIntent:
-    return PaymentIntent(
-        rail="permit2",
-        scheme=entry.scheme,
-        network=entry.network,
-        asset=entry.asset,
-        asset_symbol=asset.symbol,
-        amount=asset.amount(entry.max_amount_required),
-        currency=asset.currency,
-        pay_to=entry.pay_to,
-        resource=resource,
-        atomic_amount=entry.max_amount_required,
-        description=entry.description,
-        accept=entry.to_wire(),
-    )
 
 
 def _blockers(entry: ExactAcceptEntry) -> list[str]:

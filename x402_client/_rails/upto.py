@@ -43,7 +43,7 @@ from . import Note, NotForThisRail, Paid, RailContext, RequestSettings, no_note,
 from ._evm_signing import ADDRESS_RE, UINT256_LIMIT, address_word, checksum_address, keccak256
 from ._evm_signing import uint_word as _uint
 from .eip3009 import chain_id_of
-from .permit2 import Permit2Rail, permit2_domain_separator
+from .permit2 import Permit2Rail, permit2_domain_separator, witness_transfer_document
 
 __all__ = [
     "UPTO_PERMIT2_PROXY_ADDRESS",
@@ -178,46 +178,12 @@ def upto_digest(authorization: UptoAuthorization, *, chain_id: int) -> bytes:
 def upto_typed_data(authorization: UptoAuthorization, *, chain_id: int) -> dict[str, Any]:
     """The same message as a full EIP-712 document (eth-account's `full_message` form), for
     reference and independent checks."""
-    from .permit2 import PERMIT2_ADDRESS
-
-    return {
-        "types": {
-            "EIP712Domain": [
-                {"name": "name", "type": "string"},
-                {"name": "chainId", "type": "uint256"},
-                {"name": "verifyingContract", "type": "address"},
-            ],
-            "PermitWitnessTransferFrom": [
-                {"name": "permitted", "type": "TokenPermissions"},
-                {"name": "spender", "type": "address"},
-                {"name": "nonce", "type": "uint256"},
-                {"name": "deadline", "type": "uint256"},
-                {"name": "witness", "type": "Witness"},
-            ],
-            "TokenPermissions": [
-                {"name": "token", "type": "address"},
-                {"name": "amount", "type": "uint256"},
-            ],
-            "Witness": [
-                {"name": "to", "type": "address"},
-                {"name": "facilitator", "type": "address"},
-                {"name": "validAfter", "type": "uint256"},
-            ],
-        },
-        "primaryType": "PermitWitnessTransferFrom",
-        "domain": {"name": "Permit2", "chainId": chain_id, "verifyingContract": PERMIT2_ADDRESS},
-        "message": {
-            "permitted": {"token": authorization.token, "amount": authorization.amount},
-            "spender": authorization.spender,
-            "nonce": authorization.nonce,
-            "deadline": authorization.deadline,
-            "witness": {
-                "to": authorization.to,
-                "facilitator": authorization.facilitator,
-                "validAfter": authorization.valid_after,
-            },
-        },
-    }
+    witness = [
+        ("to", "address", authorization.to),
+        ("facilitator", "address", authorization.facilitator),
+        ("validAfter", "uint256", authorization.valid_after),
+    ]
+    return witness_transfer_document(authorization, witness, chain_id=chain_id)
 
 
 def upto_payload(authorization: UptoAuthorization, signature: bytes) -> dict[str, Any]:
