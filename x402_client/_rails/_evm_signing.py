@@ -18,7 +18,7 @@ import importlib
 import importlib.util
 import re
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from .._secret import SecretStr
@@ -32,6 +32,7 @@ __all__ = [
     "DigestSigner",
     "SignerCache",
     "address_word",
+    "check_fields",
     "checksum_address",
     "evm_extra_installed",
     "keccak256",
@@ -41,6 +42,20 @@ __all__ = [
 
 ADDRESS_RE = re.compile(r"\A0x[0-9a-fA-F]{40}\Z")
 UINT256_LIMIT = 1 << 256
+
+
+def check_fields(message: Any, addresses: Iterable[str], numbers: Iterable[str]) -> None:
+    """Refuse (`ValueError`) a message to sign whose named fields are not 0x addresses or
+    not ints in uint256 range."""
+    for name in addresses:
+        if not ADDRESS_RE.match(getattr(message, name)):
+            raise ValueError(f"{name} is not a 0x address")
+    for name in numbers:
+        number = getattr(message, name)
+        if isinstance(number, bool) or not isinstance(number, int):
+            raise ValueError(f"{name} must be an int")
+        if not 0 <= number < UINT256_LIMIT:
+            raise ValueError(f"{name} is out of uint256 range")
 
 
 # --- hashing and words -------------------------------------------------------------------

@@ -61,6 +61,7 @@ from ._evm_signing import (
     DigestSigner,
     SignerCache,
     address_word,
+    check_fields,
     checksum_address,
     evm_extra_installed,
     keccak256,
@@ -157,15 +158,11 @@ class Permit2Authorization:
     valid_after: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("from_address", "token", "spender", "to"):
-            if not ADDRESS_RE.match(getattr(self, name)):
-                raise ValueError(f"{name} is not a 0x address")
-        for name in ("amount", "nonce", "deadline", "valid_after"):
-            number = getattr(self, name)
-            if isinstance(number, bool) or not isinstance(number, int):
-                raise ValueError(f"{name} must be an int")
-            if not 0 <= number < UINT256_LIMIT:
-                raise ValueError(f"{name} is out of uint256 range")
+        check_fields(
+            self,
+            ("from_address", "token", "spender", "to"),
+            ("amount", "nonce", "deadline", "valid_after"),
+        )
 
     def to_wire(self) -> dict[str, Any]:
         return {

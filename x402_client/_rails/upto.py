@@ -40,7 +40,13 @@ from .._challenge import AcceptEntry
 from .._models import UptoAcceptEntry
 from .._types import PaymentIntent
 from . import Note, NotForThisRail, Paid, RailContext, RequestSettings, no_note, unpayable
-from ._evm_signing import ADDRESS_RE, UINT256_LIMIT, address_word, checksum_address, keccak256
+from ._evm_signing import (
+    ADDRESS_RE,
+    address_word,
+    check_fields,
+    checksum_address,
+    keccak256,
+)
 from ._evm_signing import uint_word as _uint
 from .eip3009 import chain_id_of
 from .permit2 import Permit2Rail, permit2_domain_separator, witness_transfer_document
@@ -97,15 +103,11 @@ class UptoAuthorization:
     valid_after: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("from_address", "token", "spender", "to", "facilitator"):
-            if not ADDRESS_RE.match(getattr(self, name)):
-                raise ValueError(f"{name} is not a 0x address")
-        for name in ("amount", "nonce", "deadline", "valid_after"):
-            number = getattr(self, name)
-            if isinstance(number, bool) or not isinstance(number, int):
-                raise ValueError(f"{name} must be an int")
-            if not 0 <= number < UINT256_LIMIT:
-                raise ValueError(f"{name} is out of uint256 range")
+        check_fields(
+            self,
+            ("from_address", "token", "spender", "to", "facilitator"),
+            ("amount", "nonce", "deadline", "valid_after"),
+        )
 
     def to_wire(self) -> dict[str, Any]:
         return {
