@@ -33,6 +33,7 @@ __all__ = [
     "REDACTED",
     "endpoint_url",
     "guard_library_logs",
+    "private_endpoints",
     "redact_secrets",
     "redact_urls",
     "resource_repr",
@@ -212,6 +213,9 @@ class _RedactingFilter(logging.Filter):
         except Exception:  # a broken log call: the handler reports it as it would
             return True
         shown = redact_urls(message, endpoints=self.endpoints)
+        for url in sorted(_private_endpoints, key=len, reverse=True):  # a copy: may grow
+            if url in shown:
+                shown = shown.replace(url, endpoint_url(url))
         if shown != message:
             record.msg, record.args = shown, None
         if record.exc_info and not record.exc_text:
@@ -236,6 +240,18 @@ _REQUEST_LOGGERS = ("httpx",)
 
 _guard_lock = threading.Lock()
 _guarded = False
+#: Endpoints whose whole URL is a secret (an RPC or node URL may carry its key in the
+#: path), wherever a library logs it: shown as scheme, host and port only.
+_private_endpoints: set[str] = set()
+
+
+def private_endpoints(urls: Iterable[str]) -> None:
+    """Have the library log filters (`guard_library_logs`) show these URLs as
+    `endpoint_url` does, path and all hidden, in any library's records (httpx's request
+    lines included), then install the filters."""
+    with _guard_lock:
+        _private_endpoints.update(url for url in urls if url)
+    guard_library_logs()
 
 
 def guard_library_logs() -> None:

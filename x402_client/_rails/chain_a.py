@@ -58,7 +58,7 @@ from .._challenge import CHAIN_A_ASSETS, CHAIN_A_NETWORK, AcceptEntry, exact_int
 from .._exceptions import PaymentFailed
 from .._models import ChainADirectPayload, ExactAcceptEntry, PaymentProof
 from .._proof import ProofError, b64_json_decode, encode_proof
-from .._redact import endpoint_url
+from .._redact import endpoint_url, private_endpoints
 from .._types import PaymentIntent
 from . import Note, NotForThisRail, Paid, RailContext, RequestSettings, no_note, unpayable
 
@@ -205,6 +205,7 @@ class _Node:
 
     def __init__(self, options: ChainAOptions) -> None:
         self._options = options
+        private_endpoints((options.algod_url, options.indexer_url or ""))
         headers = {}
         if options.algod_token is not None:
             headers["X-Algo-API-Token"] = options.algod_token.get_secret_value()

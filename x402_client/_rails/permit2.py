@@ -43,7 +43,7 @@ from .._assets import find_asset
 from .._challenge import AcceptEntry
 from .._exceptions import ConfigurationError
 from .._models import ExactAcceptEntry, UptoAcceptEntry
-from .._redact import endpoint_url
+from .._redact import endpoint_url, private_endpoints
 from .._types import PaymentIntent
 from . import (
     Note,
@@ -295,6 +295,7 @@ class ChainReader:
 
     def __init__(self, rpc_urls: Mapping[int, tuple[str, ...]]) -> None:
         self._rpc_urls = rpc_urls
+        private_endpoints(url for urls in rpc_urls.values() for url in urls)
         self._verified: set[tuple[int, str]] = set()
         self._http: httpx.AsyncClient | None = None
 
