@@ -4,8 +4,11 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# Tests cache bytecode even where PYTHONDONTWRITEBYTECODE is set: otherwise every worker,
+# and every process a test starts, compiles the project again.
+PYTEST := env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest
 
-.PHONY: demo test test-fast test-unit test-flow test-integration lint check bench install clean redis-server
+.PHONY: demo test test-fast test-unit test-flow test-integration lint check bench install clean redis-server test-environments
 
 $(STAMP): pyproject.toml sandbox/pyproject.toml package.json package-lock.json
 	python3 -m venv $(VENV)
@@ -13,6 +16,12 @@ $(STAMP): pyproject.toml sandbox/pyproject.toml package.json package-lock.json
 	$(PY) -m pip install --quiet -e '.[dev]' -e './sandbox[mcp,cli]'
 	npm ci --no-audit --no-fund --loglevel=error
 	touch $(STAMP)
+
+# The x402 foundation's MCP server needs mcp 1.x, so it runs in an environment of its own,
+# built once per machine under the user's cache directory (tests/mcp_foundation.py). It is
+# built here, before the tests start, rather than by the first test that needs it.
+test-environments: $(STAMP)
+	$(PY) -m tests.mcp_foundation
 
 # The shared-budget tests run a real Redis (Debian's redis-server); only the tests need it.
 redis-server:
@@ -32,19 +41,19 @@ demo: $(STAMP)
 
 ## The whole test suite, every lane and the sandbox's own tests, on every core (each worker
 ## runs its own sandbox).
-test: $(STAMP) redis-server
-	$(PY) -m pytest -n auto --dist loadfile
+test: $(STAMP) redis-server test-environments
+	$(PYTEST) -n auto --dist loadfile --no-loadscope-reorder
 
 ## The fast lanes: pure unit tests and scripted-merchant flows (seconds, no servers).
 test-fast: $(STAMP)
-	$(PY) -m pytest -n auto tests/unit tests/flow
+	$(PYTEST) -n auto tests/unit tests/flow
 
 ## One lane: make test-unit, test-flow or test-integration.
 test-unit test-flow: $(STAMP)
-	$(PY) -m pytest -n auto --dist loadfile tests/$(@:test-%=%)
+	$(PYTEST) -n auto --dist loadfile --no-loadscope-reorder tests/$(@:test-%=%)
 
-test-integration: $(STAMP) redis-server
-	$(PY) -m pytest -n auto --dist loadfile tests/integration
+test-integration: $(STAMP) redis-server test-environments
+	$(PYTEST) -n auto --dist loadfile --no-loadscope-reorder tests/integration
 
 ## Static checks: mypy --strict (the client, the sandbox and the benchmarks), the import
 ## layers (import-linter) and ruff.

@@ -28,6 +28,36 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     return 2 * (os.cpu_count() or 1)
 
 
+#: The longest test files, longest first (each takes 10-30 s on a busy worker). With
+#: `--dist loadfile --no-loadscope-reorder` (`make test`), xdist hands whole files to the
+#: workers in collection order: these start first, so that no long file is left running
+#: alone at the end. A file not listed runs after them, in its usual order.
+LONGEST_FIRST = (
+    "tests/integration/test_cli.py",
+    "tests/integration/test_benchmarks_smoke.py",
+    "tests/integration/test_crash_matrix.py",
+    "tests/integration/test_faults_chains.py",
+    "sandbox/tests/test_sandbox_cli.py",
+    "tests/integration/test_long_run.py",
+    "tests/integration/test_benchmarks_smoke_chains.py",
+    "tests/integration/test_requests_session.py",
+    "tests/integration/test_budget.py",
+    "tests/integration/test_sync_client.py",
+    "tests/integration/test_walkthrough.py",
+    "tests/integration/test_mcp_http_guard.py",
+    "tests/integration/test_examples.py",
+    "tests/integration/test_euro_rail.py",
+    "tests/integration/test_mcp_server.py",
+    "tests/integration/test_faults.py",
+    "tests/integration/test_notebook.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {path: index for index, path in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
+
+
 @pytest.fixture(scope="session")
 def anyio_backend() -> str:
     return "asyncio"

@@ -31,7 +31,12 @@ import pytest
 
 from tests.x402_foundation import TOKEN_NAME, TOKEN_VERSION, FoundationStack
 
-__all__ = ["REQUIREMENTS", "foundation_mcp_python", "foundation_mcp_server"]
+__all__ = [
+    "REQUIREMENTS",
+    "build_environment",
+    "foundation_mcp_python",
+    "foundation_mcp_server",
+]
 
 HERE = Path(__file__).parent
 REQUIREMENTS = HERE / "mcp_foundation_requirements.txt"
@@ -73,14 +78,14 @@ def _build(venv: Path) -> str | None:
     return None
 
 
-def foundation_mcp_python() -> Path:
-    """The Python of the foundation's MCP server environment, built on first use (once
-    per machine, under a file lock so parallel test workers build it once). Skips the
-    calling test, with the reason, only when the environment cannot be built."""
+def build_environment() -> tuple[Path, str | None]:
+    """Build the foundation's MCP server environment unless it is built (once per machine,
+    under a file lock so parallel test workers build it once): its Python, and None or
+    why it could not be built."""
     venv = _venv_dir()
     ready = venv / ".ready"
     if ready.exists():
-        return _python_of(venv)
+        return _python_of(venv), None
     venv.parent.mkdir(parents=True, exist_ok=True)
     with open(venv.parent / f"{venv.name}.lock", "w") as lock:
         if os.name != "nt":
@@ -90,12 +95,21 @@ def foundation_mcp_python() -> Path:
         if not ready.exists():
             problem = _build(venv)
             if problem is not None:
-                pytest.skip(
-                    "the x402 foundation's MCP server environment could not be built from "
-                    f"{REQUIREMENTS.name}: {problem}"
-                )
+                return _python_of(venv), problem
             ready.write_text("built\n")
-    return _python_of(venv)
+    return _python_of(venv), None
+
+
+def foundation_mcp_python() -> Path:
+    """The Python of the foundation's MCP server environment, built on first use. Skips
+    the calling test, with the reason, only when the environment cannot be built."""
+    python, problem = build_environment()
+    if problem is not None:
+        pytest.skip(
+            "the x402 foundation's MCP server environment could not be built from "
+            f"{REQUIREMENTS.name}: {problem}"
+        )
+    return python
 
 
 @contextlib.asynccontextmanager
@@ -144,3 +158,11 @@ async def _announced(process: anyio.abc.Process, errors: IO[bytes]) -> str:
         problem = errors.read().decode(errors="replace")
         raise RuntimeError(f"the foundation's MCP server did not start: {problem[-2000:]}")
     return str(json.loads(line.splitlines()[0])["url"])
+
+
+if __name__ == "__main__":
+    # `make test` builds the environment before the tests start (a note if it cannot: the
+    # tests that need it then skip with the reason).
+    _, reason = build_environment()
+    if reason is not None:
+        print(f"note: the x402 foundation's MCP server environment: {reason}", file=sys.stderr)

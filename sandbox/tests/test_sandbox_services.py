@@ -11,6 +11,7 @@ import pytest
 
 from x402_client import with_eur_payment
 from x402_eur_sandbox import Sandbox
+from x402_eur_sandbox._server import stop_all
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -61,3 +62,34 @@ def test_make_demo_installs_no_redis_and_make_test_says_when_it_does(tmp_path) -
     test = _planned("test", tmp_path)
     assert "installing redis-server (apt-get) for the shared-budget tests" in test
     assert "pytest" in test
+
+
+@pytest.mark.anyio
+async def test_stopping_stops_every_server_at_once() -> None:
+    sandbox = await Sandbox(chain_a=True).start()
+    urls = [sandbox.merchant_url, sandbox.payment_api_url, sandbox.chain_a.indexer_url]
+    async with httpx.AsyncClient() as client:
+        for url in urls:
+            await client.get(url)  # each one answers while the sandbox runs
+        await sandbox.stop()
+        for url in urls:
+            with pytest.raises(httpx.ConnectError):
+                await client.get(url)
+
+
+@pytest.mark.anyio
+async def test_a_part_that_fails_to_stop_does_not_keep_the_others_running() -> None:
+    stopped: list[str] = []
+
+    class Part:
+        def __init__(self, name: str, fails: bool = False) -> None:
+            self.name, self.fails = name, fails
+
+        async def stop(self) -> None:
+            stopped.append(self.name)
+            if self.fails:
+                raise RuntimeError(f"{self.name} would not stop")
+
+    with pytest.raises(RuntimeError, match="b would not stop"):
+        await stop_all([Part("a"), Part("b", fails=True), None, Part("c")])
+    assert sorted(stopped) == ["a", "b", "c"]

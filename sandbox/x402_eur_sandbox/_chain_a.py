@@ -52,7 +52,7 @@ from ._chain_a_direct import DirectChain, asset_of, facilitator_app
 from ._faults import FaultMiddleware, Faults
 from ._http_util import json_response
 from ._merchant import Price, Verdict
-from ._server import ServedApp
+from ._server import ServedApp, stop_all
 from ._wire import CHAIN_A_NETWORK, AmountError, BridgePayload, Proof, to_atomic
 
 __all__ = [
@@ -578,9 +578,7 @@ class ChainASandbox:
             timers, self._timers = list(self._timers.values()), {}
         for timer in timers:
             timer.cancel()
-        for served in (self._facilitator, self._algod, self._indexer):
-            if served is not None:
-                await served.stop()
+        await stop_all((self._facilitator, self._algod, self._indexer))
         self._facilitator = self._algod = self._indexer = None
         self._loop = None
 

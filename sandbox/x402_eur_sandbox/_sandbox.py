@@ -34,7 +34,7 @@ from ._faults import Faults
 from ._hosted_mcp import HostedToolServer, mcp_available
 from ._merchant import DEFAULT_PRICES, EuroOffer, MerchantGate, Offer, Price, merchant_app
 from ._payment_api import payment_api_app
-from ._server import ServedApp
+from ._server import ServedApp, stop_all
 
 __all__ = [
     "ALLOW_HOSTS_ENV",
@@ -257,9 +257,11 @@ class Sandbox:
         return self
 
     async def stop(self) -> None:
-        while self._started:
-            await self._started.pop().stop()
-        await self.gate.aclose()
+        started, self._started = self._started, []
+        try:
+            await stop_all(started)
+        finally:
+            await self.gate.aclose()
 
     async def __aenter__(self) -> Sandbox:
         return await self.start()

@@ -7,12 +7,30 @@ import asyncio
 import contextlib
 import errno
 import socket
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterable, Iterator
+from typing import Any, Protocol
 
 import uvicorn
 
-__all__ = ["PortInUse", "ServedApp"]
+__all__ = ["PortInUse", "ServedApp", "stop_all"]
+
+
+class _Stoppable(Protocol):
+    async def stop(self) -> None: ...
+
+
+async def stop_all(parts: Iterable[_Stoppable | None]) -> None:
+    """Stop every part at once, then raise the first failure.
+
+    A uvicorn server takes at least 0.1 s to stop (it gives open connections 0.1 s to
+    finish): one after another, the servers of a sandbox would take half a second.
+    """
+    results = await asyncio.gather(
+        *(part.stop() for part in parts if part is not None), return_exceptions=True
+    )
+    for result in results:
+        if isinstance(result, BaseException):
+            raise result
 
 
 class _QuietServer(uvicorn.Server):
@@ -21,6 +39,19 @@ class _QuietServer(uvicorn.Server):
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         yield
+
+    def __init__(self, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self.stopping = asyncio.Event()
+
+    async def main_loop(self) -> None:
+        # uvicorn's own loop, which looks at `should_exit` every 0.1 s, but woken at once
+        # when `ServedApp.stop` sets `stopping`.
+        counter = 0
+        while not await self.on_tick(counter):
+            counter = (counter + 1) % 864000
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self.stopping.wait(), 0.1)
 
 
 class PortInUse(OSError):
@@ -91,6 +122,7 @@ class ServedApp:
         if self._server is None or self._task is None:
             return
         self._server.should_exit = True
+        self._server.stopping.set()
         with contextlib.suppress(asyncio.CancelledError):
             await self._task
         self._server = None
