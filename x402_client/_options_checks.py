@@ -266,5 +266,11 @@ def asset_from_text(text: str, variable: str) -> Any:
             f"{variable}: write CHAIN:ADDRESS:SYMBOL:CURRENCY[:DECIMALS], e.g. "
             "8453:0x...:EURC:EUR:6"
         )
-    decimals = int(parts[4]) if len(parts) == 5 and parts[4].isdigit() else 6
+    decimals = 6
+    if len(parts) == 5:
+        if not (parts[4].isascii() and parts[4].isdigit()):
+            raise ConfigurationError(
+                f"{variable}: DECIMALS must be a whole number (e.g. 6), not {parts[4]!r}"
+            )
+        decimals = int(parts[4])
     return Asset(int(parts[0]), parts[1], parts[2], parts[3], decimals)

@@ -105,6 +105,26 @@ def test_asset_validation() -> None:
         Asset(chain_id=1, address="0x" + "ab" * 20, symbol="T", currency="EUR", decimals=37)
 
 
+def test_assets_from_the_environment_say_what_is_wrong_with_their_decimals() -> None:
+    address = "0x" + "ab" * 20
+    account = {
+        "X402_EUR_API_KEY": "sk_test_assets",
+        "X402_EUR_ACCOUNT": "ACC_ASSETS",
+        "X402_EUR_API_URL": "http://127.0.0.1:9",
+    }
+
+    def assets(text: str) -> tuple[Asset, ...]:
+        return PaymentOptions.from_env({**account, "X402_EUR_ASSETS": text}).assets
+
+    assert assets(f"31337:{address}:T:EUR:18")[0].decimals == 18
+    assert assets(f"31337:{address}:T:EUR")[0].decimals == 6
+    for wrong in ("six", "-1", "6.0", "", "\u0663"):
+        with pytest.raises(ConfigurationError, match="X402_EUR_ASSETS: DECIMALS must be"):
+            assets(f"31337:{address}:T:EUR:{wrong}")
+    with pytest.raises(ConfigurationError, match="between 0 and 36"):
+        assets(f"31337:{address}:T:EUR:40")
+
+
 @pytest.mark.parametrize(
     ("decimals", "atomic", "expected"),
     [
