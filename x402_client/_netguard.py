@@ -39,6 +39,7 @@ import httpcore
 import httpx
 
 from ._exceptions import DestinationRefused
+from ._http import default_ssl_context
 
 if TYPE_CHECKING:
     from typing import TypeAlias
@@ -446,7 +447,10 @@ class GuardedTransport(httpx.AsyncHTTPTransport):
         limits: httpx.Limits = _LIMITS,
         retries: int = 0,
     ) -> None:
-        context = httpx.create_ssl_context(verify=verify, cert=cert, trust_env=trust_env)
+        if verify is True and cert is None:
+            context = default_ssl_context(trust_env)
+        else:
+            context = httpx.create_ssl_context(verify=verify, cert=cert, trust_env=trust_env)
         super().__init__(verify=context, http1=http1, http2=http2, limits=limits)
         self.guard = guard
         # httpx's own transport over a pool that connects through the guard.

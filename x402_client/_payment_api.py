@@ -40,7 +40,7 @@ from ._exceptions import (
     PaymentFailed,
     PaymentOutcomeUnknown,
 )
-from ._http import BodyTooLarge, read_bounded
+from ._http import BodyTooLarge, default_ssl_context, read_bounded
 from ._provider import (
     ProviderError,
     TransactionRecord,
@@ -162,11 +162,12 @@ class PaymentAPI:
         self._max_body = max_body_bytes
         if transport is None:
             transport = httpx.AsyncHTTPTransport(
+                verify=default_ssl_context(),
                 # Keep every connection it opens: httpx's default keeps 20 idle ones, so a
                 # burst of more concurrent payments would close and re-open connections.
                 limits=httpx.Limits(
                     max_connections=max_connections, max_keepalive_connections=max_connections
-                )
+                ),
             )
         self._transport = _KeyedTransport(transport, api_key)
         self._parts: tuple[httpx.URL, httpx.Headers, dict[str, Any]] | None = None

@@ -41,7 +41,7 @@ import httpx
 
 from ._budget import BudgetReport
 from ._exceptions import ConfigurationError, PaymentOutcomeUnknown
-from ._http import wrap_transports
+from ._http import default_ssl_context, wrap_transports
 from ._options import PaymentOptions, coerce_options
 from ._payer import Payer
 from ._quote import Quote, quote_response
@@ -399,7 +399,9 @@ class SyncPaymentTransport(httpx.BaseTransport):
                 "SyncPaymentTransport wraps a sync transport (httpx.HTTPTransport), not "
                 f"{type(transport).__name__}"
             )
-        self._transport = transport if transport is not None else httpx.HTTPTransport()
+        if transport is None:
+            transport = httpx.HTTPTransport(verify=default_ssl_context())
+        self._transport = transport
         self._driver = _Driver(payer if payer is not None else Payer(coerce_options(options)))
         self._retired: list[_Driver] = []
 

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, overload
 import httpx
 
 from ._exceptions import ConfigurationError
-from ._http import wrap_transports
+from ._http import default_ssl_context, wrap_transports
 from ._ledger import PaymentLedger
 from ._options import PaymentOptions, coerce_options
 
@@ -99,7 +99,9 @@ class PaymentTransport(httpx.AsyncBaseTransport):
         from ._payer import Payer
         from ._request import LogicalRequest
 
-        self._transport = transport if transport is not None else httpx.AsyncHTTPTransport()
+        if transport is None:
+            transport = httpx.AsyncHTTPTransport(verify=default_ssl_context())
+        self._transport = transport
         self._payer = payer if payer is not None else Payer(coerce_options(options))
         self._guard_of = LogicalRequest.of
         self._retired: list[Payer] = []

@@ -25,6 +25,7 @@ from starlette.routing import Match, Route
 from . import _wire as _json
 from ._bank import BankError
 from ._faults import DroppedConnection, Faults
+from ._server import loopback_client
 from ._wire import Proof, ProofError, decode_proof, parse_amount
 
 __all__ = [
@@ -173,7 +174,7 @@ class MerchantGate:
     @property
     def http(self) -> httpx.AsyncClient:
         if self._http is None:
-            self._http = httpx.AsyncClient(timeout=30.0)
+            self._http = loopback_client(timeout=30.0)
         return self._http
 
     async def aclose(self) -> None:

@@ -107,7 +107,7 @@ from ._permit2 import (
     settle_call,
     upto_settle_call,
 )
-from ._server import ServedApp
+from ._server import ServedApp, loopback_client
 from ._wire import to_atomic
 
 if TYPE_CHECKING:
@@ -394,7 +394,7 @@ class _JsonRpc:
 
     def __init__(self, url: str) -> None:
         self.url = url
-        self._http = httpx.AsyncClient(timeout=_RECEIPT_TIMEOUT, trust_env=False)
+        self._http = loopback_client(timeout=_RECEIPT_TIMEOUT)
         self._id = 0
 
     async def call(self, method: str, *params: Any) -> Any:

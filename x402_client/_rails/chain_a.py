@@ -56,6 +56,7 @@ from .. import _json
 from .._amounts import format_amount, from_atomic
 from .._challenge import CHAIN_A_ASSETS, CHAIN_A_NETWORK, AcceptEntry, exact_intent
 from .._exceptions import PaymentFailed
+from .._http import default_ssl_context
 from .._models import ChainADirectPayload, ExactAcceptEntry, PaymentProof
 from .._proof import ProofError, b64_json_decode, encode_proof
 from .._redact import endpoint_url, private_endpoints
@@ -210,7 +211,10 @@ class _Node:
         if options.algod_token is not None:
             headers["X-Algo-API-Token"] = options.algod_token.get_secret_value()
         self._http = httpx.AsyncClient(
-            headers=headers, timeout=options.timeout, follow_redirects=False
+            headers=headers,
+            timeout=options.timeout,
+            follow_redirects=False,
+            verify=default_ssl_context(),
         )
         self._shown = endpoint_url(options.algod_url)
 

@@ -47,7 +47,7 @@ from .. import _json
 from .._amounts import format_amount, from_atomic
 from .._challenge import EVM_NETWORKS, AcceptEntry, exact_intent
 from .._exceptions import ConfigurationError, PaymentFailed, SpenderMismatch
-from .._http import BodyTooLarge, read_bounded
+from .._http import BodyTooLarge, default_ssl_context, read_bounded
 from .._models import (
     EvmPermitExtra,
     EvmPermitPayload,
@@ -612,7 +612,11 @@ class EvmPermitRail:
             self._http = httpx.AsyncClient(
                 follow_redirects=False,
                 timeout=_SUPPORTED_TIMEOUT,
-                transport=None if guard is None else guard.transport(),
+                transport=(
+                    httpx.AsyncHTTPTransport(verify=default_ssl_context())
+                    if guard is None
+                    else guard.transport()
+                ),
             )
         request = self._http.build_request("GET", f"{base}/supported")
         response = await self._http.send(request, stream=True)

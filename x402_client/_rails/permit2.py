@@ -42,6 +42,7 @@ from .._amounts import format_amount
 from .._assets import find_asset
 from .._challenge import AcceptEntry
 from .._exceptions import ConfigurationError
+from .._http import default_ssl_context
 from .._models import ExactAcceptEntry, UptoAcceptEntry
 from .._redact import endpoint_url, private_endpoints
 from .._types import PaymentIntent
@@ -309,7 +310,9 @@ class ChainReader:
 
     async def _rpc(self, url: str, method: str, params: list[Any]) -> Any:
         if self._http is None:
-            self._http = httpx.AsyncClient(timeout=_RPC_TIMEOUT, trust_env=False)
+            self._http = httpx.AsyncClient(
+                timeout=_RPC_TIMEOUT, trust_env=False, verify=default_ssl_context(trust_env=False)
+            )
         response = await self._http.post(
             url, json={"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
         )

@@ -121,10 +121,11 @@ async def _fetch_into(
     import httpx
 
     from .. import X402Error, with_eur_payment
+    from .._http import default_ssl_context
 
     method, body = what
     since = datetime.now(timezone.utc)
-    client = httpx.AsyncClient(follow_redirects=True, timeout=60)
+    client = httpx.AsyncClient(follow_redirects=True, timeout=60, verify=default_ssl_context())
     async with with_eur_payment(client, options) as client:
         request = client.build_request(method, args.url, headers=args.header, content=body)
         try:
@@ -197,6 +198,7 @@ def _report_response(
 async def _quote(args: argparse.Namespace) -> int:
     import httpx
 
+    from .._http import default_ssl_context
     from .._quote import quote_payment
     from .._transport import with_eur_payment
 
@@ -207,7 +209,7 @@ async def _quote(args: argparse.Namespace) -> int:
     options = _payment_options(args, state=bool(args.budget), from_env=configured)
     try:
         _open_state(args, options)
-        client = httpx.AsyncClient(follow_redirects=True, timeout=60)
+        client = httpx.AsyncClient(follow_redirects=True, timeout=60, verify=default_ssl_context())
         async with with_eur_payment(client, options) as client:
             quote = await quote_payment(client, args.url, method, headers=args.header, content=body)
     finally:
@@ -314,6 +316,7 @@ async def _find_record(args: argparse.Namespace) -> JournalRecord:
 async def _resume(args: argparse.Namespace) -> int:
     import httpx
 
+    from .._http import default_ssl_context
     from .._recovery import recover_payment
     from .._transport import with_eur_payment
 
@@ -325,7 +328,9 @@ async def _resume(args: argparse.Namespace) -> int:
         _open_state(args, options)
         output = _Output(args)
         try:
-            client = httpx.AsyncClient(follow_redirects=True, timeout=60)
+            client = httpx.AsyncClient(
+                follow_redirects=True, timeout=60, verify=default_ssl_context()
+            )
             async with with_eur_payment(client, options) as client:
                 with display:
                     recovery = await recover_payment(client, record.id, headers=args.header)

@@ -168,6 +168,7 @@ async def serve(args: argparse.Namespace, options: PaymentOptions, token: str | 
     """Serve the tools over stdio, or streamable HTTP with `--http`, until stopped."""
     import httpx
 
+    from .._http import default_ssl_context
     from .._transport import with_eur_payment
 
     secrets = secrets_of(options) + ([token] if token else [])
@@ -178,6 +179,7 @@ async def serve(args: argparse.Namespace, options: PaymentOptions, token: str | 
         client = httpx.AsyncClient(
             follow_redirects=True,
             timeout=httpx.Timeout(60.0),
+            verify=default_ssl_context(),
             transport=None if guard is None else guard.transport(),
         )
         if guard is not None:
