@@ -12,9 +12,14 @@ from typing import Any
 import pytest
 from hypothesis import settings
 
+from tests import tls_bundle
 from tests.sandboxes import payment_options
 from x402_client import PaymentOptions
 from x402_eur_sandbox import Account, Sandbox, ServedApp
+
+# No test checks a certificate: every client reads a one-certificate CA bundle instead of the
+# system's (tests/tls_bundle.py).
+tls_bundle.use()
 
 # Property tests check behaviour, not speed: on a loaded machine a case may take longer
 # than hypothesis' default 200 ms deadline without anything being wrong.

@@ -29,6 +29,7 @@ import anyio
 import anyio.abc
 import pytest
 
+from tests import tls_bundle
 from tests.x402_foundation import TOKEN_NAME, TOKEN_VERSION, FoundationStack
 
 __all__ = [
@@ -69,7 +70,13 @@ def _build(venv: Path) -> str | None:
     ]
     for step in steps:
         try:
-            done = subprocess.run(step, capture_output=True, text=True, timeout=_BUILD_TIMEOUT)
+            done = subprocess.run(
+                step,
+                capture_output=True,
+                text=True,
+                timeout=_BUILD_TIMEOUT,
+                env=tls_bundle.system_environment(),  # pip reaches a real registry
+            )
         except (OSError, subprocess.TimeoutExpired) as exc:
             return f"{' '.join(step[:3])}: {exc}"
         if done.returncode != 0:

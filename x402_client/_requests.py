@@ -107,6 +107,20 @@ _FLAVOURS: dict[type[X402Error], type[X402Error]] = {}
 _FLAVOURS_LOCK = threading.Lock()
 
 
+def _reduce_flavoured(self: X402Error) -> tuple[Any, ...]:
+    return (_unpickle_flavoured, (type(self).__mro__[1], self.args, dict(self.__dict__)))
+
+
+def _unpickle_flavoured(
+    cls: type[X402Error], args: tuple[Any, ...], state: dict[str, Any]
+) -> X402Error:
+    flavoured = _flavour(cls)
+    made = flavoured.__new__(flavoured, *args)
+    made.args = args
+    made.__dict__.update(state)
+    return made
+
+
 def _flavour(cls: type[X402Error]) -> type[X402Error]:
     """`cls` and `requests.RequestException` in one class (made once per error class, so
     `type(a) is type(b)` holds for two errors of one kind)."""
@@ -130,6 +144,8 @@ def _flavour(cls: type[X402Error]) -> type[X402Error]:
                 "__doc__": cls.__doc__,
                 # What a requests user reads on a RequestException: the PreparedRequest.
                 "request": property(request),
+                # Pickled (a process pool, a task queue) by the error class it flavours.
+                "__reduce__": _reduce_flavoured,
             },
         )
         _FLAVOURS[cls] = made

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import io
+import pickle
 import subprocess
 import sys
 import threading
@@ -270,6 +271,10 @@ def test_over_the_cap_is_refused_with_nothing_paid_and_the_402_readable(
     assert "0.05" in str(error) and type(error).__name__ == "AmountLimitExceeded"
     assert payments(sandbox, payer) == []
     assert payment_ledger(options).entries() == []
+    again = pickle.loads(pickle.dumps(error))  # noqa: S301 - our own bytes
+    _both(again, AmountLimitExceeded)
+    assert again.money_moved is False and again.response.status_code == 402
+    assert again.request.url == sandbox.url("/weather")
 
 
 def test_beyond_the_budget_is_refused_with_nothing_paid(
@@ -475,6 +480,11 @@ def test_a_redirect_hop_that_fails_after_the_payment_says_money_moved(
     assert caught.value.money_moved is True and len(caught.value.receipts) == 1
     assert isinstance(caught.value.__cause__, requests.ConnectionError)
     assert len(payments(sandbox, payer)) == 1
+    # Sent to another process (a pool, a task queue), it is still the same error.
+    again = pickle.loads(pickle.dumps(caught.value))  # noqa: S301 - our own bytes
+    _both(again, PaymentVerificationFailed)
+    assert type(again) is type(caught.value) and str(again) == str(caught.value)
+    assert again.money_moved is True and again.receipts == caught.value.receipts
 
 
 def test_a_response_hook_that_raises_after_the_payment_says_money_moved(
