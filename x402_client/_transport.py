@@ -13,8 +13,8 @@ hops share (`_request.LogicalRequest`). See `docs/design.md`.
 from __future__ import annotations
 
 import sys
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, NoReturn, overload
+from collections.abc import Awaitable, Callable, Mapping
+from typing import TYPE_CHECKING, Any, NoReturn, Protocol, TypeVar, overload
 
 import httpx
 
@@ -167,6 +167,16 @@ class PaymentTransport(httpx.AsyncBaseTransport):
         raise ConfigurationError(_NOT_FOR_SYNC)
 
 
+class ToolSession(Protocol):
+    """An MCP client session: anything with `call_tool` (`mcp.ClientSession`, `mcp.Client`)."""
+
+    @property
+    def call_tool(self) -> Callable[..., Awaitable[Any]]: ...
+
+
+_ToolSessionT = TypeVar("_ToolSessionT", bound=ToolSession)
+
+
 @overload
 def with_eur_payment(
     client: httpx.AsyncClient,
@@ -188,10 +198,17 @@ def with_eur_payment(
 ) -> requests.Session: ...
 
 
+@overload
 def with_eur_payment(
-    client: httpx.AsyncClient | httpx.Client | requests.Session,
+    client: _ToolSessionT,
     options: PaymentOptions | Mapping[str, Any] | None = None,
-) -> httpx.AsyncClient | httpx.Client | requests.Session:
+) -> _ToolSessionT: ...
+
+
+def with_eur_payment(
+    client: httpx.AsyncClient | httpx.Client | requests.Session | ToolSession,
+    options: PaymentOptions | Mapping[str, Any] | None = None,
+) -> httpx.AsyncClient | httpx.Client | requests.Session | ToolSession:
     """Install x402 payment handling on `client` and return that same client.
 
     `client` is an `httpx.AsyncClient` or an `httpx.Client`; both pay the same way. A sync
@@ -199,7 +216,9 @@ def with_eur_payment(
     stopped by `client.close()`); everything else stays in the caller's thread
     (`docs/sync.md`). A `requests.Session` (the `requests` extra) pays like an
     `httpx.Client`: a `PaymentAdapter` over each of its adapters, the receipt in
-    `response.x402_payment` (`docs/requests.md`).
+    `response.x402_payment` (`docs/requests.md`). An MCP client session (`mcp.ClientSession`,
+    `mcp.Client`: anything with `call_tool`) pays its paid tool calls, as
+    `with_eur_payment_mcp` does (`docs/mcp-payments.md`).
 
     `options` is a `PaymentOptions` or a mapping with the same keys (snake_case or the
     spec's camelCase); None reads `PaymentOptions.from_env()`. The client's transport and
@@ -224,9 +243,13 @@ def with_eur_payment(
     loaded = sys.modules.get("requests")  # a Session exists only if requests was imported
     is_session = loaded is not None and isinstance(client, loaded.Session)
     if not is_session and not isinstance(client, (httpx.AsyncClient, httpx.Client)):
+        if callable(getattr(client, "call_tool", None)):
+            from ._mcp_pay import with_eur_payment_mcp  # loaded by MCP users only
+
+            return with_eur_payment_mcp(client, options)
         raise ConfigurationError(
             "with_eur_payment needs an httpx.AsyncClient or an httpx.Client (or a "
-            f"requests.Session), not {type(client).__name__}"
+            f"requests.Session, or an MCP client session), not {type(client).__name__}"
         )
     resolved = PaymentOptions.from_env() if options is None else coerce_options(options)
     if is_session:

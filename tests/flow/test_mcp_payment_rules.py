@@ -23,6 +23,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult, TextContent
 
 from x402_client import (
+    AmountLimitExceeded,
     ConfigurationError,
     EvmOptions,
     PaidToolResult,
@@ -30,6 +31,7 @@ from x402_client import (
     PaymentOutcomeUnknown,
     PaymentVerificationFailed,
     payment_ledger,
+    with_eur_payment,
     with_eur_payment_mcp,
 )
 from x402_client._mcp_pay import payment_required_of
@@ -159,6 +161,22 @@ async def test_pays_a_challenge_given_as_text_and_keeps_the_callers_meta():
     authorization = payment["payload"]["authorization"]
     assert authorization["to"] == PAY_TO and authorization["value"] == "10000"
     assert payment_ledger(paying).entries()[0].proof == result.x402_payment.proof
+
+
+async def test_with_eur_payment_takes_an_mcp_session_too():
+    session = ScriptedSession(asks(), served())
+    paying = options()
+    assert with_eur_payment(session, paying) is session
+    result = await session.call_tool("weather", {"city": "Paris"})
+    assert isinstance(result, PaidToolResult) and len(session.payments()) == 1
+    assert payment_ledger(paying).entries()[0].proof == result.x402_payment.proof
+    # Once more, with other options: they replace the first, nothing is wrapped twice.
+    capped = options(max_amount_per_payment={"USD": "0.001"})
+    assert with_eur_payment(session, capped) is session
+    session.script.append(asks())
+    with pytest.raises(AmountLimitExceeded):
+        await session.call_tool("weather", {"city": "Paris"})
+    assert len(session.payments()) == 1 and payment_ledger(capped).entries() == []
 
 
 async def test_pays_a_json_rpc_error_402():

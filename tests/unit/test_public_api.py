@@ -152,8 +152,9 @@ def test_bad_options_are_configuration_errors_without_values(bad: dict) -> None:
 
 
 def test_with_eur_payment_needs_an_httpx_client() -> None:
-    with pytest.raises(ConfigurationError, match=r"httpx.AsyncClient or an httpx.Client"):
+    with pytest.raises(ConfigurationError, match=r"httpx.AsyncClient or an httpx.Client") as e:
         with_eur_payment(object(), {})  # type: ignore[call-overload]
+    assert "or an MCP client session" in str(e.value)
 
 
 def test_per_request_settings_are_validated() -> None:
