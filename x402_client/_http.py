@@ -30,8 +30,8 @@ def default_ssl_context(trust_env: bool = True) -> ssl.SSLContext:
     nodes, and the default transports of `PaymentTransport` and the command line.
 
     httpx builds a new context for each client it makes, which reads the whole CA bundle:
-    about 20 ms of CPU per client. A change to those variables after the first connection
-    is not seen; a caller's own `httpx.AsyncClient(verify=...)` is never touched.
+    about 20 ms of CPU per client. A change to those variables after the first call is
+    not seen; a caller's own `httpx.AsyncClient(verify=...)` is never touched.
     """
     return _ssl_context(bool(trust_env))
 
