@@ -32,6 +32,7 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import logging
+import sys
 import threading
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
@@ -50,6 +51,8 @@ from ._resume import resumed_request
 from ._state import state_of
 
 if TYPE_CHECKING:
+    import requests
+
     # Loaded by recovery only: the journal brings SQLite, which paying does not need.
     from ._recovery import Headers, Recovery, Send
     from ._sqlite import JournalRecord
@@ -514,11 +517,26 @@ def _install_boundary(client: httpx.Client, driver: _Driver) -> None:
 # --- quotes and budgets ----------------------------------------------------------------------
 
 
+def session_transport(source: Any) -> SyncPaymentTransport | None:
+    """The payment transport `with_eur_payment` installed on a `requests.Session` (its
+    `PaymentAdapter`s share one); None for anything else."""
+    loaded = sys.modules.get("requests")  # a Session exists only if requests was imported
+    if loaded is None or not isinstance(source, loaded.Session):
+        return None
+    for adapter in source.adapters.values():
+        found = getattr(adapter, "_transport", None)
+        if isinstance(found, SyncPaymentTransport):
+            return found
+    return None
+
+
 def _driver_of(source: Any, what: str, instead: str) -> _Driver:
     transport = source if isinstance(source, SyncPaymentTransport) else None
     if transport is None and isinstance(source, httpx.Client):
         found = getattr(source, "_transport", None)
         transport = found if isinstance(found, SyncPaymentTransport) else None
+    if transport is None:
+        transport = session_transport(source)
     if transport is not None:
         return transport._driver
     if isinstance(source, httpx.AsyncClient):
@@ -547,11 +565,11 @@ def quote_payment_sync(
 
 
 def budget_status_sync(
-    source: httpx.Client | SyncPaymentTransport | PaymentOptions,
+    source: httpx.Client | SyncPaymentTransport | requests.Session | PaymentOptions,
 ) -> BudgetReport:
     """`budget_status` for sync code: each budget of the options behind `source` (a paying
-    `httpx.Client`, its transport, or the `PaymentOptions`), what it spent, what remains,
-    and `.currencies`: every currency the options can pay."""
+    `httpx.Client`, its transport, a paying `requests.Session`, or the `PaymentOptions`),
+    what it spent, what remains, and `.currencies`: every currency the options can pay."""
     if isinstance(source, PaymentOptions):
         return _run_alone(state_of(source).budgets.status())
     driver = _driver_of(source, "budget_status_sync", "budget_status")

@@ -287,10 +287,12 @@ def payment_ledger(
     | httpx.Client
     | PaymentTransport
     | SyncPaymentTransport
+    | requests.Session
     | PaymentOptions,
 ) -> PaymentLedger:
     """The ledger of every payment made with the options of `client` (an async or sync
-    client, a `PaymentTransport` or `SyncPaymentTransport`, or a `PaymentOptions` object).
+    client, a `PaymentTransport` or `SyncPaymentTransport`, a paying `requests.Session`,
+    or a `PaymentOptions` object).
 
     ```python
     for entry in payment_ledger(client).entries(outcome="unknown"):
@@ -308,9 +310,11 @@ def payment_ledger(
     )
     if isinstance(transport, PaymentTransport):
         return transport.payer.state.ledger
-    if isinstance(client, (httpx.Client, httpx.BaseTransport)):
-        from ._sync import SyncPaymentTransport
+    if not isinstance(client, httpx.AsyncClient):
+        from ._sync import SyncPaymentTransport, session_transport
 
-        if isinstance(transport, SyncPaymentTransport):
+        if not isinstance(transport, SyncPaymentTransport):
+            transport = session_transport(client)
+        if transport is not None:
             return transport.payer.state.ledger
     raise ConfigurationError("this client has no payment handling: call with_eur_payment first")

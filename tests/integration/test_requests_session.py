@@ -292,6 +292,24 @@ def test_beyond_the_budget_is_refused_with_nothing_paid(
     assert (status.spent, status.remaining) == (Decimal("0.10"), Decimal("0.05"))
 
 
+def test_the_ledger_and_the_budgets_are_read_from_the_session(
+    sandbox: Sandbox, payer: Account, options_for: Callable[..., PaymentOptions]
+) -> None:
+    with _session(options_for(payer, budgets=[Budget("0.25")])) as session:
+        paid = session.get(sandbox.url("/weather")).x402_payment
+        [entry] = payment_ledger(session).entries()
+        assert (entry.outcome, entry.proof) == ("paid", paid.proof)
+        (status,) = budget_status_sync(session)
+        assert (status.spent, status.remaining) == (Decimal("0.10"), Decimal("0.15"))
+        # A PaymentAdapter the session holds answers the same.
+        adapter = session.get_adapter(sandbox.url("/weather"))
+        assert payment_ledger(adapter).entries() == [entry]  # type: ignore[arg-type]
+    with requests.Session() as plain:
+        for read in (payment_ledger, budget_status_sync):
+            with pytest.raises(ConfigurationError, match="call with_eur_payment first"):
+                read(plain)
+
+
 @pytest.mark.parametrize(
     ("limit", "refusal"),
     [
