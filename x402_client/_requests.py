@@ -74,7 +74,7 @@ from ._exceptions import ConfigurationError, X402Error
 from ._options import PaymentOptions, coerce_options
 from ._payer import Payer
 from ._request import EXTENSION, GUARD, RECEIPT_EXTENSION, LogicalRequest, _parse_settings
-from ._sync import SyncPaymentTransport, _Driver
+from ._sync import ADAPTER_SETTINGS, SyncPaymentTransport, _Driver
 
 __all__ = [
     "RECEIPT_ATTRIBUTE",
@@ -464,9 +464,6 @@ class _Send:
 _CURRENT: contextvars.ContextVar[_Send | None] = contextvars.ContextVar(
     "x402_requests_send", default=None
 )
-_SETTINGS: contextvars.ContextVar[Mapping[str, Any] | None] = contextvars.ContextVar(
-    "x402_requests_settings", default=None
-)
 
 
 @contextlib.contextmanager
@@ -485,11 +482,11 @@ def payment_settings(settings: Mapping[str, Any]) -> Iterator[None]:
     request started in the block takes them at its first hop; its redirect hops keep them.
     """
     _parse_settings(settings)
-    token = _SETTINGS.set(dict(settings))
+    token = ADAPTER_SETTINGS.set(dict(settings))
     try:
         yield
     finally:
-        _SETTINGS.reset(token)
+        ADAPTER_SETTINGS.reset(token)
 
 
 class PaymentAdapter(requests.adapters.BaseAdapter):
@@ -574,7 +571,7 @@ class PaymentAdapter(requests.adapters.BaseAdapter):
         hop = _Hop(request, kwargs, outgoing)
         outgoing.extensions[_HOP] = hop
         if current.guard is None:
-            settings = _SETTINGS.get()
+            settings = ADAPTER_SETTINGS.get()
             if settings is not None:
                 outgoing.extensions[EXTENSION] = settings
             current.guard = LogicalRequest.begin(outgoing)

@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import contextvars
 import dataclasses
 import logging
 import sys
@@ -58,6 +59,7 @@ if TYPE_CHECKING:
     from ._sqlite import JournalRecord
 
 __all__ = [
+    "ADAPTER_SETTINGS",
     "SyncPaymentTransport",
     "budget_status_sync",
     "install",
@@ -80,6 +82,11 @@ _NOT_FOR_ASYNC = (
     "PaymentTransport (or with_eur_payment(httpx.AsyncClient(...)))"
 )
 _NO_PAYMENT = "this client has no payment handling: call with_eur_payment first"
+#: The per-request settings of the requests a paying `requests.Session` sends in this
+#: context (`payment_settings(...)`): what `extensions={"x402": ...}` is to httpx.
+ADAPTER_SETTINGS: contextvars.ContextVar[Mapping[str, Any] | None] = contextvars.ContextVar(
+    "x402_requests_settings", default=None
+)
 
 
 # --- the private loop ----------------------------------------------------------------------
@@ -547,19 +554,50 @@ def _driver_of(source: Any, what: str, instead: str) -> _Driver:
 
 
 def quote_payment_sync(
-    client: httpx.Client,
+    client: httpx.Client | requests.Session,
     url: str,
     method: str = "GET",
     **request_kwargs: Any,
 ) -> Quote:
-    """`quote_payment` for a paying `httpx.Client`: what `url` costs, paying nothing."""
+    """`quote_payment` for a paying `httpx.Client` or `requests.Session`: what `url`
+    costs, paying nothing. `request_kwargs` are the client's own (`headers=`, `json=`,
+    ...); the session sends the request with its cookies and auth."""
     driver = _driver_of(client, "quote_payment_sync", "quote_payment")
+    if not isinstance(client, httpx.Client):
+        return _quote_with_session(client, driver, method, url, request_kwargs)
     extensions = dict(request_kwargs.pop("extensions", None) or {})
     extensions[EXTENSION] = {"pay": False}
     response = client.request(method, url, extensions=extensions, **request_kwargs)
     response.read()
     budgets = driver.payer.state.budgets
     # On the client's own loop: a store's connections belong to the loop that uses them.
+    headroom = driver.run(budgets.headroom()) if budgets.budgets else {}
+    return quote_response(response, driver.payer.options, headroom=headroom)
+
+
+def _quote_with_session(
+    session: requests.Session,
+    driver: _Driver,
+    method: str,
+    url: str,
+    request_kwargs: dict[str, Any],
+) -> Quote:
+    token = ADAPTER_SETTINGS.set({"pay": False})
+    try:
+        with session.request(method, url, **request_kwargs) as answer:
+            content = answer.content
+    finally:
+        ADAPTER_SETTINGS.reset(token)
+    # The answer as httpx would have handed it back: what `quote_response` reads (its
+    # body already decoded by requests).
+    framing = ("content-encoding", "content-length", "transfer-encoding")
+    response = httpx.Response(
+        answer.status_code,
+        headers=[(k, v) for k, v in answer.headers.items() if k.lower() not in framing],
+        content=content,
+        request=httpx.Request(method, answer.url),
+    )
+    budgets = driver.payer.state.budgets
     headroom = driver.run(budgets.headroom()) if budgets.budgets else {}
     return quote_response(response, driver.payer.options, headroom=headroom)
 

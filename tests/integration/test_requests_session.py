@@ -53,6 +53,7 @@ from x402_client import (
     budget_status_sync,
     payment_ledger,
     payment_settings,
+    quote_payment_sync,
     with_eur_payment,
 )
 from x402_eur_sandbox import Account, Fault, Sandbox
@@ -292,22 +293,33 @@ def test_beyond_the_budget_is_refused_with_nothing_paid(
     assert (status.spent, status.remaining) == (Decimal("0.10"), Decimal("0.05"))
 
 
-def test_the_ledger_and_the_budgets_are_read_from_the_session(
+def test_quotes_the_ledger_and_the_budgets_are_read_from_the_session(
     sandbox: Sandbox, payer: Account, options_for: Callable[..., PaymentOptions]
 ) -> None:
-    with _session(options_for(payer, budgets=[Budget("0.25")])) as session:
+    with _session(options_for(payer, budgets=[Budget("0.15")])) as session:
+        quote = quote_payment_sync(session, sandbox.url("/weather"), headers={"X-Trace": "q1"})
+        assert quote.status_code == 402 and quote.url == sandbox.url("/weather")
+        (offer,) = quote.payable
+        assert (offer.amount, offer.currency, offer.first) == (Decimal("0.10"), "EUR", True)
+        assert quote_payment_sync(session, sandbox.url("/free")).free
+        assert payments(sandbox, payer) == [] and payment_ledger(session).entries() == []
         paid = session.get(sandbox.url("/weather")).x402_payment
         [entry] = payment_ledger(session).entries()
         assert (entry.outcome, entry.proof) == ("paid", paid.proof)
         (status,) = budget_status_sync(session)
-        assert (status.spent, status.remaining) == (Decimal("0.10"), Decimal("0.15"))
+        assert (status.spent, status.remaining) == (Decimal("0.10"), Decimal("0.05"))
+        after = quote_payment_sync(session, sandbox.url("/weather"))
+        assert after.payable == [] and after.entries[0].reason == "over_budget"
         # A PaymentAdapter the session holds answers the same.
         adapter = session.get_adapter(sandbox.url("/weather"))
         assert payment_ledger(adapter).entries() == [entry]  # type: ignore[arg-type]
+    assert len(payments(sandbox, payer)) == 1
     with requests.Session() as plain:
         for read in (payment_ledger, budget_status_sync):
             with pytest.raises(ConfigurationError, match="call with_eur_payment first"):
                 read(plain)
+        with pytest.raises(ConfigurationError, match="call with_eur_payment first"):
+            quote_payment_sync(plain, sandbox.url("/weather"))
 
 
 @pytest.mark.parametrize(
