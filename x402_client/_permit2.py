@@ -14,7 +14,13 @@ from typing import TYPE_CHECKING, Any
 
 from ._assets import find_asset
 from ._exceptions import ConfigurationError, X402Error
-from ._rails._evm_signing import ADDRESS_RE, SignerCache, checksum_address, evm_extra_installed
+from ._rails._evm_signing import (
+    ADDRESS_RE,
+    SignerCache,
+    check_chain_id,
+    checksum_address,
+    evm_extra_installed,
+)
 from ._rails.permit2 import (
     MAX_UINT256,
     PERMIT2_ADDRESS,
@@ -154,12 +160,7 @@ async def _send_approve(
 ) -> Any:
     """Check that the endpoint serves `chain_id`, then sign and send
     `approve(PERMIT2, atomic)`; the transaction's hash as web3 returns it."""
-    reported = int(await w3.eth.chain_id)
-    if reported != chain_id:
-        raise ConfigurationError(
-            f"the RPC endpoint {endpoint_url(url)} reports chain id {reported}, "
-            f"but it is configured for chain id {chain_id} (eip155:{chain_id})"
-        )
+    check_chain_id(url, int(await w3.eth.chain_id), chain_id)
     token = w3.eth.contract(address=w3.to_checksum_address(asset), abi=_APPROVE_ABI)
     tx = await token.functions.approve(PERMIT2_ADDRESS, atomic).build_transaction(
         {

@@ -21,6 +21,8 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
+from .._exceptions import ConfigurationError
+from .._redact import endpoint_url
 from .._secret import SecretStr
 
 if TYPE_CHECKING:
@@ -32,6 +34,7 @@ __all__ = [
     "DigestSigner",
     "SignerCache",
     "address_word",
+    "check_chain_id",
     "check_fields",
     "checksum_address",
     "evm_extra_installed",
@@ -42,6 +45,16 @@ __all__ = [
 
 ADDRESS_RE = re.compile(r"\A0x[0-9a-fA-F]{40}\Z")
 UINT256_LIMIT = 1 << 256
+
+
+def check_chain_id(url: str, reported: int, chain_id: int) -> None:
+    """An RPC endpoint is used for `chain_id` only if it reports that chain (`eth_chainId`):
+    a mismatch is a `ConfigurationError` naming the endpoint by scheme, host and port."""
+    if reported != chain_id:
+        raise ConfigurationError(
+            f"the RPC endpoint {endpoint_url(url)} reports chain id {reported}, "
+            f"but it is configured for chain id {chain_id} (eip155:{chain_id})"
+        )
 
 
 def check_fields(message: Any, addresses: Iterable[str], numbers: Iterable[str]) -> None:

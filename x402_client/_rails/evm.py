@@ -46,7 +46,7 @@ from pydantic import ValidationError
 from .. import _json
 from .._amounts import format_amount, from_atomic
 from .._challenge import EVM_NETWORKS, AcceptEntry, exact_intent
-from .._exceptions import ConfigurationError, PaymentFailed, SpenderMismatch
+from .._exceptions import PaymentFailed, SpenderMismatch
 from .._http import BodyTooLarge, default_ssl_context, read_bounded
 from .._models import (
     EvmPermitExtra,
@@ -71,6 +71,7 @@ from . import (
     setting,
     unpayable,
 )
+from ._evm_signing import check_chain_id
 
 if TYPE_CHECKING:
     from web3 import AsyncHTTPProvider, AsyncWeb3
@@ -736,13 +737,7 @@ class EvmPermitRail:
             endpoint = self._endpoint(self._options.rpc_urls[chain_id][index])
             try:
                 if not endpoint.verified:
-                    reported = int(await endpoint.w3.eth.chain_id)
-                    if reported != chain_id:
-                        raise ConfigurationError(
-                            f"the RPC endpoint {endpoint_url(endpoint.url)} reports chain id "
-                            f"{reported}, but it is configured for chain id {chain_id} "
-                            f"(eip155:{chain_id})"
-                        )
+                    check_chain_id(endpoint.url, int(await endpoint.w3.eth.chain_id), chain_id)
                     endpoint.verified = True
                 result = await call(endpoint.w3)
             except (OSError, TimeoutError, aiohttp.ClientError, Web3Exception, ValueError) as exc:

@@ -41,7 +41,6 @@ import httpx
 from .._amounts import format_amount
 from .._assets import find_asset
 from .._challenge import AcceptEntry
-from .._exceptions import ConfigurationError
 from .._http import default_ssl_context
 from .._models import ExactAcceptEntry, UptoAcceptEntry
 from .._redact import endpoint_url, private_endpoints
@@ -62,6 +61,7 @@ from ._evm_signing import (
     DigestSigner,
     SignerCache,
     address_word,
+    check_chain_id,
     check_fields,
     checksum_address,
     evm_extra_installed,
@@ -329,12 +329,7 @@ class ChainReader:
             try:
                 if (chain_id, url) not in self._verified:
                     reported = int(str(await self._rpc(url, "eth_chainId", [])), 16)
-                    if reported != chain_id:
-                        raise ConfigurationError(
-                            f"the RPC endpoint {endpoint_url(url)} reports chain id "
-                            f"{reported}, but it is configured for chain id {chain_id} "
-                            f"(eip155:{chain_id})"
-                        )
+                    check_chain_id(url, reported, chain_id)
                     self._verified.add((chain_id, url))
                 result = await self._rpc(
                     url, "eth_call", [{"to": to, "data": "0x" + data.hex()}, "latest"]
