@@ -160,7 +160,7 @@ async def _send_approve(
 ) -> Any:
     """Check that the endpoint serves `chain_id`, then sign and send
     `approve(PERMIT2, atomic)`; the transaction's hash as web3 returns it."""
-    check_chain_id(url, int(await w3.eth.chain_id), chain_id)
+    check_chain_id(endpoint_url(url), int(await w3.eth.chain_id), chain_id)
     token = w3.eth.contract(address=w3.to_checksum_address(asset), abi=_APPROVE_ABI)
     tx = await token.functions.approve(PERMIT2_ADDRESS, atomic).build_transaction(
         {

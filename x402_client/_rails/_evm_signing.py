@@ -22,7 +22,6 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from .._exceptions import ConfigurationError
-from .._redact import endpoint_url
 from .._secret import SecretStr
 
 if TYPE_CHECKING:
@@ -47,12 +46,14 @@ ADDRESS_RE = re.compile(r"\A0x[0-9a-fA-F]{40}\Z")
 UINT256_LIMIT = 1 << 256
 
 
-def check_chain_id(url: str, reported: int, chain_id: int) -> None:
+def check_chain_id(shown: str, reported: int, chain_id: int) -> None:
     """An RPC endpoint is used for `chain_id` only if it reports that chain (`eth_chainId`):
-    a mismatch is a `ConfigurationError` naming the endpoint by scheme, host and port."""
+    a mismatch is a `ConfigurationError`. `shown` is the endpoint as `endpoint_url` shows
+    it (scheme, host and port): its URL may carry a key, which no frame of an error holds.
+    """
     if reported != chain_id:
         raise ConfigurationError(
-            f"the RPC endpoint {endpoint_url(url)} reports chain id {reported}, "
+            f"the RPC endpoint {shown} reports chain id {reported}, "
             f"but it is configured for chain id {chain_id} (eip155:{chain_id})"
         )
 

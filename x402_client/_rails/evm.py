@@ -737,7 +737,8 @@ class EvmPermitRail:
             endpoint = self._endpoint(self._options.rpc_urls[chain_id][index])
             try:
                 if not endpoint.verified:
-                    check_chain_id(endpoint.url, int(await endpoint.w3.eth.chain_id), chain_id)
+                    reported = int(await endpoint.w3.eth.chain_id)
+                    check_chain_id(endpoint_url(endpoint.url), reported, chain_id)
                     endpoint.verified = True
                 result = await call(endpoint.w3)
             except (OSError, TimeoutError, aiohttp.ClientError, Web3Exception, ValueError) as exc:

@@ -329,7 +329,7 @@ class ChainReader:
             try:
                 if (chain_id, url) not in self._verified:
                     reported = int(str(await self._rpc(url, "eth_chainId", [])), 16)
-                    check_chain_id(url, reported, chain_id)
+                    check_chain_id(endpoint_url(url), reported, chain_id)
                     self._verified.add((chain_id, url))
                 result = await self._rpc(
                     url, "eth_call", [{"to": to, "data": "0x" + data.hex()}, "latest"]
