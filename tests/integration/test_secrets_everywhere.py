@@ -10,6 +10,7 @@ real URL, which a re-sent request needs.
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import os
@@ -28,7 +29,9 @@ import pytest
 from tests.conftest import _leaks, register_secrets, scan_for_secrets, scripted_402
 from tests.sandboxes import evm_options
 from x402_client import (
+    ConfigurationError,
     EvmOptions,
+    NoSatisfiableOption,
     PaymentOptions,
     PaymentProgress,
     SqliteStore,
@@ -232,6 +235,42 @@ async def test_no_frame_on_an_rpc_error_path_holds_the_rpc_key(serve, monkeypatc
     finally:
         stall.set()
     assert failed == list(rpcs)
+
+
+def permit2_402() -> Any:
+    """A merchant asking for a Permit2 transfer of USDC on Base."""
+    entry = {
+        "scheme": "exact",
+        "network": "eip155:8453",
+        "asset": "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913",
+        "amount": "10000",
+        "payTo": "0x" + "ab" * 20,
+        "maxTimeoutSeconds": 300,
+        "extra": {"name": "USD Coin", "version": "2", "assetTransferMethod": "permit2"},
+    }
+    resource = {"url": "http://127.0.0.1/paid"}
+    required = {"x402Version": 2, "resource": resource, "accepts": [entry]}
+    header = base64.b64encode(json.dumps(required).encode()).decode()
+    return scripted_402("{}", headers={"PAYMENT-REQUIRED": header})
+
+
+@pytest.mark.anyio
+async def test_no_frame_on_a_permit2_rpc_error_path_holds_the_rpc_key(serve) -> None:
+    merchant = await serve(permit2_402())
+    rpcs = {
+        "wrong chain": (await serve(rpc_stub({"result": "0x1"})), ConfigurationError),
+        "connection refused": (closed_port(), NoSatisfiableOption),
+        "500": (await serve(stub(500, b"down")), NoSatisfiableOption),
+        "malformed body": (await serve(stub(200, b"{not json")), NoSatisfiableOption),
+    }
+    for case, (rpc, expected) in rpcs.items():
+        keyed = EvmOptions(private_key=EVM_KEY, rpc_urls={8453: f"{rpc}/v3/{RPC_KEY}"})
+        async with with_eur_payment(httpx.AsyncClient(), PaymentOptions(evm=keyed)) as client:
+            with pytest.raises(expected) as caught:
+                await client.get(merchant + "/paid")
+        assert "Permit2" in str(caught.value) or "chain id 1" in str(caught.value), case
+        assert leaked_from_frames(caught.value, RPC_KEY, EVM_KEY) == [], case
+        assert RPC_KEY not in str(caught.value), case
 
 
 @pytest.mark.anyio

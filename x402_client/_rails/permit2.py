@@ -41,6 +41,7 @@ import httpx
 from .._amounts import format_amount
 from .._assets import find_asset
 from .._challenge import AcceptEntry
+from .._exceptions import ConfigurationError
 from .._http import default_ssl_context
 from .._models import ExactAcceptEntry, UptoAcceptEntry
 from .._redact import endpoint_url, private_endpoints
@@ -297,7 +298,8 @@ class ChainReader:
     def __init__(self, rpc_urls: Mapping[int, tuple[str, ...]]) -> None:
         self._rpc_urls = rpc_urls
         private_endpoints(url for urls in rpc_urls.values() for url in urls)
-        self._verified: set[tuple[int, str]] = set()
+        #: (chain id, index into its URLs) of the endpoints whose chain id matched.
+        self._verified: set[tuple[int, int]] = set()
         self._http: httpx.AsyncClient | None = None
 
     def __repr__(self) -> str:
@@ -308,13 +310,14 @@ class ChainReader:
             await self._http.aclose()
             self._http = None
 
-    async def _rpc(self, url: str, method: str, params: list[Any]) -> Any:
+    async def _rpc(self, chain_id: int, index: int, method: str, params: list[Any]) -> Any:
         if self._http is None:
             self._http = httpx.AsyncClient(
                 timeout=_RPC_TIMEOUT, trust_env=False, verify=default_ssl_context(trust_env=False)
             )
         response = await self._http.post(
-            url, json={"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+            self._rpc_urls[chain_id][index],
+            json={"jsonrpc": "2.0", "id": 1, "method": method, "params": params},
         )
         response.raise_for_status()
         answer = response.json()
@@ -323,22 +326,30 @@ class ChainReader:
         return answer["result"]
 
     async def call(self, chain_id: int, to: str, data: bytes) -> bytes:
-        """`eth_call` at `latest`; the raw return data."""
+        """`eth_call` at `latest`; the raw return data.
+
+        The URLs stay out of this frame's locals (they may carry a key): each is read from
+        `self._rpc_urls` where it is used, by its index.
+        """
         failures: list[str] = []
-        for url in self._rpc_urls.get(chain_id, ()):
+        for index in range(len(self._rpc_urls.get(chain_id, ()))):
             try:
-                if (chain_id, url) not in self._verified:
-                    reported = int(str(await self._rpc(url, "eth_chainId", [])), 16)
-                    check_chain_id(endpoint_url(url), reported, chain_id)
-                    self._verified.add((chain_id, url))
+                if (chain_id, index) not in self._verified:
+                    reported = await self._rpc(chain_id, index, "eth_chainId", [])
+                    shown = endpoint_url(self._rpc_urls[chain_id][index])
+                    check_chain_id(shown, int(str(reported), 16), chain_id)
+                    self._verified.add((chain_id, index))
                 result = await self._rpc(
-                    url, "eth_call", [{"to": to, "data": "0x" + data.hex()}, "latest"]
+                    chain_id, index, "eth_call", [{"to": to, "data": "0x" + data.hex()}, "latest"]
                 )
                 if not isinstance(result, str) or not result.startswith("0x"):
                     raise ValueError("eth_call result is not hex")
                 return bytes.fromhex(result[2:])
+            except ConfigurationError:
+                raise  # an X402Error is an httpx.HTTPError: never a fall-back to the next URL
             except (httpx.HTTPError, ValueError) as exc:
-                failures.append(f"{endpoint_url(url)}: {type(exc).__name__}")
+                shown = endpoint_url(self._rpc_urls[chain_id][index])
+                failures.append(f"{shown}: {type(exc).__name__}")
         raise RpcUnavailable(
             f"no RPC endpoint for chain {chain_id} answered ({'; '.join(failures)})"
         )
