@@ -79,8 +79,9 @@ async def approve_permit2(
         raise ConfigurationError("approve_permit2 needs an EVM key (PaymentOptions.evm)")
     if not isinstance(asset, str) or not ADDRESS_RE.match(asset):
         raise ConfigurationError(f"asset {str(asset)[:50]!r} is not a 0x token address")
-    urls = evm.rpc_urls.get(chain_id)
-    if not urls:
+    # The RPC URLs stay out of these frames' locals (they may carry a key): they are read
+    # from the options where they are used.
+    if not evm.rpc_urls.get(chain_id):
         raise ConfigurationError(
             f"approve_permit2 needs an RPC URL for chain {chain_id} (EvmOptions.rpc_urls)"
         )
@@ -98,7 +99,7 @@ async def approve_permit2(
         await reader.aclose()
     if current >= atomic:
         return Permit2Approval(chain_id, checksum_address(asset), signer.address, current, None)
-    tx_hash = await _send_approval(options, chain_id, urls, asset, atomic)
+    tx_hash = await _send_approval(options, chain_id, asset, atomic)
     return Permit2Approval(chain_id, checksum_address(asset), signer.address, atomic, tx_hash)
 
 
@@ -156,11 +157,11 @@ _APPROVE_ABI = [
 
 
 async def _send_approve(
-    w3: Any, account: Any, url: str, chain_id: int, asset: str, atomic: int
+    w3: Any, account: Any, shown: str, chain_id: int, asset: str, atomic: int
 ) -> Any:
-    """Check that the endpoint serves `chain_id`, then sign and send
-    `approve(PERMIT2, atomic)`; the transaction's hash as web3 returns it."""
-    check_chain_id(endpoint_url(url), int(await w3.eth.chain_id), chain_id)
+    """Check that the endpoint (`shown` as `endpoint_url` shows it) serves `chain_id`, then
+    sign and send `approve(PERMIT2, atomic)`; the transaction's hash as web3 returns it."""
+    check_chain_id(shown, int(await w3.eth.chain_id), chain_id)
     token = w3.eth.contract(address=w3.to_checksum_address(asset), abi=_APPROVE_ABI)
     tx = await token.functions.approve(PERMIT2_ADDRESS, atomic).build_transaction(
         {
@@ -173,9 +174,7 @@ async def _send_approve(
     return await w3.eth.send_raw_transaction(signed.raw_transaction)
 
 
-async def _send_approval(
-    options: PaymentOptions, chain_id: int, urls: tuple[str, ...], asset: str, atomic: int
-) -> str:
+async def _send_approval(options: PaymentOptions, chain_id: int, asset: str, atomic: int) -> str:
     """Send `approve(PERMIT2, atomic)` from the options' key on the first endpoint that
     takes it, and wait for its receipt; the transaction hash."""
     import aiohttp
@@ -190,16 +189,17 @@ async def _send_approval(
     guard_library_logs()
     account = Account.from_key(evm.private_key.get_secret_value())
     failures: list[str] = []
-    for url in urls:
+    for index in range(len(evm.rpc_urls[chain_id])):
+        shown = endpoint_url(evm.rpc_urls[chain_id][index])
         provider = AsyncHTTPProvider(
-            url,
+            evm.rpc_urls[chain_id][index],
             request_kwargs={"timeout": aiohttp.ClientTimeout(total=_RPC_TIMEOUT)},
             exception_retry_configuration=None,
         )
         w3 = AsyncWeb3(provider, middleware=[])
         sent: str | None = None
         try:
-            raw_hash = await _send_approve(w3, account, url, chain_id, asset, atomic)
+            raw_hash = await _send_approve(w3, account, shown, chain_id, asset, atomic)
             sent = "0x" + bytes(raw_hash).hex()
             receipt = await w3.eth.wait_for_transaction_receipt(raw_hash, timeout=120)
         except TimeExhausted:
@@ -213,7 +213,7 @@ async def _send_approval(
                     f"the Permit2 approval {sent} was sent but its receipt could not be read "
                     f"({type(exc).__name__}): look it up before approving again"
                 ) from None
-            failures.append(f"{endpoint_url(url)}: {type(exc).__name__}")
+            failures.append(f"{shown}: {type(exc).__name__}")
             continue
         finally:
             await provider.disconnect()

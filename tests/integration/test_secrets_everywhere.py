@@ -35,6 +35,8 @@ from x402_client import (
     PaymentOptions,
     PaymentProgress,
     SqliteStore,
+    X402Error,
+    approve_permit2,
     payment_ledger,
     quote_payment,
     with_eur_payment,
@@ -269,6 +271,41 @@ async def test_no_frame_on_a_permit2_rpc_error_path_holds_the_rpc_key(serve) -> 
             with pytest.raises(expected) as caught:
                 await client.get(merchant + "/paid")
         assert "Permit2" in str(caught.value) or "chain id 1" in str(caught.value), case
+        assert leaked_from_frames(caught.value, RPC_KEY, EVM_KEY) == [], case
+        assert RPC_KEY not in str(caught.value), case
+
+
+def rpc_by_method(answers: dict[str, Any]) -> Any:
+    """A JSON-RPC endpoint answering each method from `answers` (`result` values), and
+    any other method with a JSON-RPC error."""
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        call = json.loads(await _body(receive))
+        if call["method"] in answers:
+            answer: dict[str, Any] = {"result": answers[call["method"]]}
+        else:
+            answer = {"error": {"code": -32000, "message": "refused"}}
+        body = json.dumps({"jsonrpc": "2.0", "id": call["id"], **answer}).encode()
+        await _answer(send, 200, body)
+
+    return app
+
+
+@pytest.mark.anyio
+async def test_no_frame_of_a_failed_permit2_approval_holds_the_rpc_key(serve) -> None:
+    usdc = "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913"
+    not_approved = {"eth_chainId": hex(8453), "eth_call": "0x" + "00" * 32}
+    rpcs = {
+        "wrong chain": (await serve(rpc_stub({"result": "0x1"})), ConfigurationError),
+        "the chain refuses the transaction": (await serve(rpc_by_method(not_approved)), X402Error),
+    }
+    for case, (rpc, expected) in rpcs.items():
+        keyed = EvmOptions(private_key=EVM_KEY, rpc_urls={8453: f"{rpc}/v3/{RPC_KEY}"})
+        with pytest.raises(expected) as caught:
+            await approve_permit2(PaymentOptions(evm=keyed), 8453, usdc)
+        assert "chain id 1" in str(caught.value) or "was not sent" in str(caught.value), case
         assert leaked_from_frames(caught.value, RPC_KEY, EVM_KEY) == [], case
         assert RPC_KEY not in str(caught.value), case
 
