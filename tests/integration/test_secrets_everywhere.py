@@ -29,6 +29,7 @@ import pytest
 from tests.conftest import _leaks, register_secrets, scan_for_secrets, scripted_402
 from tests.sandboxes import evm_options
 from x402_client import (
+    ChainAOptions,
     ConfigurationError,
     EvmOptions,
     NoSatisfiableOption,
@@ -307,6 +308,30 @@ async def test_no_frame_of_a_failed_permit2_approval_holds_the_rpc_key(serve) ->
             await approve_permit2(PaymentOptions(evm=keyed), 8453, usdc)
         assert "chain id 1" in str(caught.value) or "was not sent" in str(caught.value), case
         assert leaked_from_frames(caught.value, RPC_KEY, EVM_KEY) == [], case
+        assert RPC_KEY not in str(caught.value), case
+
+
+CHAIN_A_KEY = base64.b64encode(bytes(range(64))).decode()
+
+
+@pytest.mark.anyio
+async def test_no_frame_of_a_chain_a_node_error_holds_the_node_url(serve) -> None:
+    from x402_client._rails.chain_a import NodeUnavailable, _Node
+
+    nodes = {
+        "connection refused": closed_port(),
+        "500": await serve(stub(500, b"down")),
+        "malformed body": await serve(stub(200, b"{not json")),
+    }
+    for case, node_url in nodes.items():
+        options = ChainAOptions(private_key=CHAIN_A_KEY, algod_url=f"{node_url}/v2key/{RPC_KEY}")
+        node = _Node(options)
+        try:
+            with pytest.raises(NodeUnavailable) as caught:
+                await node.get("/v2/status")
+        finally:
+            await node.aclose()
+        assert leaked_from_frames(caught.value, RPC_KEY, CHAIN_A_KEY) == [], case
         assert RPC_KEY not in str(caught.value), case
 
 

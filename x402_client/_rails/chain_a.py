@@ -222,9 +222,9 @@ class _Node:
         await self._http.aclose()
 
     async def get(self, path: str, *, missing_ok: bool = False) -> Any:
-        url = self._options.algod_url + path
+        # The node's URL stays out of this frame's locals: it may carry a key.
         try:
-            response = await self._http.get(url)
+            response = await self._http.get(self._options.algod_url + path)
         except httpx.HTTPError as exc:
             raise NodeUnavailable(
                 f"the chain-A node {self._shown} did not answer ({type(exc).__name__})"
@@ -262,9 +262,10 @@ async def lookup(options: ChainAOptions, proof: str) -> OnChain:
     node = _Node(options)
     try:
         if options.indexer_url is not None:
-            url = f"{options.indexer_url}/v2/transactions/{found.txid}"
             try:
-                response = await node._http.get(url)
+                response = await node._http.get(
+                    f"{options.indexer_url}/v2/transactions/{found.txid}"
+                )
             except httpx.HTTPError as exc:
                 return OnChain(
                     "unknown",
