@@ -90,6 +90,8 @@ __all__ = [
     "permit2_domain_separator",
     "permit2_payload",
     "permit2_typed_data",
+    "witness_transfer_digest",
+    "witness_transfer_document",
 ]
 
 logger = logging.getLogger("x402_client")
@@ -202,15 +204,23 @@ def new_permit2_authorization(
     )
 
 
-def _struct_hash(authorization: Permit2Authorization) -> bytes:
-    _, primary_hash, permissions_hash, witness_hash = _type_hashes()
+def witness_transfer_digest(
+    authorization: Any,
+    type_hashes: tuple[bytes, bytes],
+    witness: bytes,
+    *,
+    chain_id: int,
+) -> bytes:
+    """The EIP-712 digest of a Permit2 `PermitWitnessTransferFrom` that is signed:
+    `keccak256(0x1901 ‖ domainSeparator ‖ structHash)`. `authorization` has `token`,
+    `amount`, `spender`, `nonce` and `deadline`; `type_hashes` are the hashes of the
+    scheme's full message type and of `TokenPermissions`; `witness` is the hash of the
+    scheme's witness struct."""
+    primary_hash, permissions_hash = type_hashes
     permitted = keccak256(
         permissions_hash + address_word(authorization.token) + uint_word(authorization.amount)
     )
-    witness = keccak256(
-        witness_hash + address_word(authorization.to) + uint_word(authorization.valid_after)
-    )
-    return keccak256(
+    struct_hash = keccak256(
         primary_hash
         + permitted
         + address_word(authorization.spender)
@@ -218,11 +228,18 @@ def _struct_hash(authorization: Permit2Authorization) -> bytes:
         + uint_word(authorization.deadline)
         + witness
     )
+    return keccak256(b"\x19\x01" + permit2_domain_separator(chain_id) + struct_hash)
 
 
 def permit2_digest(authorization: Permit2Authorization, *, chain_id: int) -> bytes:
     """The EIP-712 digest that is signed: `keccak256(0x1901 ‖ domainSeparator ‖ structHash)`."""
-    return keccak256(b"\x19\x01" + permit2_domain_separator(chain_id) + _struct_hash(authorization))
+    _, primary_hash, permissions_hash, witness_hash = _type_hashes()
+    witness = keccak256(
+        witness_hash + address_word(authorization.to) + uint_word(authorization.valid_after)
+    )
+    return witness_transfer_digest(
+        authorization, (primary_hash, permissions_hash), witness, chain_id=chain_id
+    )
 
 
 def witness_transfer_document(
@@ -273,8 +290,9 @@ def permit2_typed_data(authorization: Permit2Authorization, *, chain_id: int) ->
     return witness_transfer_document(authorization, witness, chain_id=chain_id)
 
 
-def permit2_payload(authorization: Permit2Authorization, signature: bytes) -> dict[str, Any]:
-    """The scheme payload: `{"permit2Authorization": {...}, "signature": "0x..."}`."""
+def permit2_payload(authorization: Any, signature: bytes) -> dict[str, Any]:
+    """The scheme payload of a Permit2 authorization (`exact` or `upto`: anything with
+    `to_wire()`): `{"permit2Authorization": {...}, "signature": "0x..."}`."""
     if len(signature) != 65:
         raise ValueError("a Permit2 ECDSA signature is 65 bytes")
     return {

@@ -49,7 +49,12 @@ from ._evm_signing import (
 )
 from ._evm_signing import uint_word as _uint
 from .eip3009 import chain_id_of
-from .permit2 import Permit2Rail, permit2_domain_separator, witness_transfer_document
+from .permit2 import (
+    Permit2Rail,
+    permit2_payload,
+    witness_transfer_digest,
+    witness_transfer_document,
+)
 
 __all__ = [
     "UPTO_PERMIT2_PROXY_ADDRESS",
@@ -151,30 +156,18 @@ def new_upto_authorization(
     )
 
 
-def _struct_hash(authorization: UptoAuthorization) -> bytes:
+def upto_digest(authorization: UptoAuthorization, *, chain_id: int) -> bytes:
+    """The EIP-712 digest that is signed: `keccak256(0x1901 ‖ domainSeparator ‖ structHash)`."""
     primary_hash, permissions_hash, witness_hash = _type_hashes()
-    permitted = keccak256(
-        permissions_hash + address_word(authorization.token) + _uint(authorization.amount)
-    )
     witness = keccak256(
         witness_hash
         + address_word(authorization.to)
         + address_word(authorization.facilitator)
         + _uint(authorization.valid_after)
     )
-    return keccak256(
-        primary_hash
-        + permitted
-        + address_word(authorization.spender)
-        + _uint(authorization.nonce)
-        + _uint(authorization.deadline)
-        + witness
+    return witness_transfer_digest(
+        authorization, (primary_hash, permissions_hash), witness, chain_id=chain_id
     )
-
-
-def upto_digest(authorization: UptoAuthorization, *, chain_id: int) -> bytes:
-    """The EIP-712 digest that is signed: `keccak256(0x1901 ‖ domainSeparator ‖ structHash)`."""
-    return keccak256(b"\x19\x01" + permit2_domain_separator(chain_id) + _struct_hash(authorization))
 
 
 def upto_typed_data(authorization: UptoAuthorization, *, chain_id: int) -> dict[str, Any]:
@@ -190,12 +183,7 @@ def upto_typed_data(authorization: UptoAuthorization, *, chain_id: int) -> dict[
 
 def upto_payload(authorization: UptoAuthorization, signature: bytes) -> dict[str, Any]:
     """The scheme payload: `{"permit2Authorization": {...}, "signature": "0x..."}`."""
-    if len(signature) != 65:
-        raise ValueError("a Permit2 ECDSA signature is 65 bytes")
-    return {
-        "permit2Authorization": authorization.to_wire(),
-        "signature": "0x" + signature.hex(),
-    }
+    return permit2_payload(authorization, signature)
 
 
 def _facilitator_of(entry: UptoAcceptEntry) -> str | None:
