@@ -81,6 +81,7 @@ __all__ = [
     "new_authorization",
     "recover_signer",
     "transfer_typed_data",
+    "unknown_asset",
 ]
 
 logger = logging.getLogger("x402_client")
@@ -392,11 +393,7 @@ class Eip3009Rail:
         options = self._context.options
         asset = find_asset(chain_id, entry.asset, options.assets)
         blockers = _blockers(entry, extra)
-        if asset is None and _ADDRESS_RE.match(entry.asset):
-            blockers.append(
-                f"unknown asset {entry.asset[:42]} on {entry.network} (declare it in "
-                f"PaymentOptions.assets or {setting('assets')} to pay it)"
-            )
+        blockers += unknown_asset(entry, asset)
         settings = [setting("evm_private_key")] if options.evm is None else []
         if not _evm_extra_installed():
             blockers.append(EVM_EXTRA_MISSING)
@@ -454,6 +451,17 @@ class Eip3009Rail:
     def signer(self) -> DigestSigner:
         """The payer's signer, made once per key (deriving the address is not free)."""
         return self._signers.signer(self._context.options)
+
+
+def unknown_asset(entry: ExactAcceptEntry, asset: Asset | None) -> list[str]:
+    """The skip reason of a token address the client does not know (`asset` None), if any
+    (a malformed address has a reason of its own)."""
+    if asset is not None or not _ADDRESS_RE.match(entry.asset):
+        return []
+    return [
+        f"unknown asset {entry.asset[:42]} on {entry.network} (declare it in "
+        f"PaymentOptions.assets or {setting('assets')} to pay it)"
+    ]
 
 
 def token_intent(

@@ -69,7 +69,7 @@ from ._evm_signing import (
     keccak256,
     uint_word,
 )
-from .eip3009 import chain_id_of, token_intent
+from .eip3009 import chain_id_of, token_intent, unknown_asset
 
 if TYPE_CHECKING:
     pass
@@ -428,11 +428,7 @@ class Permit2Rail:
         options = self._context.options
         asset = find_asset(chain_id, entry.asset, options.assets)
         blockers = _blockers(entry)
-        if asset is None and ADDRESS_RE.match(entry.asset):
-            blockers.append(
-                f"unknown asset {entry.asset[:42]} on {entry.network} (declare it in "
-                f"PaymentOptions.assets or {setting('assets')} to pay it)"
-            )
+        blockers += unknown_asset(entry, asset)
         settings = [] if options.evm is not None else [setting("evm_private_key")]
         if options.evm is None or chain_id not in options.evm.rpc_urls:
             blockers.append(
