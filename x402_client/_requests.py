@@ -287,13 +287,17 @@ class _RawStream(httpx.SyncByteStream):
             raise error from exc
 
     def close(self) -> None:
-        raw = self._raw
-        if raw is None:
-            return
-        raw.close()
-        release = getattr(raw, "release_conn", None)
-        if release is not None:
-            release()
+        _close_raw(self._raw)
+
+
+def _close_raw(raw: Any) -> None:
+    """Close a urllib3 response and give its connection back to the pool."""
+    if raw is None:
+        return
+    raw.close()
+    release = getattr(raw, "release_conn", None)
+    if release is not None:
+        release()
 
 
 class _AdapterTransport(httpx.BaseTransport):
@@ -371,13 +375,7 @@ class _BodyRaw:
     def _close_original(self) -> None:
         # The adapter's own answer, closed here too: once the session is closed, the
         # payment loop that would have closed it through the paid body is gone.
-        raw = self._original
-        if raw is None:
-            return
-        raw.close()
-        release = getattr(raw, "release_conn", None)
-        if release is not None:
-            release()
+        _close_raw(self._original)
 
     def stream(self, amt: int | None = None, decode_content: bool | None = None) -> Iterator[bytes]:
         if self._buffer:
