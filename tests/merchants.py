@@ -11,10 +11,14 @@ no sockets) and as an ASGI app (`await serve(merchant)` in the tests: real socke
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import socket
+import socketserver
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from decimal import Decimal
 from typing import Any
 
@@ -46,6 +50,9 @@ class Reply:
     headers: dict[str, str] = dataclasses.field(default_factory=dict)
     #: The body breaks off after its first bytes (over sockets: the connection closes).
     broken: bool = False
+    #: No answer at all: the connection closes once the request was read
+    #: (`served_raw` only; uvicorn would answer 500 instead).
+    dropped: bool = False
 
     def encoded(self) -> bytes:
         if isinstance(self.body, bytes):
@@ -157,6 +164,49 @@ class _Broken(httpx.AsyncByteStream, httpx.SyncByteStream):
     def __iter__(self) -> Any:
         yield self._head
         raise httpx.ReadError("the merchant broke off the body")
+
+
+@contextlib.contextmanager
+def served_raw(merchant: ScriptedMerchant) -> Iterator[str]:
+    """Serve `merchant` over plain HTTP/1.1 sockets on 127.0.0.1, from threads of its own,
+    one request per connection: the server a `Reply(dropped=True)` needs, which closes the
+    connection after reading the request and answers nothing."""
+
+    class Handler(socketserver.StreamRequestHandler):
+        def handle(self) -> None:
+            head = b""
+            while b"\r\n\r\n" not in head:
+                chunk = self.request.recv(65536)
+                if not chunk:
+                    return
+                head += chunk
+            head, _, body = head.partition(b"\r\n\r\n")
+            line, *fields = head.decode("latin-1").split("\r\n")
+            headers = {k.strip().lower(): v.strip() for k, _, v in (f.partition(":") for f in fields)}
+            while len(body) < int(headers.get("content-length", "0")):
+                body += self.request.recv(65536)
+            method, target, _ = line.split(" ", 2)
+            reply = merchant.answer(Seen(method, f"http://{headers.get('host')}{target}", headers))
+            if reply.dropped:
+                self.request.shutdown(socket.SHUT_RDWR)
+                return
+            raw = reply.encoded()
+            out = {"content-type": "application/json", **reply.headers}
+            out.update({"content-length": str(len(raw)), "connection": "close"})
+            lines = [f"HTTP/1.1 {reply.status} X"] + [f"{k}: {v}" for k, v in out.items()]
+            self.wfile.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + raw)
+
+    class Server(socketserver.ThreadingTCPServer):
+        daemon_threads = True
+
+    with Server(("127.0.0.1", 0), Handler) as server:
+        thread = threading.Thread(target=server.serve_forever, daemon=True)
+        thread.start()
+        try:
+            yield f"http://127.0.0.1:{server.server_address[1]}"
+        finally:
+            server.shutdown()
+            thread.join(30)
 
 
 # --- scripts ------------------------------------------------------------------------------------

@@ -35,7 +35,7 @@ from ._proof import ProofError, b64_json_decode
 from ._rails import Paid, Rail, proves
 from ._record import PaymentRecord, refused_money_moved
 from ._request import RECEIPT_EXTENSION, LogicalRequest
-from ._streams import GuardedStream, hand_back, rebuild
+from ._streams import GuardedStream, SentBody, hand_back, rebuild
 from ._types import PaymentIntent, PaymentReceipt
 
 if TYPE_CHECKING:
@@ -321,6 +321,29 @@ def _machine(options: PaymentOptions, resend: bool) -> Delivery:
     )
 
 
+async def _send_paid(
+    send: Send, delivering: _Delivering, machine: Delivery
+) -> httpx.Response | None:
+    """Send the paid request once: its answer, or None when it did not go out and may be
+    sent again (after the wait). The machine learns how many times it really went out."""
+    paid_request = delivering.paid_request
+    # Read once per send on the wire, below every layer (`SentBody`).
+    wire = paid_request.stream
+    assert isinstance(wire, SentBody)
+    try:
+        response = await send(paid_request)
+    except httpx.TransportError as exc:
+        machine.sent(wire.reads)
+        never_sent = isinstance(exc, _NOT_SENT)
+        decision = machine.failed_in_transit(never_sent=never_sent, error=type(exc).__name__)
+        if decision.step is not Step.RETRY:
+            raise delivering.unknown(decision.reason or "lost in transit") from exc
+        await anyio.sleep(decision.wait)
+        return None
+    machine.sent(wire.reads)
+    return response
+
+
 async def deliver(
     guard: LogicalRequest,
     request: httpx.Request,
@@ -351,14 +374,8 @@ async def deliver(
         machine.sending()
         if record is not None:
             record.step("sent", str(paid_request.url))
-        try:
-            response = await send(paid_request)
-        except httpx.TransportError as exc:
-            never_sent = isinstance(exc, _NOT_SENT)
-            decision = machine.failed_in_transit(never_sent=never_sent, error=type(exc).__name__)
-            if decision.step is not Step.RETRY:
-                raise delivering.unknown(decision.reason or "lost in transit") from exc
-            await anyio.sleep(decision.wait)
+        response = await _send_paid(send, delivering, machine)
+        if response is None:
             continue
         if record is not None:
             record.step("answer", str(response.status_code))

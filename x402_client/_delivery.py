@@ -12,12 +12,18 @@
 | 402 "not confirmed", attempts used up             | `NOT_CONFIRMED`                    |
 | 402 "already used" / "expired"                    | `PAY_FRESH` (the payer: once)      |
 | the same after a 5xx (our proof may be consumed)  | `UNKNOWN`: never pay again         |
+| the same after a layer below re-sent the request  | `UNKNOWN`: never pay again         |
 | 402 with any other reason                         | `REFUSED`                          |
 | 5xx, retries left / used up                       | `RETRY` (same proof) / `UNKNOWN`   |
 | 2xx, or a redirect (3xx)                          | `SERVED`                           |
 | any other answer (429, 409, 404, ...)             | `NOT_DELIVERED`: paid, not served  |
 
-A proof is only ever re-sent, never replaced by a second payment, except on `PAY_FRESH`.
+A proof is only ever re-sent, never replaced by a second payment, except on `PAY_FRESH`,
+which holds only while every send of the proof is one the client made and saw answered. A
+layer below the payment (a transport or adapter that retries) may send the paid request
+again on its own; the driver counts the sends that really went out (`sent`), and once
+there were more of them than the client made, one of the unseen answers may have consumed
+the proof: an "already used" is then no licence to pay again.
 A redirect counts as served here; when the caller's client follows it, the answer it
 leads to decides in the end (`_payer`: a later hop that fails un-delivers the payment).
 """
@@ -65,14 +71,27 @@ class Delivery:
     merchant_errors: int = 0
     connect_failures: int = 0
     last_reason: str | None = None
-    #: Once the merchant may have consumed the proof (it answered 5xx), a later "already
-    #: used" is no reason to pay again: it may mean our own earlier delivery.
+    #: Sends of the paid request that a layer below the payment made on its own.
+    sent_below: int = 0
+    #: Once the merchant may have consumed the proof (it answered 5xx, or a layer below
+    #: re-sent the request), a later "already used" is no reason to pay again: it may mean
+    #: our own earlier delivery.
     maybe_consumed: bool = False
 
     def sending(self) -> None:
         self.sends += 1
 
+    def sent(self, times: int) -> None:
+        """The paid request went out `times` times in all so far (counted where it is
+        written, below every layer): more than the client's own sends means a layer below
+        re-sent it, and an answer the client never saw may have consumed the proof."""
+        below = times - self.sends
+        if below > self.sent_below:
+            self.sent_below = below
+            self.maybe_consumed = True
+
     def failed_in_transit(self, *, never_sent: bool, error: str) -> Decision:
+        never_sent = never_sent and not self.sent_below
         if never_sent and self.connect_failures < self.merchant_error_retries:
             self.connect_failures += 1
             return Decision(Step.RETRY, wait=0.2 * self.connect_failures)
@@ -98,11 +117,7 @@ class Delivery:
                 return Decision(Step.NOT_CONFIRMED, reason=reason)
             if kind in (VerifierReason.USED, VerifierReason.EXPIRED):
                 if self.maybe_consumed:
-                    return Decision(
-                        Step.UNKNOWN,
-                        reason=f"the merchant says {reason!r} after an earlier attempt failed "
-                        "on its side; it may have consumed the proof. Not paying again.",
-                    )
+                    return Decision(Step.UNKNOWN, reason=self._consumed(reason))
                 return Decision(Step.PAY_FRESH, reason=reason)
             return Decision(Step.REFUSED, reason=reason or "402 without a reason")
         if status >= 500:
@@ -120,4 +135,19 @@ class Delivery:
         return Decision(
             Step.NOT_DELIVERED,
             reason=f"the merchant answered {status} to the paid request instead of the resource",
+        )
+
+    def _consumed(self, reason: str | None) -> str:
+        if self.sent_below:
+            times = self.sends + self.sent_below
+            return (
+                f"the merchant says {reason!r}, but the paid request went out {times} times "
+                "while the client sent it "
+                f"{'once' if self.sends == 1 else f'{self.sends} times'}: a layer below the "
+                "payment (a retrying transport or adapter) re-sent it, and an answer the client "
+                "never saw may have consumed the proof. Not paying again."
+            )
+        return (
+            f"the merchant says {reason!r} after an earlier attempt failed on its side; it "
+            "may have consumed the proof. Not paying again."
         )

@@ -227,6 +227,46 @@ def _resent(hop: _Hop, request: httpx.Request) -> requests.PreparedRequest:
     return prepared
 
 
+def _went_out(request: httpx.Request) -> None:
+    """Count one send of the core's request on the wire: its body is read once per send
+    (`_streams.SentBody`), as httpcore reads it, so the core knows how many times a paid
+    request went out whatever the adapter did."""
+    for _ in request.stream:  # type: ignore[union-attr]
+        pass
+
+
+def _sending_once(
+    adapter: requests.adapters.BaseAdapter, request: httpx.Request
+) -> requests.adapters.BaseAdapter:
+    """The adapter for a send that carries a proof. An `HTTPAdapter`'s retries would send
+    the proof again after the merchant consumed it (and answered 500, or dropped the
+    connection), and an "already used" to the re-send would look like a licence to pay
+    again: this send goes through a view of the same adapter (its pool, TLS and proxy
+    settings) with urllib3's retries off, and counts each connection it asks for as one
+    send. The core retries the same proof itself where that is safe. Other adapters are
+    used as they are; what they re-send is counted where urllib3 says it retried."""
+    if not isinstance(adapter, requests.adapters.HTTPAdapter):
+        return adapter
+    from urllib3.util.retry import Retry
+
+    view = object.__new__(type(adapter))
+    view.__dict__.update(adapter.__dict__)
+    view.max_retries = Retry(0, read=False)  # requests' own "no retries"
+    for name in ("get_connection_with_tls_context", "get_connection"):
+        connection = getattr(adapter, name, None)
+        if connection is not None:
+            setattr(view, name, _counting(connection, request))
+    return view
+
+
+def _counting(connection: Any, request: httpx.Request) -> Any:
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        _went_out(request)
+        return connection(*args, **kwargs)
+
+    return counted
+
+
 def _never_connected(exc: requests.RequestException) -> bool:
     """Whether requests failed before a connection existed (so nothing was sent)."""
     import urllib3.exceptions as u3
@@ -311,11 +351,18 @@ class _AdapterTransport(httpx.BaseTransport):
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         hop: _Hop = request.extensions[_HOP]
-        prepared = hop.prepared if request is hop.first else _resent(hop, request)
+        if request is hop.first:
+            prepared, adapter = hop.prepared, self.adapter
+        else:
+            prepared, adapter = _resent(hop, request), _sending_once(self.adapter, request)
         try:
-            answer = self.adapter.send(prepared, **hop.kwargs)
+            answer = adapter.send(prepared, **hop.kwargs)
         except requests.RequestException as exc:
             raise _httpx_error(exc, request) from exc
+        if request is not hop.first:
+            # Retries urllib3 made inside an adapter the client could not turn them off in.
+            for _ in getattr(getattr(answer.raw, "retries", None), "history", None) or ():
+                _went_out(request)
         return httpx.Response(
             answer.status_code,
             headers=list(answer.headers.items()),

@@ -3,7 +3,7 @@ the part already read put in front, and the request rebuilt for the paid retry."
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from typing import Any
 
 import anyio
@@ -11,7 +11,7 @@ import httpx
 
 from ._exceptions import X402Error
 
-__all__ = ["GuardedStream", "hand_back", "rebuild", "replayable_body"]
+__all__ = ["GuardedStream", "SentBody", "hand_back", "rebuild", "replayable_body"]
 
 _PROOF_HEADERS = ("X-PAYMENT", "PAYMENT-SIGNATURE")
 
@@ -74,6 +74,29 @@ class _Replay(httpx.AsyncByteStream):
         await self._close()
 
 
+class SentBody(httpx.ByteStream):
+    """The body of a request the client rebuilt (the paid retry): counts how many times
+    the layers below read it. Every send that reaches the wire reads the body once (httpcore
+    writes it from the stream on each send, and the `requests` adapter reads it once per
+    send it makes), so `reads` is how many times the request really went out, whatever a
+    retrying transport or adapter below the payment did on its own. A transport that
+    answers without writing the body (`httpx.MockTransport` reads the request's cached
+    content instead) leaves it at 0."""
+
+    def __init__(self, body: bytes) -> None:
+        super().__init__(body)
+        self._body = body
+        self.reads = 0
+
+    def __iter__(self) -> Iterator[bytes]:
+        self.reads += 1
+        yield self._body
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        self.reads += 1
+        yield self._body
+
+
 def replayable_body(request: httpx.Request) -> bytes | None:
     """The request body as bytes, when it can be sent again; None for a one-shot stream.
 
@@ -103,19 +126,22 @@ def rebuild(
         and (body or (method in ("POST", "PUT", "PATCH") and "Transfer-Encoding" not in headers))
     ):
         # httpx adds a header to these: let it, as for any request made with `content=`.
-        return httpx.Request(
+        rebuilt = httpx.Request(
             method, request.url, headers=headers, content=body, extensions=dict(request.extensions)
         )
-    # The headers are those httpx would write for `content=body` already: the same request,
-    # without preparing them again.
-    rebuilt = httpx.Request(
-        method,
-        request.url,
-        headers=headers,
-        stream=httpx.ByteStream(body),
-        extensions=dict(request.extensions),
-    )
-    rebuilt.read()
+    else:
+        # The headers are those httpx would write for `content=body` already: the same
+        # request, without preparing them again.
+        rebuilt = httpx.Request(
+            method,
+            request.url,
+            headers=headers,
+            stream=httpx.ByteStream(body),
+            extensions=dict(request.extensions),
+        )
+        rebuilt.read()
+    # Read (cached) above; from here on, each read of the stream is one send on the wire.
+    rebuilt.stream = SentBody(body)
     return rebuilt
 
 

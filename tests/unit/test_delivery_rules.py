@@ -72,6 +72,32 @@ def test_sequences_of_answers(answers: list[tuple[int, str | None]], step: Step)
     assert decision is not None and decision.step is step
 
 
+# (sends on the wire counted below the client, per send of its own) -> what "already used" decides
+RE_SENDS = [
+    ([1], Step.PAY_FRESH),  # the proof went out once: the spec's fresh payment
+    ([0], Step.PAY_FRESH),  # a transport that never writes the body (MockTransport)
+    ([2], Step.UNKNOWN),  # a layer below re-sent it: an unseen answer may have consumed it
+]
+
+
+@pytest.mark.parametrize(("reads", "step"), RE_SENDS)
+def test_already_used_after_a_re_send_below_is_never_a_licence_to_pay(
+    reads: list[int], step: Step
+):
+    machine = Delivery(merchant_error_retries=2)
+    (count,) = reads
+    machine.sending()
+    machine.sent(count)
+    assert machine.answered(402, "Payment request already used").step is step
+
+
+def test_a_connect_error_after_a_re_send_below_is_not_never_sent():
+    machine = Delivery(merchant_error_retries=2)
+    machine.sending()
+    machine.sent(2)
+    assert machine.failed_in_transit(never_sent=True, error="ConnectError").step is Step.UNKNOWN
+
+
 INTENT = PaymentIntent(
     rail="euro",
     scheme="euro",
