@@ -16,7 +16,8 @@ module adds is the translation at both edges (`docs/requests.md`):
 
 - **Requests go out through the session's own adapter**, untouched: the first hop is the
   caller's `PreparedRequest` itself (so its `timeout=`, `verify=`, `cert=`, proxies,
-  retries and pool apply), and the paid re-send is a copy of it with the proof header.
+  retries and pool apply), and the paid re-send is a copy of it with the proof header,
+  sent with urllib3's retries off (`_sending_once`).
   A free answer comes back as the adapter's own `requests.Response`, unread.
 - **Bodies.** `bytes` and `str` bodies (and so `json=`, `data=` dicts and `files=`, which
   requests encodes to bytes) can be sent twice and are paid for. A file object or an
