@@ -182,7 +182,9 @@ def served_raw(merchant: ScriptedMerchant) -> Iterator[str]:
                 head += chunk
             head, _, body = head.partition(b"\r\n\r\n")
             line, *fields = head.decode("latin-1").split("\r\n")
-            headers = {k.strip().lower(): v.strip() for k, _, v in (f.partition(":") for f in fields)}
+            headers = {
+                k.strip().lower(): v.strip() for k, _, v in (f.partition(":") for f in fields)
+            }
             while len(body) < int(headers.get("content-length", "0")):
                 body += self.request.recv(65536)
             method, target, _ = line.split(" ", 2)

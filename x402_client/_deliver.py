@@ -14,7 +14,7 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime, timezone
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 import httpx
@@ -32,14 +32,15 @@ from ._exceptions import (
 from ._http import read_upto
 from ._ledger import LedgerEntry
 from ._proof import ProofError, b64_json_decode
-from ._rails import Paid, Rail, proves
-from ._record import PaymentRecord, refused_money_moved
-from ._request import RECEIPT_EXTENSION, LogicalRequest
+from ._rails import MeteredRail, Paid, Rail, proves
+from ._record import PaymentRecord, book_journaled, refused_money_moved, settlement_step
+from ._request import RECEIPT_EXTENSION, LogicalRequest, origin_of
 from ._streams import GuardedStream, SentBody, hand_back, rebuild
 from ._types import PaymentIntent, PaymentReceipt
 
 if TYPE_CHECKING:
     from ._options import PaymentOptions
+    from ._sqlite import JournalRecord
     from ._state import PaymentState
 
 __all__ = [
@@ -135,23 +136,18 @@ def settled_amount_of(
     """What an `upto` settlement response says was settled, in the intent's units (None
     when it does not say); it may exceed the intent's amount (a claim the caller refuses)."""
     atomic = settled_atomic(settlement)
-    if atomic is None or intent.atomic_amount is None:
-        return None
-    if intent.atomic_amount == 0:
-        return None if atomic else Decimal(0)
-    return intent.amount * atomic / intent.atomic_amount
+    return None if atomic is None else intent.amount_of(atomic)
 
 
 def _upto_amounts(
     intent: PaymentIntent, settlement: Mapping[str, Any] | None
-) -> tuple[Decimal, Decimal | None, Decimal | None]:
-    """(amount, authorized, settled) of a receipt: an `upto` payment's amount is the
-    settled one once known and within the authorization."""
+) -> tuple[Decimal | None, Decimal | None]:
+    """(authorized, claimed) of a receipt: an `upto` payment counts its authorized maximum
+    until the client verified on chain what moved (`_payer`); the merchant's claim is
+    shown, never booked."""
     if intent.scheme != "upto":
-        return intent.amount, None, None
-    settled = settled_amount_of(intent, settlement)
-    within = settled is not None and settled <= intent.amount
-    return (settled if within and settled is not None else intent.amount), intent.amount, settled
+        return None, None
+    return intent.amount, settled_amount_of(intent, settlement)
 
 
 def receipt_of(
@@ -165,14 +161,14 @@ def receipt_of(
 ) -> PaymentReceipt:
     """The receipt of a payment whose proof exists; made again with the merchant's
     settlement (and the transaction it names) when the answer carries one."""
-    amount, authorized, settled = _upto_amounts(intent, settlement)
+    authorized, claimed = _upto_amounts(intent, settlement)
     return PaymentReceipt(
         rail=intent.rail,
         scheme=intent.scheme,
         network=intent.network,
         asset=intent.asset,
         asset_symbol=intent.asset_symbol,
-        amount=amount,
+        amount=intent.amount,
         currency=intent.currency,
         pay_to=intent.pay_to,
         resource=intent.resource,
@@ -187,7 +183,8 @@ def receipt_of(
         payments=payments,
         reused=reused,
         authorized_amount=authorized,
-        settled_amount=settled,
+        claimed_amount=claimed,
+        settlement_verified=None if authorized is None else False,
     )
 
 
@@ -481,30 +478,92 @@ async def resend_proof(
             intent=intent,
             money_moved=refused_money_moved(moves_first),
         )
-    await _close_resent(state, proof, decoded, entry)
+    owner = await _owner_of(state, request, intent, proof, decoded, entry)
+    if owner is None:
+        logger.warning(
+            "x402: a re-sent proof was served at %s, which is not the origin and payment it "
+            "was made for; it finished no payment and booked nothing",
+            request.url.host,
+        )
+        return result
+    await _close_resent(state, owner)
     if intent.scheme == "upto":
-        await _settle_resent(state, proof, result, entry)
+        await _settle_resent(state, cast(MeteredRail, rail), decoded, owner, result)
+    receipt = result.extensions.get(RECEIPT_EXTENSION)
+    if isinstance(receipt, PaymentReceipt):
+        closed = dataclasses.replace(receipt, closed_payment=owner.id)
+        result.extensions = {**result.extensions, RECEIPT_EXTENSION: closed}
     return result
 
 
-async def _close_resent(
-    state: PaymentState, proof: str, decoded: Mapping[str, Any], entry: LedgerEntry | None
-) -> None:
-    """A re-sent proof was served: the payment it belongs to is delivered, in the
-    ledger and in the journal (found by the proof, or a euro proof's request code)."""
+@dataclasses.dataclass(frozen=True)
+class _Owner:
+    """The payment a re-sent proof belongs to: its ledger entry (this process paid it)
+    and its journal row (with a state file), at least one of them."""
+
+    entry: LedgerEntry | None
+    row: JournalRecord | None
+
+    @property
+    def id(self) -> str:
+        return self.row.id if self.row is not None else self.entry.id  # type: ignore[union-attr]
+
+
+def same_requirements(paid: PaymentIntent, asked: PaymentIntent) -> bool:
+    """Whether the 402 a proof answers asks for the payment the proof made: the same
+    network, asset, recipient and amount."""
+    return (
+        paid.network == asked.network
+        and paid.asset.lower() == asked.asset.lower()
+        and paid.pay_to.lower() == asked.pay_to.lower()
+        and paid.amount == asked.amount
+    )
+
+
+async def _owner_of(
+    state: PaymentState,
+    request: httpx.Request,
+    asked: PaymentIntent,
+    proof: str,
+    decoded: Mapping[str, Any],
+    entry: LedgerEntry | None,
+) -> _Owner | None:
+    """The payment a served re-sent proof finishes: the one it was made for, when it was
+    sent to the origin (scheme, host, port) that payment's request went to and the 402
+    asks for that payment. Else None: a new request, which books, frees and closes
+    nothing. A journal that cannot be read finishes nothing (recovery will re-send)."""
+    row = None
+    if state.journal is not None:
+        payload = decoded.get("payload")
+        code = payload.get("paymentRequestCode") if isinstance(payload, dict) else None
+        try:
+            row = await state.journal.find_by_proof(proof, code if isinstance(code, str) else None)
+        except Exception as exc:
+            logger.error("x402: the payment journal could not be read (%s)", type(exc).__name__)
+            return None
+    if row is not None:
+        url, paid = row.request_url, row.intent
+    elif entry is not None:
+        url, paid = entry.intent.resource, entry.intent
+    else:
+        return None
+    if origin_of(httpx.URL(url)) != origin_of(request.url) or not same_requirements(paid, asked):
+        return None
+    return _Owner(entry, row)
+
+
+async def _close_resent(state: PaymentState, owner: _Owner) -> None:
+    """A re-sent proof was served where it was paid: its payment is delivered, in the
+    ledger and in the journal."""
+    entry, row = owner.entry, owner.row
     if entry is not None and not entry.delivered:
         entry.delivered = True
         entry.finish("paid")
-    journal = state.journal
-    if journal is None:
+    if row is None or state.journal is None or (row.delivered and row.outcome == "paid"):
         return
-    payload = decoded.get("payload")
-    code = payload.get("paymentRequestCode") if isinstance(payload, dict) else None
     try:
         with anyio.CancelScope(shield=True):
-            found = await journal.find_by_proof(proof, code if isinstance(code, str) else None)
-            if found is not None and not (found.delivered and found.outcome == "paid"):
-                await journal.finish_payment(found.id, "paid", delivered=True)
+            await state.journal.finish_payment(row.id, "paid", delivered=True)
     except Exception as exc:
         logger.error(
             "x402: the payment journal could not record a re-sent proof's delivery (%s)",
@@ -513,40 +572,40 @@ async def _close_resent(
 
 
 async def _settle_resent(
-    state: PaymentState, proof: str, response: httpx.Response, entry: LedgerEntry | None
+    state: PaymentState,
+    rail: MeteredRail,
+    decoded: Mapping[str, Any],
+    owner: _Owner,
+    response: httpx.Response,
 ) -> None:
-    """A re-sent `upto` proof was served (recovery): book what its settlement response
-    says was settled, as the first send would have: the ledger entry, a `settled` step in
-    the journal, and the budgets keep it and give back the rest of the reservations the
-    journal row holds. Once per payment (a row with a `settled` step is left alone); a
-    claim beyond the authorization, or none, keeps the maximum."""
-    from ._amounts import format_amount
-    from ._budget import Reservation
-
+    """A re-sent `upto` proof was served where it was paid (recovery): book what the chain
+    says it moved, as the first send would have (`PaymentRecord.settle`): the ledger
+    entry, a `settled` (or `held`) step in the journal, and the budgets keep it and give
+    back the rest of the reservations the journal row holds. Once per payment: a row with
+    a `settled` step is left alone."""
+    entry, row = owner.entry, owner.row
     receipt = response.extensions.get(RECEIPT_EXTENSION)
-    settled = getattr(receipt, "settled_amount", None)
-    authorized = getattr(receipt, "authorized_amount", None)
-    if settled is None or authorized is None or settled > authorized:
+    if not isinstance(receipt, PaymentReceipt) or (
+        row is not None and any(step.step == "settled" for step in row.steps)
+    ):
         return
-    detail = f"{format_amount(settled)} of at most {format_amount(authorized)}"
+    intent = row.intent if row is not None else owner.entry.intent  # type: ignore[union-attr]
+    payload = decoded.get("payload")
+    check = await rail.check_settlement(
+        intent, payload if isinstance(payload, Mapping) else None, receipt.tx_hash
+    )
+    step, detail, settled = settlement_step(intent, check)
     if entry is not None and entry.settled_amount is None:
+        entry.step(step, detail)
         entry.settled_amount = settled
-        entry.step("settled", detail)
-    journal = state.journal
-    if journal is None:
-        return
-    try:
-        with anyio.CancelScope(shield=True):
-            found = await journal.find_by_proof(proof)
-            if found is None or any(step.step == "settled" for step in found.steps):
-                return
-            budgets = {budget.key: budget for budget in state.budgets.budgets}
-            held = [Reservation(budgets[k], r) for k, r in found.reservations if k in budgets]
-            await journal.update_payment(found.id, step="settled", detail=detail)
-            await state.budgets.settle(held, authorized, settled)
-    except Exception as exc:
-        logger.error(
-            "x402: a re-sent upto payment's settled amount could not be booked (%s); "
-            "the authorized maximum stays counted",
-            type(exc).__name__,
-        )
+    response.extensions = {
+        **response.extensions,
+        RECEIPT_EXTENSION: dataclasses.replace(
+            receipt,
+            amount=intent.amount if settled is None else settled,
+            settled_amount=settled,
+            settlement_verified=settled is not None,
+        ),
+    }
+    if row is not None and state.journal is not None:
+        await book_journaled(state, row, step, detail, settled)

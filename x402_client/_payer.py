@@ -25,7 +25,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import httpx
@@ -59,7 +59,7 @@ from ._options import PaymentOptions
 from ._payment_api import PaymentAPI
 from ._policy import Candidate, SkippedEntry, SkipReason, no_candidate_error, select
 from ._progress import PaymentProgress
-from ._rails import Describer, Paid, Rail, build_rails
+from ._rails import Describer, MeteredRail, Paid, Rail, build_rails
 from ._record import PaymentRecord, outcome_of
 from ._redact import guard_library_logs, safe_url
 from ._request import RECEIPT_EXTENSION, REDIRECTS, LogicalRequest, redirect_target
@@ -437,7 +437,7 @@ class Payer:
                 result = await self._deliver(
                     guard, request, body, send, intent, paid, record, made=made
                 )
-            ending = await self._settle(record, intent, result)
+            ending = await self._settle(guard, rail, paid, record, result)
             return result
         except BaseException as exc:
             ending = self._ended_by(record, exc, request)
@@ -514,7 +514,12 @@ class Payer:
         return made
 
     async def _settle(
-        self, record: PaymentRecord, intent: PaymentIntent, result: httpx.Response | PayFresh
+        self,
+        guard: LogicalRequest,
+        rail: Rail,
+        paid: Paid,
+        record: PaymentRecord,
+        result: httpx.Response | PayFresh,
     ) -> _Ending:
         """The delivery ended without an error: served (the record and `on_payment` hear
         of it), or the merchant wants a fresh payment (this proof is dead)."""
@@ -524,38 +529,56 @@ class Payer:
             return outcome, result.reason, result.reason
         receipt = result.extensions.get(RECEIPT_EXTENSION)
         record.served(getattr(receipt, "tx_hash", None))
-        if intent.scheme == "upto":
-            await self._book_settled(record, intent, receipt, result)
+        if isinstance(receipt, PaymentReceipt) and receipt.authorized_amount is not None:
+            receipt = await self._book_settled(guard, rail, paid, record, receipt, result)
         if isinstance(result.stream, GuardedStream):
             result.stream.on_broken = self._broken_body(record)
         await self._notify("on_payment", receipt)
-        _log_payment(logging.INFO, "paid", intent)
+        _log_payment(logging.INFO, "paid", record.entry.intent)
         return "paid", None, None
 
     @staticmethod
     async def _book_settled(
+        guard: LogicalRequest,
+        rail: Rail,
+        paid: Paid,
         record: PaymentRecord,
-        intent: PaymentIntent,
-        receipt: PaymentReceipt | None,
+        receipt: PaymentReceipt,
         response: httpx.Response,
-    ) -> None:
-        """An `upto` payment was served: book what its settlement response says was
-        settled. A claim of more than was authorized is refused (the maximum stays
-        booked): the money moved, but not as the merchant says."""
-        settled = None if receipt is None else receipt.settled_amount
-        if settled is None or settled <= intent.amount:
-            await record.settle(settled)
-            return
-        await record.settle(None)
-        shown = f"{format_amount(settled)} {intent.currency}"
+    ) -> PaymentReceipt:
+        """An `upto` payment was served: book what the chain says moved, never what the
+        merchant's settlement response claims; where the chain cannot tell, the maximum
+        stays booked. The receipt says which. A claim of more than was authorized is
+        refused: the money moved, but not as the merchant says."""
+        intent = record.entry.intent
+        metered = cast(MeteredRail, rail)
+        check = await metered.check_settlement(intent, paid.payload, receipt.tx_hash)
+        settled = await record.settle(check)
+        receipt = dataclasses.replace(
+            receipt,
+            amount=intent.amount if settled is None else settled,
+            settled_amount=settled,
+            settlement_verified=settled is not None,
+        )
+        response.extensions = {**response.extensions, RECEIPT_EXTENSION: receipt}
+        guard.settled(receipt)
+        claimed = receipt.claimed_amount
+        if claimed is None or claimed <= intent.amount:
+            if settled is not None and claimed is not None and claimed != settled:
+                logger.warning(
+                    "x402: the merchant claims %s; the chain says %s moved", claimed, settled
+                )
+            return receipt
+        shown = f"{format_amount(claimed)} {intent.currency}"
         authorized = f"{format_amount(intent.amount)} {intent.currency}"
         raise PaymentVerificationFailed(
             f"the merchant's settlement response claims {shown}, more than the {authorized} "
             "the payment authorized; the payment was made (at most the authorized amount "
-            "can move), and the ledger and budgets keep the authorized maximum",
+            "can move), and the ledger and budgets keep what the chain says moved (the "
+            "authorized maximum where it cannot tell)",
             reason="settlement exceeds the authorized amount",
             receipt=receipt,
-            proof=None if receipt is None else receipt.proof,
+            proof=receipt.proof,
             intent=intent,
             response=response,
             money_moved=True,

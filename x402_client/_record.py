@@ -48,11 +48,20 @@ from ._ledger import LedgerEntry, Outcome
 
 if TYPE_CHECKING:
     from ._budget import Budgets, Reservation
-    from ._sqlite import SqliteStore
+    from ._rails import SettlementCheck
+    from ._sqlite import JournalRecord, SqliteStore
     from ._state import PaymentState
     from ._types import PaymentIntent
 
-__all__ = ["NullJournal", "PaymentRecord", "outcome_of", "refused_money_moved"]
+__all__ = [
+    "NullJournal",
+    "PaymentRecord",
+    "book_journaled",
+    "give_back",
+    "outcome_of",
+    "refused_money_moved",
+    "settlement_step",
+]
 
 logger = logging.getLogger("x402_client")
 
@@ -266,36 +275,25 @@ class PaymentRecord:
         self.entry.delivered = True
         self.entry.tx_hash = tx_hash
 
-    async def settle(self, settled: Decimal | None) -> None:
-        """An `upto` payment's settlement response arrived: the ledger books `settled` (at
-        most the authorized maximum, the intent's amount), the budgets keep it and give
-        back the rest, the journal notes it. None (the merchant did not say how much):
-        the maximum stays booked. Never breaks the payment (the money moved): a budget
-        store that fails keeps the maximum held, and says so in the log."""
+    async def settle(self, check: SettlementCheck) -> Decimal | None:
+        """An `upto` payment was served; `check` is what the chain says it moved. Verified:
+        the ledger books that (at most the authorized maximum), the budgets keep it and give
+        back the rest, and the journal says so (`settled`). Not verified: the maximum stays
+        booked and held, and the journal says why (`held`), until recovery can tell. What
+        was booked (None: the maximum). Never breaks the payment (the money moved)."""
         self.settled = True
         entry = self.entry
-        authorized = entry.intent.amount
-        if settled is None:
-            detail = f"amount not reported; {format_amount(authorized)} (the maximum) kept"
-        else:
-            entry.settled_amount = settled
-            detail = f"{format_amount(settled)} of at most {format_amount(authorized)}"
-        entry.step("settled", detail)
+        step, detail, settled = settlement_step(entry.intent, check)
+        entry.step(step, detail)
         # The journal first: a row with a `settled` step is never given back again.
         await self._write(
-            "the settled amount", self._journal.update_payment, step="settled", detail=detail
+            f"the {step} amount", self._journal.update_payment, step=step, detail=detail
         )
-        if settled is not None and settled < authorized and self.held:
-            try:
-                with anyio.CancelScope(shield=True):
-                    self.held = await self._budgets.settle(self.held, authorized, settled)
-            except Exception as exc:
-                logger.error(
-                    "x402: the budget store could not give back the unsettled rest of "
-                    "payment %s (%s); the authorized maximum stays counted",
-                    self.id,
-                    type(exc).__name__,
-                )
+        if settled is None:
+            return None
+        entry.settled_amount = settled
+        self.held = await give_back(self._budgets, self.held, entry.intent.amount, settled, self.id)
+        return settled
 
     # --- the end ---------------------------------------------------------------------------------
 
@@ -358,6 +356,68 @@ class PaymentRecord:
             outcome,
             delivered=False,
             error=reason,
+        )
+
+
+def settlement_step(
+    intent: PaymentIntent, check: SettlementCheck
+) -> tuple[str, str, Decimal | None]:
+    """The journal step of an `upto` settlement check: `("settled", detail, amount)` when
+    the chain told what moved (nothing, once the authorization expired unused), else
+    `("held", detail, None)`: the authorized maximum stays booked."""
+    authorized = intent.amount
+    settled = None if check.atomic is None else intent.amount_of(check.atomic)
+    if check.status == "unverified" or settled is None:
+        return "held", f"{format_amount(authorized)} (the maximum) kept: {check.detail}", None
+    shown = f"{format_amount(settled)} of at most {format_amount(authorized)}"
+    return "settled", f"{shown}, {check.detail}", settled
+
+
+async def give_back(
+    budgets: Budgets, held: Sequence[Reservation], authorized: Decimal, settled: Decimal, id: str
+) -> Sequence[Reservation]:
+    """The budgets keep `settled` of the `authorized` amount `held` and give back the rest;
+    the reservations now held. A budget store that fails keeps the maximum, and says so in
+    the log (the money moved: never an error)."""
+    if settled >= authorized or not held:
+        return held
+    try:
+        with anyio.CancelScope(shield=True):
+            kept = await budgets.settle(held, authorized, settled)
+    except Exception as exc:
+        logger.error(
+            "x402: the budget store could not give back the unsettled rest of payment %s "
+            "(%s); the authorized maximum stays counted",
+            id,
+            type(exc).__name__,
+        )
+        return held
+    return kept
+
+
+async def book_journaled(
+    state: PaymentState, row: JournalRecord, step: str, detail: str, settled: Decimal | None
+) -> None:
+    """Book an `upto` settlement on its journal row (a re-sent proof, recovery): the step,
+    then the budgets keep `settled` of the reservations the row holds and give back the
+    rest. Never raises: a failure is logged and the maximum stays counted."""
+    from ._budget import Reservation
+
+    journal = state.journal
+    if journal is None:
+        return
+    try:
+        with anyio.CancelScope(shield=True):
+            await journal.update_payment(row.id, step=step, detail=detail)
+            if settled is not None:
+                budgets = {budget.key: budget for budget in state.budgets.budgets}
+                held = [Reservation(budgets[k], r) for k, r in row.reservations if k in budgets]
+                await give_back(state.budgets, held, row.amount, settled, row.id)
+    except Exception as exc:
+        logger.error(
+            "x402: an upto payment's settlement could not be booked (%s); the authorized "
+            "maximum stays counted",
+            type(exc).__name__,
         )
 
 

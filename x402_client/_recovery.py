@@ -61,7 +61,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import anyio
 import httpx
@@ -90,6 +90,7 @@ from ._state import PaymentState, state_of
 if TYPE_CHECKING:
     from ._chain_a_options import ChainAOptions
     from ._provider import TransactionRecord
+    from ._rails import MeteredRail
 
 __all__ = ["Recovery", "recover_payment", "recover_payments", "unfinished_payments"]
 
@@ -647,9 +648,62 @@ async def recover_payments(
 async def recover_all(
     source: httpx.AsyncClient | httpx.Client, headers: Headers | None, send: Send
 ) -> list[Recovery]:
-    """`recover_payments` for the paying client `source`, its requests sent by `send`."""
+    """`recover_payments` for the paying client `source`, its requests sent by `send`:
+    every unfinished payment, then every `upto` settlement still held at its maximum."""
     _, journal = _state(source)
     results = []
     for record in await journal.unfinished():
         results.append(await recover_one(source, record.id, headers, send))
+    for record in await journal.held_settlements():
+        results.append(await reconcile_settlement(source, record))
     return results
+
+
+async def reconcile_settlement(
+    source: httpx.AsyncClient | httpx.Client, record: JournalRecord
+) -> Recovery:
+    """An `upto` payment served while what it moved could not be read from the chain (the
+    RPC endpoint failed, the merchant named no transaction that settled it): ask the chain
+    again. What moved is booked and the rest of the maximum given back (`delivered`); an
+    authorization whose deadline passed unused moved nothing (`delivered`, 0 booked);
+    anything else keeps the maximum (`pending`, with the reason), unless the chain can
+    never tell (the nonce was consumed where no named transaction says how much): then
+    the maximum stays booked for good."""
+    state, journal = _state(source)
+    payer = getattr(getattr(source, "_transport", None), "payer", None)
+    rails: list[Any] = getattr(payer, "rails", [])
+    rail = next((cast("MeteredRail", r) for r in rails if r.name == "upto"), None)
+    if rail is None:
+        return Recovery(record, "pending", "no upto rail (EVM key and RPC URL) to read the chain")
+    if not await journal.claim(record.id):
+        return Recovery(record, "in_progress", IN_PROGRESS)
+    try:
+        latest = await journal.get(record.id) or record
+        if any(step.step == "settled" for step in latest.steps):
+            return Recovery(latest, "delivered", "settled meanwhile")
+        return await _reconciled(state, rail, latest)
+    finally:
+        with anyio.CancelScope(shield=True):
+            await journal.release_claim(record.id)
+
+
+async def _reconciled(state: PaymentState, rail: MeteredRail, record: JournalRecord) -> Recovery:
+    from ._record import book_journaled, settlement_step
+
+    try:
+        decoded = b64_json_decode(record.proof or "")
+    except ProofError:
+        decoded = None
+    payload = decoded.get("payload") if isinstance(decoded, dict) else None
+    check = await rail.check_settlement(
+        record.intent, payload if isinstance(payload, dict) else None, record.tx_hash
+    )
+    if check.status == "unverified" and not check.final:
+        return Recovery(record, "pending", f"still held at the maximum: {check.detail}")
+    _, detail, settled = settlement_step(record.intent, check)
+    await book_journaled(state, record, "settled", detail, settled)
+    entry = state.ledger.find(record.proof) if record.proof else None
+    if entry is not None and settled is not None:
+        entry.settled_amount = settled  # this process's ledger too, when it made the payment
+        entry.step("settled", detail)
+    return Recovery(record, "delivered", f"settled: {detail}")

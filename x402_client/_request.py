@@ -35,6 +35,7 @@ __all__ = [
     "RECEIPT_EXTENSION",
     "REDIRECTS",
     "LogicalRequest",
+    "origin_of",
     "redirect_target",
     "request_of",
 ]
@@ -59,7 +60,8 @@ _NO_RECEIPTS: list[PaymentReceipt] = []
 _NO_FLAGS: list[bool] = []
 
 
-def _origin(url: httpx.URL) -> tuple[str, str, int | None]:
+def origin_of(url: httpx.URL) -> tuple[str, str, int | None]:
+    """A URL's origin: scheme, host and port (None for the scheme's default)."""
     return (url.scheme, url.host, url.port)
 
 
@@ -130,7 +132,7 @@ class LogicalRequest:
     )
 
     def __init__(self, request: httpx.Request, *, bounded: bool = False) -> None:
-        self.origin = _origin(request.url)
+        self.origin = origin_of(request.url)
         self.raw_settings: Any = request.extensions.get(EXTENSION)
         #: The first hop, and the later ones (redirects) when there are any.
         self.first: httpx.Request | None = request
@@ -190,7 +192,7 @@ class LogicalRequest:
         return len(self.receipts)
 
     def is_first_origin(self, request: httpx.Request) -> bool:
-        return _origin(request.url) == self.origin
+        return origin_of(request.url) == self.origin
 
     def paid(self, receipt: PaymentReceipt, *, certain: bool) -> None:
         if self.receipts is _NO_RECEIPTS:

@@ -189,6 +189,13 @@ _UNFINISHED = (
     "unrecoverable IS NULL AND (outcome IN ('pending', 'unknown') "
     "OR (outcome = 'paid' AND delivered = 0))"
 )
+#: `upto` payments whose settlement the client could not verify on chain yet: a `held`
+#: step and no `settled` one (the maximum stays booked until then).
+_HELD = (
+    "rail = 'upto' AND EXISTS (SELECT 1 FROM payment_steps s WHERE s.payment_id = payments.id "
+    "AND s.step = 'held') AND NOT EXISTS (SELECT 1 FROM payment_steps s "
+    "WHERE s.payment_id = payments.id AND s.step = 'settled')"
+)
 
 
 def default_state_path() -> pathlib.Path:
@@ -935,6 +942,11 @@ class SqliteStore:
         not delivered (and not marked unrecoverable). Those a live process is still working
         on are listed too, `in_progress`."""
         return await self._read(partial(self._select, _UNFINISHED, (), "ASC", None))
+
+    async def held_settlements(self) -> list[JournalRecord]:
+        """`upto` payments whose settlement is not verified yet, oldest first: recovery asks
+        the chain again (their maximum stays booked until it tells)."""
+        return await self._read(partial(self._select, _HELD, (), "ASC", None))
 
     async def payments(
         self, limit: int = 20, outcome: Outcome | None = None

@@ -41,6 +41,15 @@ class PaymentIntent:
     def __repr__(self) -> str:
         return resource_repr(self)
 
+    def amount_of(self, atomic: int) -> Decimal | None:
+        """`atomic` units of this intent's asset in `currency` units (None when the intent
+        has no atomic amount to scale by)."""
+        if self.atomic_amount is None:
+            return None
+        if self.atomic_amount == 0:
+            return None if atomic else Decimal(0)
+        return self.amount * atomic / self.atomic_amount
+
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class PaymentReceipt:
@@ -60,10 +69,19 @@ class PaymentReceipt:
     extension deduplicates by it), if any.
 
     An `upto` payment (authorize at most an amount, the merchant settles what was used)
-    says both: `authorized_amount` is the most the payer signed for, `settled_amount` what
-    the merchant's settlement response reports it took (None until it says), and `amount`
-    is the settled amount once known (else the authorized maximum). Other rails leave both
-    None: their `amount` is exactly what moved.
+    says more: `authorized_amount` is the most the payer signed for, `claimed_amount` what
+    the merchant's settlement response says it took, and `settlement_verified` whether the
+    client read what moved from the chain itself. When it did, `settled_amount` is that and
+    `amount` equals it; when it could not (the RPC endpoint did not answer, the merchant
+    named no transaction that settled the authorization), `settled_amount` is None and
+    `amount` is the authorized maximum, booked until the authorization's deadline has passed
+    and recovery can tell (`recover_payments`). Other rails leave all four None: their
+    `amount` is exactly what moved.
+
+    A re-sent proof's receipt (`reused`) says in `closed_payment` which payment it finished
+    (its ledger id), or None when it finished none: a proof sent to another origin than the
+    one it paid, or answering a 402 that asks for another payment, is a new request that
+    books, frees and closes nothing.
     """
 
     rail: Rail
@@ -87,6 +105,9 @@ class PaymentReceipt:
     asset_symbol: str | None = None
     authorized_amount: Decimal | None = None
     settled_amount: Decimal | None = None
+    claimed_amount: Decimal | None = None
+    settlement_verified: bool | None = None
+    closed_payment: str | None = None
 
     def __repr__(self) -> str:
         # Short: the money as the library writes it, the rail, the resource, the codes.
@@ -105,6 +126,7 @@ class PaymentReceipt:
                 shown.append(f"{name}={value!r}")
         if self.authorized_amount is not None:
             shown.append(f"authorized={format_amount(self.authorized_amount)}")
+            shown.append("verified" if self.settlement_verified else "held at the maximum")
         if self.reused:
             shown.append("reused=True")
         elif self.payments != 1:
@@ -134,6 +156,8 @@ class PaymentReceipt:
             "amount": format_amount(self.amount),
             "authorizedAmount": _amount_text(self.authorized_amount),
             "settledAmount": _amount_text(self.settled_amount),
+            "claimedAmount": _amount_text(self.claimed_amount),
+            "settlementVerified": self.settlement_verified,
             "currency": self.currency,
             "rail": self.rail,
             "scheme": self.scheme,
@@ -145,6 +169,7 @@ class PaymentReceipt:
             "paidAt": self.paid_at.isoformat(),
             "payments": self.payments,
             "reused": self.reused,
+            "closedPayment": self.closed_payment,
             "paymentRequestCode": self.payment_request_code,
             "transactionCode": self.transaction_code,
             "blockchainTxId": self.blockchain_tx_id,

@@ -31,7 +31,7 @@ from urllib3.util.retry import Retry
 
 from tests.conftest import payments
 from tests.merchants import Reply, ScriptedMerchant, Seen, served_raw
-from x402_client import PaymentOutcomeUnknown, PaymentOptions, with_eur_payment
+from x402_client import PaymentOptions, PaymentOutcomeUnknown, with_eur_payment
 
 pytestmark = pytest.mark.anyio
 
@@ -171,9 +171,8 @@ async def test_a_re_send_below_the_payment_never_pays_a_second_time(
 ):
     failed = Reply(dropped=True) if failure == "dropped" else Reply(500, {"error": "boom"})
     merchant = ScriptedMerchant(sandbox.bank, sandbox.merchant.code, consumes_then(failed))
-    with served_raw(merchant) as url:
-        with pytest.raises(PaymentOutcomeUnknown) as caught:
-            await CLIENTS[kind](url + "/paid", options_for(payer))
+    with served_raw(merchant) as url, pytest.raises(PaymentOutcomeUnknown) as caught:
+        await CLIENTS[kind](url + "/paid", options_for(payer))
     assert len(payments(sandbox, payer)) == 1  # one payment, one request
     error = caught.value
     proofs = {seen.proof for seen in merchant.paid_requests}
@@ -197,9 +196,8 @@ async def test_a_retrying_transport_that_re_sent_the_proof_is_named(sandbox, pay
     merchant = ScriptedMerchant(
         sandbox.bank, sandbox.merchant.code, consumes_then(Reply(500, {"error": "boom"}))
     )
-    with served_raw(merchant) as url:
-        with pytest.raises(PaymentOutcomeUnknown) as caught:
-            await via_httpx_async(url + "/paid", options_for(payer))
+    with served_raw(merchant) as url, pytest.raises(PaymentOutcomeUnknown) as caught:
+        await via_httpx_async(url + "/paid", options_for(payer))
     message = str(caught.value)
     assert "went out 2 times while the client sent it once" in message
     assert "a layer below the payment" in message and "Not paying again" in message

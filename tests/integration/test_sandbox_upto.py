@@ -95,14 +95,17 @@ async def test_the_client_pays_what_was_charged_and_books_it(merchant):
     assert entry.amount == Decimal("0.02")
 
 
-async def test_a_zero_charge_moves_nothing_and_says_zero(merchant):
+async def test_a_zero_charge_moves_nothing_and_the_maximum_stays_held(merchant):
+    # With no settlement transaction, the authorization stays valid until its deadline: the
+    # merchant could still settle it, so the client keeps the maximum booked meanwhile.
     merchant.upto_charge = Decimal(0)
     before = await merchant.token_balance(merchant.payer_address)
     async with with_eur_payment(httpx.AsyncClient(timeout=30), _options(merchant)) as client:
         response = await client.get(merchant.resource_url(PATH))
     assert response.status_code == 200, response.text
     receipt = response.extensions["x402_payment"]
-    assert (receipt.amount, receipt.settled_amount) == (Decimal(0), Decimal(0))
+    assert (receipt.claimed_amount, receipt.settled_amount) == (Decimal(0), None)
+    assert (receipt.amount, receipt.settlement_verified) == (Decimal("0.05"), False)
     assert receipt.tx_hash is None
     assert await merchant.token_balance(merchant.payer_address) == before
 
@@ -179,3 +182,42 @@ def test_upto_settle_calldata_is_the_abi_encoding() -> None:
         ],
     )
     assert "0x" + upto_settle_call(upto, 4_000, signature).hex() == expected
+
+
+async def test_an_authorization_never_settled_is_given_back_once_its_deadline_passed(tmp_path):
+    # A chain of its own: the test moves its clock past the authorization's deadline.
+    from x402_client import Budget, recover_payments
+    from x402_client._state import state_of
+
+    async with StandardMerchant(chain_id=CHAIN_ID + 1) as merchant:
+        merchant.upto_charge = Decimal(0)  # the merchant serves and settles nothing
+        options = PaymentOptions(
+            evm=EvmOptions(**merchant.evm_config()),
+            assets=[asset_of(merchant)],
+            state_path=tmp_path / "state.sqlite3",
+            budgets=[Budget("1")],
+        )
+        async with with_eur_payment(httpx.AsyncClient(timeout=30), options) as client:
+            receipt = (await client.get(merchant.resource_url(PATH))).extensions["x402_payment"]
+            assert (receipt.amount, receipt.settlement_verified) == (Decimal("0.05"), False)
+            (early,) = await recover_payments(client)
+            assert early.status == "pending" and "until its deadline" in early.reason
+            (status,) = await state_of(options).budgets.status()
+            assert status.spent == Decimal("0.05")
+
+            # The chain's clock, not ours, says when the deadline passed.
+            await _rpc(merchant, "evm_increaseTime", hex(accept_timeout(merchant) + 60))
+            await _rpc(merchant, "evm_mine")
+            (late,) = await recover_payments(client)
+            assert late.status == "delivered", late.reason
+            assert "nothing moved" in late.reason
+            assert await recover_payments(client) == []
+        (status,) = await state_of(options).budgets.status()
+        assert status.spent == Decimal(0)
+        (entry,) = await state_of(options).journal.payments()  # type: ignore[union-attr]
+        assert [s.step for s in entry.steps if s.step in ("held", "settled")] == ["held", "settled"]
+        state_of(options).close()
+
+
+def accept_timeout(merchant: StandardMerchant) -> int:
+    return int(merchant.requirements(PATH)["maxTimeoutSeconds"])

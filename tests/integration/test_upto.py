@@ -10,6 +10,8 @@ receipt says both.
 
 from __future__ import annotations
 
+import base64
+import json
 from collections.abc import AsyncIterator
 from decimal import Decimal
 from typing import Any
@@ -18,7 +20,7 @@ import anyio
 import httpx
 import pytest
 
-from tests.x402_foundation_upto import UptoStack, upto_stack
+from tests.x402_foundation_upto import METERED_PATH, UptoStack, upto_stack
 from x402_client import (
     AmountLimitExceeded,
     Asset,
@@ -36,6 +38,7 @@ from x402_client import (
     with_eur_payment,
 )
 from x402_client._state import state_of
+from x402_eur_sandbox import ServedApp
 
 pytestmark = pytest.mark.anyio
 
@@ -184,12 +187,15 @@ async def test_a_settlement_claiming_more_than_authorized_is_an_error_saying_mon
     error = caught.value
     assert error.money_moved is True
     assert "0.05 EUR" in str(error)
-    assert error.receipt is not None and error.receipt.settled_amount == Decimal("0.05")
+    assert error.receipt is not None and error.receipt.claimed_amount == Decimal("0.05")
     assert error.receipt.authorized_amount == MAXIMUM
+    # What the chain says moved is booked, not the claim.
+    assert error.receipt.settled_amount == Decimal("0.003")
+    assert error.receipt.settlement_verified is True
     (entry,) = payment_ledger(opts).entries()
-    assert (entry.outcome, entry.amount) == ("paid", MAXIMUM)  # the maximum stays booked
+    assert (entry.outcome, entry.amount) == ("paid", Decimal("0.003"))
     (status,) = await state_of(opts).budgets.status()
-    assert status.spent == MAXIMUM
+    assert status.spent == Decimal("0.003")
     assert await stack.balance(address) == 5 * stack.price_atomic - 3_000  # what really moved
 
 
@@ -254,7 +260,8 @@ async def test_an_unsettled_payment_keeps_the_maximum_until_recovery_settles_it(
     assert journal is not None
     (record,) = await journal.payments()
     assert record.amount == MAXIMUM and record.delivered
-    assert [s.detail for s in record.steps if s.step == "settled"] == ["0.0035 of at most 0.01"]
+    (settled,) = [s.detail for s in record.steps if s.step == "settled"]
+    assert settled.startswith("0.0035 of at most 0.01, verified on chain in block ")
     state_of(opts).close()
     assert await stack.balance(address) == 5 * stack.price_atomic - 3_500
 
@@ -275,3 +282,175 @@ async def test_the_sync_client_books_the_settled_amount_too(stack):
     (status,) = await state_of(opts).budgets.status()
     assert status.spent == Decimal("0.006")
     assert await stack.balance(address) == 5 * stack.price_atomic - 6_000
+
+
+# --- the chain decides what was settled, never the merchant's word --------------------------
+
+
+class RpcProxy:
+    """The chain's JSON-RPC endpoint, served on 127.0.0.1 in front of anvil, that answers
+    the methods named in `failing` badly: 503, 429, garbage, or a JSON-RPC error."""
+
+    def __init__(self, upstream: str) -> None:
+        self.upstream = upstream
+        self.failing: dict[str, str] = {}
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        how = self.failing.get(json.loads(body).get("method"))
+        status, answer = 200, b""
+        if how in ("503", "429"):
+            status, answer = int(how), b"busy"
+        elif how == "garbage":
+            answer = b"<html>not json</html>"
+        elif how == "error":
+            answer = (
+                b'{"jsonrpc":"2.0","id":1,"error":{"code":-32000,"message":"missing trie node"}}'
+            )
+        else:
+            async with httpx.AsyncClient(trust_env=False) as http:
+                forwarded = await http.post(
+                    self.upstream, content=body, headers={"content-type": "application/json"}
+                )
+                answer = forwarded.content
+        headers = [(b"content-type", b"application/json")]
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": answer})
+
+
+@pytest.fixture
+async def rpc_proxy(stack: UptoStack) -> AsyncIterator[tuple[RpcProxy, str]]:
+    proxy = RpcProxy(stack.rpc_url)
+    served = await ServedApp(proxy, "rpc-proxy").start()
+    try:
+        yield proxy, served.url
+    finally:
+        await served.stop()
+
+
+async def test_a_merchant_that_reports_less_than_it_settled_is_booked_what_moved(stack):
+    key, address = await approved_payer(stack, tokens=5)
+    stack.charge_atomic = stack.price_atomic  # settles the whole maximum on chain...
+    stack.claim_atomic = 0  # ...and says it took nothing
+    opts = options(stack, key, budgets=[Budget("0.03")])
+    served, refused = [], 0
+    async with with_eur_payment(httpx.AsyncClient(timeout=30), opts) as client:
+        for _ in range(5):
+            try:
+                served.append((await client.get(stack.metered_url)).extensions["x402_payment"])
+            except BudgetExceeded:
+                refused += 1
+    assert (len(served), refused) == (3, 2)  # the budget holds what moved, not the claim
+    assert all(r.claimed_amount == 0 and r.settled_amount == MAXIMUM for r in served)
+    assert all(r.amount == MAXIMUM and r.settlement_verified for r in served)
+    moved = 5 * stack.price_atomic - await stack.balance(address)
+    assert moved == 3 * stack.price_atomic
+    assert payment_ledger(opts).total("EUR") == Decimal("0.03")
+    (status,) = await state_of(opts).budgets.status()
+    assert status.spent == Decimal("0.03")
+
+
+async def test_a_merchant_that_reports_more_than_it_settled_is_booked_what_moved(stack):
+    key, address = await approved_payer(stack)
+    stack.charge_atomic = 2_000
+    stack.claim_atomic = 9_000  # within the authorization, but not what moved
+    opts = options(stack, key, budgets=[Budget("1")])
+    async with with_eur_payment(httpx.AsyncClient(timeout=30), opts) as client:
+        receipt = (await client.get(stack.metered_url)).extensions["x402_payment"]
+    assert (receipt.claimed_amount, receipt.settled_amount) == (Decimal("0.009"), Decimal("0.002"))
+    assert receipt.amount == Decimal("0.002") and receipt.settlement_verified is True
+    (entry,) = payment_ledger(opts).entries()
+    assert entry.amount == Decimal("0.002")
+    assert await stack.balance(address) == 5 * stack.price_atomic - 2_000
+
+
+@pytest.mark.parametrize("failure", ["503", "429", "garbage", "error"])
+async def test_a_settlement_the_chain_cannot_confirm_keeps_the_maximum_until_recovery_reads_it(
+    stack, rpc_proxy, tmp_path, failure: str
+):
+    proxy, rpc_url = rpc_proxy
+    key, address = await approved_payer(stack)
+    stack.charge_atomic = 3_000
+    opts = options(
+        stack,
+        key,
+        evm=EvmOptions(private_key=key, rpc_urls={stack.chain_id: rpc_url}),
+        state_path=tmp_path / "state.sqlite3",
+        budgets=[Budget("1")],
+    )
+    proxy.failing = {"eth_getTransactionReceipt": failure}
+    async with with_eur_payment(httpx.AsyncClient(timeout=30), opts) as client:
+        receipt = (await client.get(stack.metered_url)).extensions["x402_payment"]
+        assert (receipt.amount, receipt.settled_amount) == (MAXIMUM, None)
+        assert receipt.settlement_verified is False and receipt.claimed_amount == Decimal("0.003")
+        (status,) = await state_of(opts).budgets.status()
+        assert status.spent == MAXIMUM  # held: the chain did not say what moved
+
+        (still,) = await recover_payments(client)  # the endpoint still fails: left as it is
+        assert still.status == "pending" and "held at the maximum" in still.reason
+        (status,) = await state_of(opts).budgets.status()
+        assert status.spent == MAXIMUM
+
+        proxy.failing = {}
+        (recovered,) = await recover_payments(client)
+        assert recovered.status == "delivered", recovered.reason
+        assert "0.003 of at most 0.01, verified on chain" in recovered.reason
+        assert await recover_payments(client) == []  # booked once
+    (status,) = await state_of(opts).budgets.status()
+    assert status.spent == Decimal("0.003")
+    state_of(opts).close()
+    assert await stack.balance(address) == 5 * stack.price_atomic - 3_000
+
+
+async def test_a_proof_re_sent_to_another_origin_frees_no_reservation(stack, serve, tmp_path):
+    key, address = await approved_payer(stack)
+    stack.fail_status = 500  # payment A: the merchant breaks before it settles
+    opts = options(
+        stack,
+        key,
+        state_path=tmp_path / "state.sqlite3",
+        budgets=[Budget("1")],
+        merchant_error_retries=0,
+    )
+    async with httpx.AsyncClient(timeout=30, trust_env=False) as http:
+        required = (await http.get(stack.metered_url)).headers["payment-required"]
+    settlement = base64.b64encode(
+        json.dumps({"success": True, "amount": "0", "transaction": "0x" + "00" * 32}).encode()
+    ).decode()
+
+    async def echoing(scope: Any, receive: Any, send: Any) -> None:
+        # Another origin: the same 402, and a 200 claiming a settlement of 0 to any proof.
+        headers = {k.decode().lower(): v.decode() for k, v in scope["headers"]}
+        paid = "payment-signature" in headers
+        extra = [(b"payment-response", settlement.encode())] if paid else []
+        extra += [] if paid else [(b"payment-required", required.encode())]
+        await send({"type": "http.response.start", "status": 200 if paid else 402,
+                    "headers": [(b"content-type", b"application/json"), *extra]})  # fmt: skip
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    other = await serve(echoing)
+    async with with_eur_payment(httpx.AsyncClient(timeout=30), opts) as client:
+        with pytest.raises(PaymentOutcomeUnknown) as caught:
+            await client.get(stack.metered_url)
+        proof = caught.value.proof
+        response = await client.get(other + METERED_PATH, extensions={"x402": {"proof": proof}})
+        assert response.status_code == 200
+        (status,) = await state_of(opts).budgets.status()
+        assert status.spent == MAXIMUM  # nothing freed on another origin's word
+        assert len(await unfinished_payments(opts)) == 1
+        assert response.extensions["x402_payment"].closed_payment is None
+        stack.fail_status = None
+        stack.charge_atomic = 1_500
+        (recovered,) = await recover_payments(client)  # where it was paid: settled once
+        assert recovered.status == "delivered", recovered.reason
+    (status,) = await state_of(opts).budgets.status()
+    assert status.spent == Decimal("0.0015")
+    state_of(opts).close()
+    assert await stack.balance(address) == 5 * stack.price_atomic - 1_500

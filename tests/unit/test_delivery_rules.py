@@ -81,9 +81,7 @@ RE_SENDS = [
 
 
 @pytest.mark.parametrize(("reads", "step"), RE_SENDS)
-def test_already_used_after_a_re_send_below_is_never_a_licence_to_pay(
-    reads: list[int], step: Step
-):
+def test_already_used_after_a_re_send_below_is_never_a_licence_to_pay(reads: list[int], step: Step):
     machine = Delivery(merchant_error_retries=2)
     (count,) = reads
     machine.sending()

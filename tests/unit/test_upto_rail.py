@@ -230,31 +230,38 @@ def _intent(amount: str = "0.01", atomic: int = 10_000) -> PaymentIntent:
     )
 
 
-def test_a_receipt_says_the_authorized_and_the_settled_amount() -> None:
+def test_a_receipt_shows_the_merchants_claim_and_books_the_maximum_until_verified() -> None:
     from datetime import datetime, timezone
 
     intent = _intent()
     assert settled_amount_of(intent, {"amount": "2500"}) == Decimal("0.0025")
     paid = Paid(proof="p")
     now = datetime.now(timezone.utc)
-    settled = receipt_of(intent, paid, now, 1, {"amount": "2500", "success": True})
-    assert (settled.amount, settled.authorized_amount, settled.settled_amount) == (
-        Decimal("0.0025"),
+    claimed = receipt_of(intent, paid, now, 1, {"amount": "2500", "success": True})
+    assert (claimed.amount, claimed.authorized_amount, claimed.claimed_amount) == (
+        Decimal("0.01"),  # the merchant's word is shown, never booked
         Decimal("0.01"),
         Decimal("0.0025"),
     )
-    assert "authorized=0.01" in repr(settled)
+    assert (claimed.settled_amount, claimed.settlement_verified) == (None, False)
+    assert "authorized=0.01" in repr(claimed) and "held at the maximum" in repr(claimed)
     unsaid = receipt_of(intent, paid, now, 1)
-    assert (unsaid.amount, unsaid.settled_amount) == (Decimal("0.01"), None)
-    claimed = receipt_of(intent, paid, now, 1, {"amount": "50000"})
-    assert (claimed.amount, claimed.settled_amount) == (Decimal("0.01"), Decimal("0.05"))
+    assert (unsaid.amount, unsaid.claimed_amount) == (Decimal("0.01"), None)
+    verified = dataclasses.replace(
+        claimed,
+        amount=Decimal("0.0025"),
+        settled_amount=Decimal("0.0025"),
+        settlement_verified=True,
+    )
+    assert "verified" in repr(verified) and verified.to_json()["settlementVerified"] is True
     exact_intent = dataclasses.replace(intent, rail="permit2", scheme="exact")
     exact = receipt_of(exact_intent, paid, now, 1, {"amount": "1"})
-    assert (exact.amount, exact.authorized_amount, exact.settled_amount) == (
+    assert (exact.amount, exact.authorized_amount, exact.claimed_amount) == (
         Decimal("0.01"),
         None,
         None,
     )
+    assert exact.settlement_verified is None
 
 
 @pytest.mark.parametrize("window", [None, "24h"])

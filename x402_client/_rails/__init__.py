@@ -22,7 +22,7 @@ import dataclasses
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from .._challenge import AcceptEntry
 from .._dialects import X_PAYMENT
@@ -40,6 +40,7 @@ __all__ = [
     "EIP712_DOMAIN",
     "RAILS",
     "Describer",
+    "MeteredRail",
     "NotForThisRail",
     "Note",
     "Paid",
@@ -47,6 +48,7 @@ __all__ = [
     "RailContext",
     "Rails",
     "RequestSettings",
+    "SettlementCheck",
     "build_rails",
     "managed_account_settings",
     "no_note",
@@ -202,6 +204,21 @@ class Paid:
     header: str = X_PAYMENT
 
 
+@dataclasses.dataclass(frozen=True)
+class SettlementCheck:
+    """What the chain says of an `upto` authorization: `settled` (`atomic` moved, at most
+    the authorized maximum, in `block`), `void` (its deadline passed with its nonce unused:
+    nothing moved and nothing can), or `unverified` (nothing could be told for sure;
+    `final` when it never will be: the nonce was consumed where no named transaction says
+    how much). `detail` says why, in words."""
+
+    status: Literal["settled", "void", "unverified"]
+    detail: str
+    atomic: int | None = None
+    block: int | None = None
+    final: bool = False
+
+
 class RailContext(Protocol):
     """What a rail may use from the payer that owns it."""
 
@@ -262,4 +279,16 @@ class Rail(Protocol):
     ) -> AbstractAsyncContextManager[Paid]:
         """Make the payment; the context stays open until the merchant has answered.
         `note` records each fact the moment it exists (see `Note`)."""
+        ...
+
+
+class MeteredRail(Rail, Protocol):
+    """A rail whose merchant settles at most what was authorized (`upto`): what moved is
+    read from the chain, never taken from the merchant's settlement response."""
+
+    async def check_settlement(
+        self, intent: PaymentIntent, payload: Mapping[str, Any] | None, transaction: str | None
+    ) -> SettlementCheck:
+        """What the chain says the signed `payload` moved, given the settlement transaction
+        the merchant named. Never raises: what cannot be read is `unverified`."""
         ...

@@ -343,8 +343,10 @@ class ChainReader:
             raise ValueError("not a JSON-RPC result")
         return answer["result"]
 
-    async def call(self, chain_id: int, to: str, data: bytes) -> bytes:
-        """`eth_call` at `latest`; the raw return data.
+    async def request(self, chain_id: int, method: str, params: list[Any]) -> Any:
+        """One JSON-RPC call on the chain's endpoints, tried in order: its result (which may
+        be null). `RpcUnavailable` when none answered with a result (an error answer, a
+        transport failure or something unreadable is never read as an answer).
 
         The URLs stay out of this frame's locals (they may carry a key): each is read from
         `self._rpc_urls` where it is used, by its index.
@@ -357,12 +359,7 @@ class ChainReader:
                     shown = endpoint_url(self._rpc_urls[chain_id][index])
                     check_chain_id(shown, int(str(reported), 16), chain_id)
                     self._verified.add((chain_id, index))
-                result = await self._rpc(
-                    chain_id, index, "eth_call", [{"to": to, "data": "0x" + data.hex()}, "latest"]
-                )
-                if not isinstance(result, str) or not result.startswith("0x"):
-                    raise ValueError("eth_call result is not hex")
-                return bytes.fromhex(result[2:])
+                return await self._rpc(chain_id, index, method, params)
             except ConfigurationError:
                 raise  # an X402Error is an httpx.HTTPError: never a fall-back to the next URL
             except (httpx.HTTPError, ValueError) as exc:
@@ -371,6 +368,18 @@ class ChainReader:
         raise RpcUnavailable(
             f"no RPC endpoint for chain {chain_id} answered ({'; '.join(failures)})"
         )
+
+    async def call(self, chain_id: int, to: str, data: bytes, block: str = "latest") -> bytes:
+        """`eth_call` at `block` (a tag or a hex number); the raw return data."""
+        result = await self.request(
+            chain_id, "eth_call", [{"to": to, "data": "0x" + data.hex()}, block]
+        )
+        if not isinstance(result, str) or not result.startswith("0x"):
+            raise RpcUnavailable(f"chain {chain_id} answered eth_call with no hex data")
+        try:
+            return bytes.fromhex(result[2:])
+        except ValueError:
+            raise RpcUnavailable(f"chain {chain_id} answered eth_call with no hex data") from None
 
     async def allowance(self, chain_id: int, token: str, owner: str, spender: str) -> int:
         data = _ALLOWANCE + address_word(owner) + address_word(spender)

@@ -31,15 +31,27 @@ import dataclasses
 import functools
 import logging
 import os
+import re
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from typing import Any
+
+import httpx
 
 from .._challenge import AcceptEntry
 from .._models import UptoAcceptEntry
 from .._types import PaymentIntent
-from . import Note, NotForThisRail, Paid, RailContext, RequestSettings, no_note, unpayable
+from . import (
+    Note,
+    NotForThisRail,
+    Paid,
+    RailContext,
+    RequestSettings,
+    SettlementCheck,
+    no_note,
+    unpayable,
+)
 from ._evm_signing import (
     ADDRESS_RE,
     address_word,
@@ -50,7 +62,10 @@ from ._evm_signing import (
 from ._evm_signing import uint_word as _uint
 from .eip3009 import chain_id_of
 from .permit2 import (
+    PERMIT2_ADDRESS,
+    ChainReader,
     Permit2Rail,
+    RpcUnavailable,
     permit2_payload,
     witness_transfer_digest,
     witness_transfer_document,
@@ -61,6 +76,7 @@ __all__ = [
     "UPTO_PERMIT_WITNESS_TRANSFER_FROM_TYPE",
     "UptoAuthorization",
     "UptoRail",
+    "check_settlement",
     "new_upto_authorization",
     "upto_digest",
     "upto_payload",
@@ -191,6 +207,158 @@ def _facilitator_of(entry: UptoAcceptEntry) -> str | None:
     return found if isinstance(found, str) and ADDRESS_RE.match(found) else None
 
 
+# --- what the chain says of a settlement ---------------------------------------------------
+#
+# The merchant's settlement response says what it took; the chain says what moved. The
+# authorization's Permit2 nonce is consumed exactly once, in the block whose transactions
+# settle it, and that settlement emits one `Transfer(payer -> payTo)` of the token. So
+# when the nonce is unused at the block before the one the merchant names and used at that
+# block, the sum of the token's transfers from the payer to `payTo` in that block is at
+# least what this authorization moved (other payments in the same block only add to it),
+# and what is booked is that sum, capped by the authorized maximum: never less than what
+# moved. Anything else is unverified, and the maximum stays booked.
+
+#: Permit2 `nonceBitmap(address,uint256)` and ERC-20 `Transfer(address,address,uint256)`.
+_NONCE_BITMAP = bytes.fromhex("4fe02b44")
+_TX_HASH_RE = re.compile(r"0x[0-9a-fA-F]{64}")
+_TRANSFER_TOPIC = "0xddf252ad1be2c89b69c2b068fc378daa952ba7f163c4a11628f55a4df523b3ef"
+
+
+@dataclasses.dataclass(frozen=True)
+class _Signed:
+    """The fields of a signed `upto` authorization that tell its settlement on chain."""
+
+    payer: str
+    token: str
+    pay_to: str
+    amount: int
+    nonce: int
+    deadline: int
+
+    @classmethod
+    def of(cls, payload: Mapping[str, Any]) -> _Signed | None:
+        try:
+            signed = payload["permit2Authorization"]
+            made = cls(
+                payer=signed["from"],
+                token=signed["permitted"]["token"],
+                pay_to=signed["witness"]["to"],
+                amount=int(signed["permitted"]["amount"]),
+                nonce=int(signed["nonce"]),
+                deadline=int(signed["deadline"]),
+            )
+        except (KeyError, TypeError, ValueError):
+            return None
+        if not all(ADDRESS_RE.match(a) for a in (made.payer, made.token, made.pay_to)):
+            return None
+        return made
+
+
+def _hex_int(value: Any) -> int:
+    if not isinstance(value, str) or not value.startswith("0x"):
+        raise RpcUnavailable("the chain answered a number that is not hex")
+    return int(value, 16)
+
+
+async def _nonce_used(reader: ChainReader, chain_id: int, signed: _Signed, block: str) -> bool:
+    data = _NONCE_BITMAP + address_word(signed.payer) + _uint(signed.nonce >> 8)
+    word = await reader.call(chain_id, PERMIT2_ADDRESS, data, block)
+    if len(word) != 32:
+        raise RpcUnavailable("Permit2 answered nonceBitmap() with no uint256")
+    return bool(int.from_bytes(word, "big") >> (signed.nonce & 0xFF) & 1)
+
+
+async def _moved_in(reader: ChainReader, chain_id: int, signed: _Signed, block: int) -> int:
+    """The token's transfers from the payer to `payTo` in `block`, summed."""
+    number = hex(block)
+    logs = await reader.request(
+        chain_id,
+        "eth_getLogs",
+        [
+            {
+                "fromBlock": number,
+                "toBlock": number,
+                "address": signed.token,
+                "topics": [
+                    _TRANSFER_TOPIC,
+                    "0x" + address_word(signed.payer).hex(),
+                    "0x" + address_word(signed.pay_to).hex(),
+                ],
+            }
+        ],
+    )
+    if not isinstance(logs, list):
+        raise RpcUnavailable("the chain answered eth_getLogs with no list")
+    return sum(_hex_int(log.get("data")) for log in logs if isinstance(log, dict))
+
+
+async def _settled_by(
+    reader: ChainReader, chain_id: int, signed: _Signed, transaction: str
+) -> SettlementCheck | None:
+    """The settlement in the block of `transaction`, if the authorization was consumed
+    there; None when it was not (or the transaction is not on chain)."""
+    receipt = await reader.request(chain_id, "eth_getTransactionReceipt", [transaction])
+    if receipt is None:
+        return None
+    if not isinstance(receipt, dict):
+        raise RpcUnavailable("the chain answered eth_getTransactionReceipt with no object")
+    block = _hex_int(receipt.get("blockNumber"))
+    if await _nonce_used(reader, chain_id, signed, hex(block - 1)) or not await _nonce_used(
+        reader, chain_id, signed, hex(block)
+    ):
+        return None
+    moved = min(await _moved_in(reader, chain_id, signed, block), signed.amount)
+    return SettlementCheck("settled", f"verified on chain in block {block}", moved, block)
+
+
+async def _after_deadline(
+    reader: ChainReader, chain_id: int, signed: _Signed, named: str
+) -> SettlementCheck:
+    """Once no named transaction tells: void if the deadline passed (by the chain's own
+    clock) with the nonce unused; else unverified."""
+    latest = await reader.request(chain_id, "eth_getBlockByNumber", ["latest", False])
+    if not isinstance(latest, dict):
+        raise RpcUnavailable("the chain answered eth_getBlockByNumber with no block")
+    if _hex_int(latest.get("timestamp")) <= signed.deadline:
+        return SettlementCheck(
+            "unverified", f"{named}; the authorization can be settled until its deadline"
+        )
+    if await _nonce_used(reader, chain_id, signed, "latest"):
+        return SettlementCheck(
+            "unverified", f"{named}, and the authorization was consumed: how much moved is "
+            "not known, so the maximum stays booked", final=True,
+        )  # fmt: skip
+    return SettlementCheck(
+        "void", "its deadline passed and its nonce was never used: nothing moved", 0
+    )
+
+
+async def check_settlement(
+    reader: ChainReader,
+    chain_id: int,
+    payload: Mapping[str, Any],
+    transaction: str | None,
+) -> SettlementCheck:
+    """What the chain says an `upto` authorization (`payload`, as signed) moved, given the
+    settlement transaction the merchant named (if any). Never raises: an endpoint that
+    errs, is rate limited or answers garbage leaves it `unverified`, with the reason."""
+    signed = _Signed.of(payload)
+    if signed is None:
+        return SettlementCheck("unverified", "the authorization cannot be read back")
+    try:
+        if isinstance(transaction, str) and _TX_HASH_RE.fullmatch(transaction):
+            found = await _settled_by(reader, chain_id, signed, transaction)
+            if found is not None:
+                return found
+            named = f"transaction {transaction[:66]} did not settle this authorization"
+        else:
+            named = "the merchant named no settlement transaction"
+        return await _after_deadline(reader, chain_id, signed, named)
+    except (RpcUnavailable, ValueError, httpx.HTTPError) as exc:
+        # (A configuration error, an httpx.HTTPError, included: the money moved already.)
+        return SettlementCheck("unverified", f"the chain could not be read ({exc})")
+
+
 class UptoRail(Permit2Rail):
     """Signs `upto` Permit2 authorizations (at most the entry's amount) on any EVM chain.
 
@@ -256,6 +424,17 @@ class UptoRail(Permit2Rail):
             "x402: signed an upto authorization on %s for %s", entry.network, signer.address
         )
         yield Paid(proof="", payload=payload, payer=signer.address)
+
+    async def check_settlement(
+        self, intent: PaymentIntent, payload: Mapping[str, Any] | None, transaction: str | None
+    ) -> SettlementCheck:
+        """What the chain says the authorization `payload` of `intent` moved
+        (`check_settlement`), through this rail's RPC endpoints."""
+        chain_id = chain_id_of(intent.network)
+        evm = self._context.options.evm
+        if chain_id is None or payload is None or evm is None or chain_id not in evm.rpc_urls:
+            return SettlementCheck("unverified", f"no RPC URL to read {intent.network} with")
+        return await check_settlement(self._chain(), chain_id, payload, transaction)
 
 
 def _as_permit2_entry(entry: UptoAcceptEntry) -> Any:

@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     import httpx
 
     from .._options import PaymentOptions
+    from .._types import PaymentReceipt
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "PaymentTools"]
 
@@ -199,6 +200,7 @@ class PaymentTools:
             "bytes": len(data),
             "truncated": truncated,
             "receipt": _receipt_json(paid) if paid is not None else None,
+            **_resent_note(paid),
         }
 
     async def quote(self, url: str, method: str = "GET") -> dict[str, Any]:
@@ -282,3 +284,21 @@ async def _read_prefix(response: httpx.Response, limit: int) -> tuple[bytes, boo
         chunks.append(chunk)
         size += len(chunk)
     return b"".join(chunks), False
+
+
+def _resent_note(paid: PaymentReceipt | None) -> dict[str, str]:
+    """What a re-sent proof did, in words an agent reads: which payment it finished, or
+    that it finished none (sent elsewhere than where it was paid, or answering a 402 that
+    asks for another payment)."""
+    if paid is None or not paid.reused:
+        return {}
+    if paid.closed_payment is not None:
+        return {
+            "proofNote": f"the re-sent proof finished payment {paid.closed_payment}; it moved "
+            "no money now"
+        }
+    return {
+        "proofNote": "the re-sent proof was not sent where it was paid (another origin, or a "
+        "402 that asks for another payment): it finished no payment, and nothing was booked, "
+        "freed or closed; it moved no money now"
+    }
