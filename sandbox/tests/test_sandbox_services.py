@@ -93,3 +93,27 @@ async def test_a_part_that_fails_to_stop_does_not_keep_the_others_running() -> N
     with pytest.raises(RuntimeError, match="b would not stop"):
         await stop_all([Part("a"), Part("b", fails=True), None, Part("c")])
     assert sorted(stopped) == ["a", "b", "c"]
+
+
+@pytest.mark.anyio
+async def test_an_answer_fault_stands_in_for_the_indexer_once_and_the_indexer_can_lag() -> None:
+    from x402_eur_sandbox import EURQ_ASSET_ID, ChainASandbox, Fault
+
+    async with Sandbox(chain_a=True) as sandbox:
+        chain = sandbox.chain_a
+        assert isinstance(chain, ChainASandbox)
+        ledger = chain.ledger
+        sender, receiver = ledger.new_address(), ledger.new_address()
+        ledger.mint(sender, EURQ_ASSET_ID, 10)
+        transfer = ledger.transfer(sender, receiver, EURQ_ASSET_ID, 5)
+        url = f"{chain.indexer_url}/v2/transactions/{transfer.id}"
+        sandbox.faults.arm("indexer", Fault(kind="answer", status=200, body=b"<html>"))
+        async with httpx.AsyncClient() as http:
+            garbled = await http.get(url)
+            assert (garbled.status_code, garbled.content) == (200, b"<html>")
+            record = (await http.get(url)).json()["transaction"]
+            assert record["confirmed-round"] == transfer.confirmed_round
+            ledger.indexer_lag = 1  # not yet at the transfer's round
+            assert (await http.get(url)).status_code == 404
+            health = (await http.get(f"{chain.indexer_url}/health")).json()
+            assert health == {"round": transfer.confirmed_round - 1}

@@ -4,7 +4,9 @@
   `2768422954`, USDQ `2768603795`) in atomic units, asset transfers with 52-character
   transaction ids, one round per transfer. Thread-safe.
 - `indexer_app`: `GET /v2/transactions/<id>` in the field notes' shape, 404 for unknown
-  ids (faults endpoint `indexer`).
+  ids (faults endpoint `indexer`), and `GET /health` with the round it has indexed up to.
+  `ledger.indexer_lag` rounds make it lag the chain, as a real indexer does: it knows only
+  the transfers of the rounds it has indexed.
 - `ChainASandbox` (a `SandboxPart`): serves the indexer, the node (`_algod`) and the
   on-chain facilitator for direct payments (`_chain_a_direct`), installs the bridge into
   the bank and adds the merchant's chain-A offers (`ledgera` in EURQ, `ledgera:USDQ`).
@@ -136,6 +138,13 @@ class ChainALedger:
         self._balances: dict[tuple[str, int], int] = {}
         self._transfers: dict[str, AssetTransfer] = {}
         self.current_round = first_round
+        #: How many rounds the indexer is behind the chain.
+        self.indexer_lag = 0
+
+    @property
+    def indexed_round(self) -> int:
+        """The round the indexer has indexed up to."""
+        return self.current_round - self.indexer_lag
 
     def new_address(self, *, whitelisted: bool = True) -> str:
         address = new_address()
@@ -200,9 +209,12 @@ class ChainALedger:
             return self._transfers.get(txid)
 
     def indexer_record(self, txid: str) -> dict[str, Any] | None:
+        """What the indexer knows of `txid`: nothing until it has indexed its round."""
         with self._lock:
             found = self._transfers.get(txid)
-            return None if found is None else found.indexer_record(self.current_round)
+            if found is None or found.confirmed_round > self.indexed_round:
+                return None
+            return found.indexer_record(self.indexed_round)
 
 
 def indexer_app(ledger: ChainALedger, faults: Faults | None = None) -> Starlette:
@@ -220,7 +232,7 @@ def indexer_app(ledger: ChainALedger, faults: Faults | None = None) -> Starlette
         return json_response(record)
 
     async def health(request: Request) -> Response:
-        return json_response({"round": ledger.current_round})
+        return json_response({"round": ledger.indexed_round})
 
     async def bank_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, BankError)

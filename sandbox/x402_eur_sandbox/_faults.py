@@ -1,4 +1,5 @@
-"""Fault injection for the sandbox services: delays, 5xx, hangs and dropped connections.
+"""Fault injection for the sandbox services: delays, 5xx, hangs, dropped connections and
+answers that are not the service's own.
 
 Each service calls `await faults.before(endpoint, request)` when a call arrives and
 `await faults.after(endpoint, request)` once its work (moving money, for payments) is
@@ -7,7 +8,13 @@ money moved: the case where a client cannot know the outcome.
 
 ```python
 sandbox.faults.arm("payment", Fault(kind="drop", when="after"))
+sandbox.faults.arm("indexer", Fault(kind="answer", status=200, body=b"<html>gateway</html>"))
 ```
+
+`answer` stands in for what a proxy, a throttling gateway or a broken deployment answers
+instead of the service: `status` with `body`, whatever the call was. It strikes on the
+services behind `FaultMiddleware` (the payment API, the facilitators, the chain-A node
+and indexer).
 
 Endpoints: `payment`, `transaction` (payment API), `x402_pay`, `x402_verify`
 (facilitator), `resource` (the merchant's paid retry), `settle`, `supported` (on-chain
@@ -23,9 +30,9 @@ from typing import Any, Literal
 
 from ._bank import BankError
 
-__all__ = ["DroppedConnection", "Fault", "FaultMiddleware", "Faults"]
+__all__ = ["DroppedConnection", "Fault", "FaultMiddleware", "Faults", "InjectedAnswer"]
 
-Kind = Literal["delay", "status", "timeout", "drop"]
+Kind = Literal["delay", "status", "timeout", "drop", "answer"]
 
 
 @dataclasses.dataclass
@@ -37,10 +44,21 @@ class Fault:
     times: int = 1
     delay: float = 0.0
     status: int = 503
+    #: What an `answer` fault answers with `status` (as `application/json`).
+    body: bytes = b""
 
 
 class DroppedConnection(Exception):
     """Raised inside a service to make `FaultMiddleware` cut the connection mid-answer."""
+
+
+class InjectedAnswer(Exception):
+    """Raised inside a service to make `FaultMiddleware` answer `status` with `body`."""
+
+    def __init__(self, status: int, body: bytes) -> None:
+        super().__init__(status)
+        self.status = status
+        self.body = body
 
 
 class Faults:
@@ -88,12 +106,15 @@ class Faults:
             raise BankError(fault.status, "SandboxFault", "injected fault")
         elif fault.kind == "drop":
             raise DroppedConnection
+        elif fault.kind == "answer":
+            raise InjectedAnswer(fault.status, fault.body)
 
 
 class FaultMiddleware:
     """Turns `DroppedConnection` into a connection cut after the status line: the client
-    sees a broken response (`RemoteProtocolError`), not an answer. Install it as a
-    Starlette middleware (inside the server-error layer, which would answer 500)."""
+    sees a broken response (`RemoteProtocolError`), not an answer; and `InjectedAnswer`
+    into its answer. Install it as a Starlette middleware (inside the server-error layer,
+    which would answer 500)."""
 
     def __init__(self, app: Any) -> None:
         self.app = app
@@ -104,6 +125,13 @@ class FaultMiddleware:
             return
         try:
             await self.app(scope, receive, send)
+        except InjectedAnswer as answer:
+            headers = [
+                (b"content-length", str(len(answer.body)).encode()),
+                (b"content-type", b"application/json"),
+            ]
+            await send({"type": "http.response.start", "status": answer.status, "headers": headers})
+            await send({"type": "http.response.body", "body": answer.body})
         except DroppedConnection:
             await send(
                 {
