@@ -48,6 +48,7 @@ from ._provider import (
     find_transaction,
     is_insufficient_funds,
     provider_errors,
+    readable_page,
     transaction_code_of,
     unwrap,
 )
@@ -92,10 +93,35 @@ class TransactionList:
     complete: bool
 
 
-def transaction_list(body: Any, page_size: int) -> TransactionList:
+def _is_count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _whole(payload: Any, listed: int) -> bool:
+    """Whether a page of `listed` items says it holds every transaction: its `total` is
+    no more than that, it is the only page (`totalPages` 1), or, with neither, it is short
+    of the `pageSize` it names. A page that says none of these (a bare list, a page
+    without counts), or gives a count that is not a whole number, may be cut short: a
+    "none listed" read from it would be no definite answer (`_lookup`)."""
+    if not isinstance(payload, dict):
+        return False
+    counts = {key: _get(payload, key) for key in ("total", "totalPages", "pageSize")}
+    given = {key: value for key, value in counts.items() if value is not None}
+    if not all(_is_count(value) for value in given.values()):
+        return False
+    if given.get("totalPages", 1) > 1:
+        return False
+    if "total" in given:
+        return bool(given["total"] <= listed)
+    if "totalPages" in given:
+        return True
+    return "pageSize" in given and listed < given["pageSize"]
+
+
+def transaction_list(body: Any) -> TransactionList:
     """A page of `{"items": [...], "page", "pageSize", "total", "totalPages"}` (wrapped or
     not). Items that are no transaction record are skipped, and make the page incomplete;
-    so does a `total` or `totalPages` beyond this page, or a full page that gives neither."""
+    so does a page that does not say it is whole (`_whole`)."""
     payload = unwrap(body)
     raw = _get(payload, "items") if isinstance(payload, dict) else payload
     if not isinstance(raw, list):
@@ -106,15 +132,7 @@ def transaction_list(body: Any, page_size: int) -> TransactionList:
             items.append(TransactionRecord.model_validate(item))
         except ValidationError:
             continue
-    total = _get(payload, "total") if isinstance(payload, dict) else None
-    pages = _get(payload, "totalPages") if isinstance(payload, dict) else None
-    if isinstance(total, int) and not isinstance(total, bool):
-        complete = total <= len(raw)
-    else:
-        complete = len(raw) < page_size
-    if isinstance(pages, int) and not isinstance(pages, bool) and pages > 1:
-        complete = False
-    return TransactionList(tuple(items), complete and len(items) == len(raw))
+    return TransactionList(tuple(items), _whole(payload, len(raw)) and len(items) == len(raw))
 
 
 class _KeyedTransport(httpx.AsyncBaseTransport):
@@ -316,14 +334,20 @@ class PaymentAPI:
         return answer
 
     async def get_transaction(self, transaction_code: str) -> TransactionRecord | None:
-        """Look a transaction up by code (`GET /transaction?txCode=`); None if not listed."""
+        """Look a transaction up by code (`GET /transaction?txCode=`); None if not listed.
+        An answer it cannot read is no "not listed": `PaymentAPIError` (no status)."""
         answer = await self._get("/transaction", {"txCode": transaction_code, "pageSize": "1"})
-        return find_transaction(answer, transaction_code)
+        found = find_transaction(answer, transaction_code)
+        if found is None and not readable_page(answer):
+            raise PaymentAPIError(
+                "the payment API answered GET /transaction with no readable transaction list"
+            )
+        return found
 
     async def list_transactions(self, page_size: int = 200) -> TransactionList:
         """The account's transactions, first page (`GET /transaction?pageSize=`)."""
         answer = await self._get("/transaction", {"pageSize": str(page_size)})
-        return transaction_list(answer, page_size)
+        return transaction_list(answer)
 
     async def balance(self, account_code: str) -> Decimal:
         """The account's balance (`GET /account/balance?accountCode=`)."""

@@ -25,6 +25,7 @@ __all__ = [
     "find_transaction",
     "is_insufficient_funds",
     "provider_errors",
+    "readable_page",
     "transaction_code_of",
     "unwrap",
 ]
@@ -112,8 +113,9 @@ def transaction_code_of(body: Any) -> str | None:
     return None
 
 
-def find_transaction(body: Any, code: str) -> TransactionRecord | None:
-    """The record for `code` in a lookup answer: a page of `items`, or a bare record."""
+def _items(body: Any) -> list[Any] | None:
+    """The items of a lookup answer: a page of `items`, or a bare record as one item; None
+    when the answer is neither."""
     payload = unwrap(body)
     items: Any = None
     if isinstance(payload, dict):
@@ -122,9 +124,12 @@ def find_transaction(body: Any, code: str) -> TransactionRecord | None:
             items = [payload]
     elif isinstance(payload, list):
         items = payload
-    if not isinstance(items, list):
-        return None
-    for item in items:
+    return items if isinstance(items, list) else None
+
+
+def find_transaction(body: Any, code: str) -> TransactionRecord | None:
+    """The record for `code` in a lookup answer: a page of `items`, or a bare record."""
+    for item in _items(body) or ():
         if not isinstance(item, dict):
             continue
         try:
@@ -134,3 +139,17 @@ def find_transaction(body: Any, code: str) -> TransactionRecord | None:
         if record.transaction_code == code:
             return record
     return None
+
+
+def readable_page(body: Any) -> bool:
+    """Whether a lookup answer is a page (or a bare record) whose every item is a
+    transaction record: only then does a code it does not hold count as not listed."""
+    items = _items(body)
+    if items is None:
+        return False
+    try:
+        for item in items:
+            TransactionRecord.model_validate(item)
+    except ValidationError:
+        return False
+    return True

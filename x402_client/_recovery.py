@@ -23,13 +23,14 @@ What recovery does, by what the journal holds (docs/failure-semantics.md, the cr
   was handed over): `failed`, budget released;
 - chain-A direct, a re-sent proof the merchant refuses: the chain decides (the indexer and
   the node, `_rails.chain_a.lookup`): the transaction is on chain: `unrecoverable`, the
-  money moved; its validity window passed unconfirmed: `failed`, budget released; still
-  valid: `pending`;
+  money moved; its validity window passed unconfirmed, by definite answers: `failed`,
+  budget released; still valid, or no definite answer: `pending`;
 - bridge, no transaction code (a crash before or during the payment call): the payment
   API's list of the account's transactions decides: no BlockchainAddress payment of the
-  amount to the entry's `payTo` since the record was opened: `failed`, budget released;
-  exactly one: its transaction code is adopted and the bridge wait resumed (never paying
-  again); the API unreachable, or the answer ambiguous: `pending`;
+  amount to the entry's `payTo` since the record was opened, in a list that says it is
+  whole: `failed`, budget released; exactly one: its transaction code is adopted and the
+  bridge wait resumed (never paying again); the API unreachable, an error, a list that
+  is unreadable or may be cut short, or an ambiguous one: `pending`;
 - a proof the merchant calls used or expired, or an expired authorization:
   `unrecoverable`, with the codes a person needs (unless the journal shows the payment
   was delivered meanwhile, by its proof re-sent by hand: `delivered`);
@@ -38,6 +39,11 @@ What recovery does, by what the journal holds (docs/failure-semantics.md, the cr
 
 Recovery never makes a new payment: it only re-sends what was paid or resumes what was
 started. A record it cannot finish stays journaled, marked with the reason.
+
+It gives a payment up as `failed` and releases its reservation only on the journal's own
+word (nothing was handed over) or on a definite answer (`_lookup`): a lookup that errs,
+is throttled (429), times out, or answers something it cannot read decides nothing, and
+the payment stays `pending` with that reason.
 
 Recovery never touches a payment a live process is working on: the journal knows which
 process owns each payment in flight (`SqliteStore.claim`: a lock the operating system
@@ -130,8 +136,9 @@ class Recovery:
     before, or was meanwhile by a proof re-sent by hand); `failed`: no money moved, the
     budget was given back; `unrecoverable`: it cannot be finished here, `reason` says what
     a person needs (the codes are on `record`); `pending`: not yet decidable (the provider
-    has not confirmed the payment, the merchant did not answer or wants credentials): try
-    again later; `in_progress`: a live process is working on it; nothing was done.
+    has not confirmed the payment, the merchant did not answer or wants credentials, the
+    indexer, node or payment API gave no definite answer): try again later;
+    `in_progress`: a live process is working on it; nothing was done.
     """
 
     record: JournalRecord
@@ -487,7 +494,9 @@ class _Recovering:
         """Whether the EURO of a bridge payment with no transaction code left the account:
         the payment API's list of the account's transactions decides. Its one payment to
         the entry's `payTo` since the record was opened (the code to resume), no payment
-        (`failed`, the reservation released), or, unreachable or ambiguous, `pending`."""
+        in a list that says it is whole (`failed`, the reservation released), or, when the
+        API errs, is throttled, times out, answers what cannot be read or a list that may
+        be cut short, or lists more than one candidate, `pending` (`_lookup`'s rule)."""
         record, options = self.record, self.options
         if options is None or not (options.api_url and options.api_key and options.from_account):
             return self.undecided("recovery has no payment API (api_url, api_key, from_account)")
@@ -499,9 +508,13 @@ class _Recovering:
         )
         try:
             listing = await api.list_transactions()
-        except (PaymentAPIError, httpx.HTTPError) as exc:
-            detail = str(exc) if isinstance(exc, PaymentAPIError) else type(exc).__name__
-            return self.undecided(f"the payment API did not list the transactions ({detail})")
+        except PaymentAPIError as exc:
+            return self.undecided(f"the payment API did not list the transactions ({exc})")
+        except httpx.HTTPError as exc:
+            return self.undecided(
+                f"the payment API did not list the transactions: it did not answer "
+                f"({type(exc).__name__})"
+            )
         finally:
             await api.aclose()
         found = []
@@ -510,7 +523,10 @@ class _Recovering:
             if other is None or other.id == record.id:
                 found.append(item)  # no other journaled payment made this one
         if not listing.complete:
-            return self.undecided("the payment API listed only part of the transactions")
+            # Only a whole list can say "none": one that may be cut short is no answer.
+            return self.undecided(
+                "the payment API's list of transactions does not say it holds them all"
+            )
         if not found:
             return await self.nothing_moved(
                 "no bridge payment was made before the process died: the payment API lists "
@@ -589,6 +605,13 @@ class _Recovering:
             return await self.give_up(f"{refused}; {found.detail}: the money moved", on_chain=True)
         if found.status == "void":
             return await self.nothing_moved(f"{refused}; {found.detail}: no money moved")
+        if found.status == "unknown":
+            return Recovery(
+                self.record,
+                "pending",
+                f"{refused}; {found.detail}; nothing was released: the payment stays pending "
+                "until the chain answers definitely",
+            )
         return Recovery(self.record, "pending", f"{refused}; {found.detail}")
 
 

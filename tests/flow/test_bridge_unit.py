@@ -21,6 +21,7 @@ from x402_client._challenge import parse_accept
 from x402_client._exceptions import PaymentAPIError
 from x402_client._models import ExactAcceptEntry
 from x402_client._payer import Payer
+from x402_client._payment_api import PaymentAPI
 from x402_client._provider import TransactionRecord
 from x402_client._rails.bridge import (
     BRIDGE_ASSET,
@@ -31,6 +32,7 @@ from x402_client._rails.bridge import (
     wait_for_blockchain_tx_id,
 )
 from x402_client._resume import resume_bridge_payment
+from x402_client._secret import SecretStr
 from x402_client._types import PaymentIntent
 
 pytestmark = pytest.mark.anyio
@@ -408,3 +410,40 @@ async def test_resume_needs_a_transaction_code():
     async with httpx.AsyncClient() as client:
         with pytest.raises(ConfigurationError):
             await resume_bridge_payment(client, PaymentOutcomeUnknown("no code"))
+
+
+# --- the payment API's transaction lookup ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("body", "listed"),
+    [
+        (b'{"value": {"items": [{"transactionCode": "QP1", "status": "Paid"}]}}', True),
+        (b'{"value": {"items": [], "total": 0}}', False),
+        (b'{"value": {"items": [{"transactionCode": "QP2"}]}}', False),
+        (b'{"transactionCode": "QP1"}', True),
+    ],
+)
+async def test_a_readable_lookup_answer_lists_a_code_or_not(body: bytes, listed: bool) -> None:
+    found = await _get_transaction(200, body)
+    assert (found is not None) is listed
+
+
+@pytest.mark.parametrize(
+    "body",
+    [b"<html>bad gateway</html>", b"", b'{"value": {}}', b'{"value": {"items": [{"x": 1}]}}'],
+)
+async def test_an_unreadable_lookup_answer_is_an_error_not_a_code_not_listed(body: bytes) -> None:
+    with pytest.raises(PaymentAPIError, match="no readable transaction list"):
+        await _get_transaction(200, body)
+
+
+async def _get_transaction(status: int, body: bytes) -> Any:
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(status, content=body)
+
+    api = PaymentAPI("http://127.0.0.1:9", SecretStr("key"), transport=httpx.MockTransport(handler))
+    try:
+        return await api.get_transaction("QP1")
+    finally:
+        await api.aclose()

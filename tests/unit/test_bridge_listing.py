@@ -107,17 +107,40 @@ def test_a_field_left_out_counts_as_a_match_but_is_no_proof(missing: str) -> Non
     assert not _pays(item, _record())
 
 
-def test_the_list_is_whole_only_when_the_answer_says_so() -> None:
-    one = {"transactionCode": "QP1"}
-    whole = transaction_list({"value": {"items": [one], "total": 1, "totalPages": 1}}, 200)
-    assert whole.complete and [i.transaction_code for i in whole.items] == ["QP1"]
-    assert not transaction_list({"value": {"items": [one], "total": 2}}, 200).complete
-    assert not transaction_list({"items": [one], "totalPages": 2}, 200).complete
-    # without a total: whole unless the page is full
-    assert transaction_list({"value": {"items": [one]}}, 2).complete
-    assert not transaction_list({"value": {"items": [one, one]}}, 2).complete
-    # an item that is no transaction record may have been the payment
-    assert not transaction_list({"value": {"items": [one, {"x": 1}], "total": 2}}, 200).complete
-    assert transaction_list([one], 200).complete
+ONE = {"transactionCode": "QP1"}
+
+
+@pytest.mark.parametrize(
+    ("body", "whole"),
+    [
+        ({"value": {"items": [ONE], "total": 1, "totalPages": 1}}, True),
+        ({"value": {"items": [ONE], "total": 2}}, False),
+        ({"items": [ONE], "totalPages": 2}, False),
+        ({"items": [ONE], "totalPages": 1}, True),
+        ({"items": [], "total": 0}, True),
+        # without a total: whole only when short of the page size it names
+        ({"value": {"items": [ONE], "pageSize": 2}}, True),
+        ({"value": {"items": [ONE, ONE], "pageSize": 2}}, False),
+        # nothing says the page is whole: it may have been cut short
+        ({"value": {"items": [ONE]}}, False),
+        ({"value": {"items": []}}, False),
+        ([ONE], False),
+        ([], False),
+        # a count that is no whole number says nothing
+        ({"items": [], "total": "0"}, False),
+        ({"items": [], "total": 0, "totalPages": True}, False),
+        ({"items": [], "pageSize": -1}, False),
+        # an item that is no transaction record may have been the payment
+        ({"value": {"items": [ONE, {"x": 1}], "total": 2}}, False),
+    ],
+)
+def test_the_list_is_whole_only_when_the_answer_says_so(body: Any, whole: bool) -> None:
+    listing = transaction_list(body)
+    assert listing.complete is whole
+    assert all(item.transaction_code == "QP1" for item in listing.items)
+
+
+@pytest.mark.parametrize("body", [{"value": {"nothing": []}}, None, "<html>", {"value": []}])
+def test_an_answer_without_a_list_is_an_error(body: Any) -> None:
     with pytest.raises(PaymentAPIError):
-        transaction_list({"value": {"nothing": []}}, 200)
+        transaction_list(body)

@@ -25,8 +25,11 @@ One payment, step by step:
    Every re-send (a "not confirmed" answer, recovery) sends the same signed bytes.
 
 `lookup(options, proof)` is what recovery asks of the chain about a proof it holds: is the
-transaction confirmed (the indexer knows it), void (the node is past its last valid round),
-or still pending.
+transaction confirmed (the indexer knows it), void (it can never be), still pending, or
+unknown. Only definite answers count (`_lookup`): it is void only when the indexer answers
+404 for it, had indexed up to its last valid round before that, and the node is past that
+round; an indexer or node that answers an error, a 429, nothing in time, or nothing
+readable leaves it unknown, and recovery leaves the payment pending.
 
 py-algorand-sdk (the `chain-a` extra) is imported when the rail signs or decodes, never
 on `import x402_client`; without it the rail still exists and skips chain-A entries with
@@ -45,9 +48,9 @@ import math
 import os
 import re
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import anyio
 import httpx
@@ -57,6 +60,7 @@ from .._amounts import format_amount, from_atomic
 from .._challenge import CHAIN_A_ASSETS, CHAIN_A_NETWORK, AcceptEntry, exact_intent
 from .._exceptions import PaymentFailed
 from .._http import default_ssl_context
+from .._lookup import Answer, http_answer, unanswered
 from .._models import ChainADirectPayload, ExactAcceptEntry, PaymentProof
 from .._proof import ProofError, b64_json_decode, encode_proof
 from .._redact import endpoint_url, private_endpoints
@@ -76,6 +80,7 @@ __all__ = [
     "direct_proof",
     "lookup",
     "validity_rounds",
+    "verdict",
 ]
 
 logger = logging.getLogger("x402_client")
@@ -88,6 +93,7 @@ MAX_VALIDITY_ROUNDS = 1000
 #: How long suggested parameters read by `prepare` are used by `pay`, in seconds.
 _PARAMS_TTL = 2.0
 _ADDRESS_RE = re.compile(r"\A[A-Z2-7]{58}\Z")
+T = TypeVar("T")
 
 
 def _installed() -> bool:
@@ -217,9 +223,47 @@ class _Node:
             verify=default_ssl_context(),
         )
         self._shown = endpoint_url(options.algod_url)
+        self._shown_indexer = endpoint_url(options.indexer_url or "")
+        # The indexer is another origin: it gets its own client, without the node's token.
+        self._indexer_http: httpx.AsyncClient | None = None
 
     async def aclose(self) -> None:
         await self._http.aclose()
+        if self._indexer_http is not None:
+            await self._indexer_http.aclose()
+
+    def _indexer(self) -> httpx.AsyncClient:
+        if self._indexer_http is None:
+            self._indexer_http = httpx.AsyncClient(
+                timeout=self._options.timeout,
+                follow_redirects=False,
+                verify=default_ssl_context(),
+            )
+        return self._indexer_http
+
+    async def answer(
+        self,
+        path: str,
+        read: Callable[[Any], T],
+        *,
+        indexer: bool = False,
+        absent_status: int | None = None,
+    ) -> Answer[T]:
+        """A read of the node (or the indexer) as an `Answer` (see `_lookup`)."""
+        # Neither URL is held in this frame's locals: they may carry a key.
+        who = f"the indexer {self._shown_indexer}" if indexer else f"the chain-A node {self._shown}"
+        try:
+            if not indexer:
+                response = await self._http.get(self._options.algod_url + path)
+            elif self._options.indexer_url is not None:
+                response = await self._indexer().get(self._options.indexer_url + path)
+            else:
+                return Answer("unknown", "no indexer_url is configured")
+        except httpx.HTTPError as exc:
+            return unanswered(who, exc)
+        return http_answer(
+            who, response.status_code, response.content, read, absent_status=absent_status
+        )
 
     async def get(self, path: str, *, missing_ok: bool = False) -> Any:
         # The node's URL stays out of this frame's locals: it may carry a key.
@@ -242,8 +286,8 @@ class _Node:
 @dataclasses.dataclass(frozen=True)
 class OnChain:
     """What the chain says of a signed transaction: `confirmed` (in round `round`),
-    `void` (the node is past its last valid round and no indexer knows it: it can never
-    be confirmed), `pending` (it may still be), or `unknown` (nothing could be asked)."""
+    `void` (it can never be confirmed: see `verdict`), `pending` (it is still valid and
+    may be), or `unknown` (no definite answer: a party did not answer, or not readably)."""
 
     status: Literal["confirmed", "void", "pending", "unknown"]
     txid: str | None
@@ -251,63 +295,124 @@ class OnChain:
     round: int | None = None
 
 
+def _round_in(key: str) -> Callable[[Any], int]:
+    """A reader of the round a status answer gives under `key` (a whole number)."""
+
+    def read(data: Any) -> int:
+        value = data[key]
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ValueError(f"a readable {key}")
+        return value
+
+    return read
+
+
+def _confirmed_in(txid: str) -> Callable[[Any], int]:
+    """A reader of the round the indexer's record of `txid` says it was confirmed in."""
+
+    def read(data: Any) -> int:
+        record = data["transaction"]
+        if record.get("id", txid) != txid:
+            raise ValueError(f"a record of transaction {txid}")
+        confirmed = record.get("confirmed-round")
+        if not isinstance(confirmed, int) or isinstance(confirmed, bool) or confirmed <= 0:
+            raise ValueError("a readable confirmed-round")
+        return confirmed
+
+    return read
+
+
+def verdict(
+    txid: str,
+    last_valid: int,
+    transaction: Answer[int],
+    indexed: Answer[int],
+    node: Answer[int],
+) -> OnChain:
+    """Where a transaction stands, by the rule of `_lookup`: `transaction` is the indexer's
+    answer for its id (`found`: the confirmed round), `indexed` the round the indexer had
+    indexed up to, read before that, and `node` the node's last round.
+
+    Confirmed when the indexer has it. Void only on three definite answers: the indexer
+    has no such transaction (its 404), had indexed every round it could have been
+    confirmed in (up to its last valid round), and the node is past that round. Pending
+    while the node is within its window; unknown on anything less."""
+    if transaction.verdict == "found" and transaction.value is not None:
+        confirmed = transaction.value
+        return OnChain(
+            "confirmed", txid, f"transaction {txid} is on chain (round {confirmed})", confirmed
+        )
+    if transaction.verdict != "absent":
+        return OnChain(
+            "unknown",
+            txid,
+            f"{transaction.detail}: whether transaction {txid} is on chain is not known",
+        )
+    absent = f"the indexer does not list transaction {txid}"
+    if node.value is None:
+        return OnChain("unknown", txid, f"{absent}, but {node.detail}: its round is not known")
+    if node.value <= last_valid:
+        return OnChain(
+            "pending",
+            txid,
+            f"transaction {txid} is not known on chain yet; it stays valid until round "
+            f"{last_valid} (the node is at {node.value})",
+        )
+    if indexed.value is None:
+        return OnChain(
+            "unknown",
+            txid,
+            f"{absent}, but {indexed.detail}: whether it has indexed up to the last valid "
+            f"round {last_valid} is not known",
+        )
+    if indexed.value < last_valid:
+        return OnChain(
+            "unknown",
+            txid,
+            f"{absent}, but it has indexed only up to round {indexed.value}: the "
+            f"transaction may be in a later round up to its last valid round {last_valid}",
+        )
+    return OnChain(
+        "void",
+        txid,
+        f"transaction {txid} is not on chain and its last valid round {last_valid} has "
+        f"passed (the node is at {node.value}, the indexer at {indexed.value})",
+    )
+
+
 async def lookup(options: ChainAOptions, proof: str) -> OnChain:
-    """Where the transaction of a direct proof stands on chain (for recovery). Asks the
-    indexer (`indexer_url`) for the id, and the node for its current round."""
+    """Where the transaction of a direct proof stands on chain (for recovery): the
+    indexer's round (`GET {indexer_url}/health`), then the indexer's record of the id
+    (`GET /v2/transactions/<id>`), then the node's round (`GET {algod_url}/v2/status`),
+    read as `verdict` says. The indexer is asked without the node's token."""
     if not _installed():
         return OnChain("unknown", None, CHAIN_A_EXTRA_MISSING)
     found = decode_direct_proof(proof)
     if found is None:
         return OnChain("unknown", None, "the proof holds no chain-A transaction")
+    if options.indexer_url is None:
+        return OnChain(
+            "unknown",
+            found.txid,
+            f"without an indexer_url the chain cannot be asked whether transaction "
+            f"{found.txid} was confirmed",
+        )
     node = _Node(options)
     try:
-        if options.indexer_url is not None:
-            try:
-                response = await node._http.get(
-                    f"{options.indexer_url}/v2/transactions/{found.txid}"
-                )
-            except httpx.HTTPError as exc:
-                return OnChain(
-                    "unknown",
-                    found.txid,
-                    f"the indexer {endpoint_url(options.indexer_url)} did not answer "
-                    f"({type(exc).__name__})",
-                )
-            if response.status_code == 200:
-                try:
-                    record = _json.loads(response.content)
-                    confirmed = record["transaction"].get("confirmed-round")
-                except (_json.JSONError, KeyError, TypeError, AttributeError):
-                    confirmed = None
-                if isinstance(confirmed, int) and confirmed > 0:
-                    return OnChain(
-                        "confirmed",
-                        found.txid,
-                        f"transaction {found.txid} is on chain (round {confirmed})",
-                        confirmed,
-                    )
-        try:
-            status = await node.get("/v2/status")
-            last_round = status["last-round"] if isinstance(status, dict) else None
-        except (NodeUnavailable, KeyError) as exc:
-            return OnChain("unknown", found.txid, str(exc))
-        if not isinstance(last_round, int):
-            return OnChain("unknown", found.txid, "the node's status has no last-round")
-        if last_round > found.last_valid and options.indexer_url is not None:
-            return OnChain(
-                "void",
-                found.txid,
-                f"transaction {found.txid} is not on chain and its last valid round "
-                f"{found.last_valid} has passed (the node is at {last_round})",
-            )
-        return OnChain(
-            "pending",
-            found.txid,
-            f"transaction {found.txid} is not known on chain yet; it stays valid until "
-            f"round {found.last_valid} (the node is at {last_round})",
+        # The indexer's round first: a 404 read after it holds for every round up to it.
+        indexed = await node.answer("/health", _round_in("round"), indexer=True)
+        transaction = await node.answer(
+            f"/v2/transactions/{found.txid}",
+            _confirmed_in(found.txid),
+            indexer=True,
+            absent_status=404,
         )
+        status: Answer[int] = Answer("unknown", "the node was not asked")
+        if transaction.verdict == "absent":
+            status = await node.answer("/v2/status", _round_in("last-round"))
     finally:
         await node.aclose()
+    return verdict(found.txid, found.last_valid, transaction, indexed, status)
 
 
 # --- the rail --------------------------------------------------------------------------------
