@@ -236,6 +236,8 @@ class _ToolCalls:
         request = httpx.Request(
             "POST",
             f"mcp://tool/{quote(name, safe='')}",
+            # JSON, said so: the journal keeps the arguments less their credentials.
+            headers={"Content-Type": "application/json"},
             content=_json.dumps(arguments if arguments is not None else {}),
             extensions=extensions,
         )

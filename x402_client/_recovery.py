@@ -52,8 +52,10 @@ no budget is released. Recovery takes a payment over only once its process is go
 lets go of it whatever comes of it.
 
 It sends through the client it is given, with that client's auth, default headers and
-cookies: the journal keeps no credentials (`headers=` adds some per call). The same
-recovery runs for an `httpx.Client` (`recover_payments_sync`, in `_sync`): there, its
+cookies: the journal keeps no credentials (`headers=` adds some per call), not even those
+of a request body (`_redact_body`): a payment whose body held some is left `pending`, never
+re-sent with a redacted body, until `recover_payment(..., content=)` gives the body. The
+same recovery runs for an `httpx.Client` (`recover_payments_sync`, in `_sync`): there, its
 requests go through the sync client's own `request`, in a worker thread. A merchant
 that answers 401 or 403 has not said the payment cannot be finished: the record stays
 unfinished (`pending`), and the reason says to pass the credentials.
@@ -105,6 +107,8 @@ logger = logging.getLogger("x402_client")
 Status = Literal["delivered", "failed", "unrecoverable", "pending", "in_progress"]
 #: Extra headers for a recovery: `{"Authorization": "Bearer ..."}` or `[(name, value)]`.
 Headers = Mapping[str, str] | Sequence[tuple[str, str]]
+#: The body of a recovery's request, given by the caller when the journal did not keep it.
+Content = bytes | str
 #: How a recovery sends a request: `(method, url, request_kwargs)` through the paying
 #: client (`client.request`), the answer read in full.
 Send = Callable[[str, str, dict[str, Any]], Awaitable[httpx.Response]]
@@ -137,8 +141,9 @@ class Recovery:
     budget was given back; `unrecoverable`: it cannot be finished here, `reason` says what
     a person needs (the codes are on `record`); `pending`: not yet decidable (the provider
     has not confirmed the payment, the merchant did not answer or wants credentials, the
-    indexer, node or payment API gave no definite answer): try again later;
-    `in_progress`: a live process is working on it; nothing was done.
+    indexer, node or payment API gave no definite answer, the journal did not keep the
+    request's body): try again later, or with what `reason` asks for; `in_progress`: a
+    live process is working on it; nothing was done.
     """
 
     record: JournalRecord
@@ -257,21 +262,44 @@ def sender(client: httpx.AsyncClient) -> Send:
     return send
 
 
+def _body_not_kept(record: JournalRecord) -> str | None:
+    """Why the journaled request cannot be re-sent as it was, when the journal did not keep
+    its body as sent (it held credentials, or it was over 1 MiB)."""
+    tool = record.request_url.startswith("mcp://")
+    body = "tool call's arguments" if tool else "request body"
+    if record.request_body_omitted:
+        why = f"the journal did not keep the {body} ({record.request_body_size} bytes)"
+    elif not record.request_body_redacted:
+        return None
+    elif record.request_body is not None:
+        why = f"the {body} held credentials, which the journal does not keep"
+    else:
+        why = f"the {body} may have held credentials, so the journal did not keep it"
+    if tool:
+        return (
+            f"{why}: nothing was re-sent; call the tool again with the arguments it was "
+            "made with and this payment's proof (x402={'proof': record.proof})"
+        )
+    return (
+        f"{why}: nothing was re-sent; pass the body the request was made with to finish "
+        f"the payment: content= (x402-eur resume {record.id} -d BODY)"
+    )
+
+
 async def _send(
     send: Send,
     record: JournalRecord,
     settings: dict[str, Any],
     headers: Headers | None,
+    content: Content | None = None,
 ) -> httpx.Response:
     """The journaled request again, sent by `send` through the paying client (its auth,
     default headers and cookies apply): the journaled headers, less those `headers`
-    replaces, plus `headers`."""
-    if record.request_body_omitted:
-        raise ConfigurationError(
-            f"the journal did not keep the {record.request_body_size}-byte request body"
-        )
+    replaces, plus `headers`; the journaled body, or `content` in its place."""
     extra = httpx.Headers(headers) if headers else httpx.Headers()
     replaced = {name.lower() for name in extra}
+    if content is not None:
+        replaced |= {"content-length", "transfer-encoding"}  # the given body's own
     sent = [
         (name, value)
         for name, value in record.request_headers
@@ -282,7 +310,7 @@ async def _send(
         strip_redacted(record.request_url),
         {
             "headers": [*sent, *extra.multi_items()],
-            "content": record.request_body,
+            "content": record.request_body if content is None else content,
             "extensions": {EXTENSION: settings},
         },
     )
@@ -317,15 +345,21 @@ def _not_now(status: int) -> str | None:
 
 
 async def recover_payment(
-    client: httpx.AsyncClient, journal_id: str, *, headers: Headers | None = None
+    client: httpx.AsyncClient,
+    journal_id: str,
+    *,
+    headers: Headers | None = None,
+    content: Content | None = None,
 ) -> Recovery:
     """Finish one journaled payment (see the module docstring); never pays again.
 
     The request is re-sent through `client`, with its auth, default headers and cookies,
-    and with `headers` (they replace journaled headers of the same name). A payment a live
-    process is working on is left alone: `in_progress`.
+    and with `headers` (they replace journaled headers of the same name). `content` is
+    the request's body, sent in place of the journaled one: the journal does not keep a
+    body's credentials, and recovery of a payment whose body held some is `pending` until
+    it is given. A payment a live process is working on is left alone: `in_progress`.
     """
-    return await recover_one(client, journal_id, headers, sender(client))
+    return await recover_one(client, journal_id, headers, sender(client), content)
 
 
 async def recover_one(
@@ -333,6 +367,7 @@ async def recover_one(
     journal_id: str,
     headers: Headers | None,
     send: Send,
+    content: Content | None = None,
 ) -> Recovery:
     """`recover_payment` for the paying client `source`, its requests sent by `send`."""
     state, journal = _state(source)
@@ -350,7 +385,7 @@ async def recover_one(
         record = await journal.get(record.id) or record
         options = _options_of(source)
         result = _settled(record) or await _recover(
-            _Recovering(state, journal, record, headers, send, options.chain_a, options)
+            _Recovering(state, journal, record, headers, send, options.chain_a, options, content)
         )
     finally:
         with anyio.CancelScope(shield=True):
@@ -396,6 +431,8 @@ class _Recovering:
     chain_a: ChainAOptions | None = None
     #: The payer's options: the payment API to ask about a bridge payment with no code.
     options: PaymentOptions | None = None
+    #: The request's body, given in place of one the journal did not keep.
+    content: Content | None = None
 
     async def give_up(self, reason: str, *, on_chain: bool = False) -> Recovery:
         # Say what is known of the money: on a pay-first rail a proof or a transaction code
@@ -443,6 +480,12 @@ class _Recovering:
             await self.journal.finish_payment(record.id, "paid", delivered=True)
         return Recovery(record, "delivered", what, response)
 
+    def without_body(self) -> Recovery | None:
+        """`pending` when the request would be re-sent without the body it was made with
+        (the journal did not keep it as sent, and none was given): never re-sent so."""
+        reason = None if self.content is not None else _body_not_kept(self.record)
+        return None if reason is None else Recovery(self.record, "pending", reason)
+
     def refused_for_now(self, exc: X402Error) -> Recovery | None:
         """A pending recovery when the merchant's answer is no refusal: it wants
         credentials, says "later", or said nothing clear (no answer, a 5xx to every
@@ -467,8 +510,11 @@ class _Recovering:
             self.record = dataclasses.replace(self.record, transaction_code=found)
         record = self.record
         settings = {"resume_transaction_code": record.transaction_code, "journal_id": record.id}
+        unsent = self.without_body()
+        if unsent is not None:
+            return unsent
         try:
-            response = await _send(self.send, record, settings, self.headers)
+            response = await _send(self.send, record, settings, self.headers, self.content)
         except X402Error as exc:
             later = self.refused_for_now(exc)
             if later is not None:
@@ -556,8 +602,11 @@ class _Recovering:
                 "the signed authorization expired before it was delivered; the merchant may "
                 "still have settled it (check the chain)"
             )
+        unsent = self.without_body()
+        if unsent is not None:
+            return unsent
         try:
-            response = await _send(self.send, record, {"proof": proof}, self.headers)
+            response = await _send(self.send, record, {"proof": proof}, self.headers, self.content)
         except PaymentNotConfirmed as exc:
             if record.rail == "euro" and expired:
                 return await self.nothing_moved(

@@ -6,7 +6,8 @@ receipts and the ledger's JSON, the CLI and the MCP tools.
   of its user info goes (`safe_url`). The journal stores URLs so; everything else prints
   them so. What the client works with keeps the real URL (a `PaymentIntent`'s and a
   receipt's `resource`): a re-sent request needs it. Only their `repr` and JSON redact.
-- Headers that carry a credential are never journaled (`safe_headers`).
+- Headers that carry a credential are never journaled (`safe_headers`), nor are the
+  values of a request body's fields that do (`_redact_body`, by the same names).
 - An endpoint the user configured, whose path or query may be its key (an RPC URL,
   `https://host/v3/<key>`), is printed as scheme, host and port (`endpoint_url`), also by
   the libraries that log it (web3): `guard_library_logs` installs the filter that rewrites
@@ -83,7 +84,8 @@ _TRAILING = ".,;:!?)]}"
 
 
 def sensitive(name: str) -> bool:
-    """True when a header or query parameter named `name` carries a credential."""
+    """True when a header, query parameter or body field named `name` carries a
+    credential."""
     lowered = name.strip().lower()
     return (
         lowered in _SENSITIVE_HEADERS

@@ -57,8 +57,13 @@ Nothing secret is written: there is no field for an API key or a private key; re
 headers that carry credentials (`authorization`, `cookie`, `x-api-key`, `x-payment`,
 `payment-signature`, any name with `token`, `secret`, `key`, `auth`, `cookie`, `password`,
 `session`, `signature` or `credential`) are dropped, and so are the values of query
-parameters with such names and a password in the URL. Request bodies over 1 MiB are not
-kept (`request_body_omitted`). The proof is kept: it is what recovery re-sends.
+parameters with such names and a password in the URL. A request body is kept without
+its credentials (`_redact_body`): the values of form fields and JSON keys (an MCP tool's
+arguments) with such names become `REDACTED`, and a body of another type is kept only when
+no word in it is such a name; a body redacted or not kept is flagged
+(`request_body_redacted`), and recovery asks for it instead of re-sending it. Request
+bodies over 1 MiB are not kept (`request_body_omitted`). The proof is kept: it is what
+recovery re-sends.
 
 Threads: one connection per store, guarded by a lock, used from anyio's worker threads
 (`anyio.to_thread.run_sync`) so the event loop never waits on the disk. One connection
@@ -101,6 +106,7 @@ from ._budget import total_reservation_amount, total_reservation_id, window_rese
 from ._exceptions import ConfigurationError
 from ._ledger import Outcome
 from ._redact import redact_urls, safe_headers, safe_url
+from ._redact_body import KeptBody, safe_body
 from ._types import PaymentIntent, Rail
 
 __all__ = [
@@ -113,7 +119,7 @@ __all__ = [
 ]
 
 #: The schema this module writes (`PRAGMA user_version`).
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 #: Request bodies larger than this (1 MiB) are not kept in the journal.
 MAX_STORED_BODY = 1 << 20
 
@@ -182,7 +188,10 @@ _SCHEMA_V2 = (
     "CREATE INDEX payments_by_proof ON payments (proof)",
     "CREATE INDEX payments_by_request_code ON payments (payment_request_code)",
 )
-_MIGRATIONS: tuple[tuple[str, ...], ...] = (_SCHEMA_V1, _SCHEMA_V2)
+# Version 3: the stored request body is not the one sent (its credentials were redacted,
+# or it may have held some and was not kept).
+_SCHEMA_V3 = ("ALTER TABLE payments ADD COLUMN request_body_redacted INTEGER NOT NULL DEFAULT 0",)
+_MIGRATIONS: tuple[tuple[str, ...], ...] = (_SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3)
 assert len(_MIGRATIONS) == SCHEMA_VERSION
 
 _UNFINISHED = (
@@ -315,6 +324,8 @@ class JournalRecord:
     moved and the merchant has not served yet. `unrecoverable` holds the reason recovery
     gave up, if it did. `request_body` is None when there was none or when it was over
     1 MiB (`request_body_omitted`); `request_body_size` is its length either way.
+    `request_body_redacted`: the body held credentials (or may have), so `request_body` is
+    not the body sent: it has their values replaced by `REDACTED`, or is None (not kept).
     `in_progress`: a process that is still running is working on it (paying, waiting,
     delivering, or recovering it), as of when the record was read: leave it alone.
     """
@@ -352,6 +363,7 @@ class JournalRecord:
     unrecoverable: str | None
     steps: tuple[JournalStep, ...] = dataclasses.field(repr=False)
     in_progress: bool = False
+    request_body_redacted: bool = False
 
     @property
     def state(self) -> str:
@@ -412,12 +424,25 @@ class JournalRecord:
             ("chain tx id", self.blockchain_tx_id),
             ("tx hash", self.tx_hash if self.tx_hash != self.blockchain_tx_id else None),
             ("payment identifier", self.payment_identifier),
+            ("request body", self.body_kept),
             ("error", None if self.error is None else redact_urls(self.error)),
             (
                 "unrecoverable",
                 None if self.unrecoverable is None else redact_urls(self.unrecoverable),
             ),
         ]
+
+    @property
+    def body_kept(self) -> str | None:
+        """How the journal kept the request body when it is not the body sent (recovery
+        then asks for that body); None when it was kept as sent, or there was none."""
+        if self.request_body_omitted:
+            return f"not kept ({self.request_body_size} bytes, over 1 MiB)"
+        if not self.request_body_redacted:
+            return None
+        if self.request_body is None:
+            return "not kept (it may hold credentials)"
+        return "kept with its credentials redacted"
 
     @property
     def intent(self) -> PaymentIntent:
@@ -461,6 +486,42 @@ class JournalRecord:
         return data
 
 
+def _intent_columns(intent: PaymentIntent) -> dict[str, str | None]:
+    """The journal's columns of a payment's intent (its resource URL redacted)."""
+    return {
+        "rail": intent.rail,
+        "scheme": intent.scheme,
+        "network": intent.network,
+        "asset": intent.asset,
+        "asset_symbol": intent.asset_symbol,
+        "amount": format(intent.amount, "f"),
+        "currency": intent.currency,
+        "pay_to": intent.pay_to,
+        "resource": safe_url(intent.resource),
+        "atomic_amount": None if intent.atomic_amount is None else str(intent.atomic_amount),
+        "description": intent.description,
+        "accept": _json.dumps(dict(intent.accept)).decode(),
+    }
+
+
+def _body_columns(
+    body: bytes | None, headers: Sequence[tuple[str, str]]
+) -> dict[str, int | bytes | None]:
+    """The journal's columns of a request body: none over `MAX_STORED_BODY`, and none of
+    the credentials in it (`_redact_body`)."""
+    omitted = body is not None and len(body) > MAX_STORED_BODY
+    kept = KeptBody(None, False)
+    if body is not None and not omitted:
+        types = [value for name, value in headers if name.lower() == "content-type"]
+        kept = safe_body(bytes(body), types[0] if types else None)
+    return {
+        "request_body": kept.body,
+        "request_body_size": None if body is None else len(body),
+        "request_body_omitted": int(omitted),
+        "request_body_redacted": int(kept.redacted),
+    }
+
+
 def _record(row: sqlite3.Row, steps: Sequence[JournalStep], in_progress: bool) -> JournalRecord:
     atomic = row["atomic_amount"]
     return JournalRecord(
@@ -485,6 +546,7 @@ def _record(row: sqlite3.Row, steps: Sequence[JournalStep], in_progress: bool) -
         request_body=row["request_body"],
         request_body_size=row["request_body_size"],
         request_body_omitted=bool(row["request_body_omitted"]),
+        request_body_redacted=bool(row["request_body_redacted"]),
         reservations=tuple((str(k), str(r)) for k, r in _json.loads(row["reservations"])),
         payment_request_code=row["payment_request_code"],
         transaction_code=row["transaction_code"],
@@ -747,28 +809,14 @@ class SqliteStore:
         leaves it alone while this store is open in a live process.
         """
         journal_id = id if id is not None else uuid.uuid4().hex
-        omitted = request_body is not None and len(request_body) > MAX_STORED_BODY
-        headers = safe_headers(request_headers)
-        values = {
+        sent = list(request_headers)
+        headers = safe_headers(sent)
+        values: dict[str, Any] = {
             "id": journal_id,
-            "rail": intent.rail,
-            "scheme": intent.scheme,
-            "network": intent.network,
-            "asset": intent.asset,
-            "asset_symbol": intent.asset_symbol,
-            "amount": format(intent.amount, "f"),
-            "currency": intent.currency,
-            "pay_to": intent.pay_to,
-            "resource": safe_url(intent.resource),
-            "atomic_amount": None if intent.atomic_amount is None else str(intent.atomic_amount),
-            "description": intent.description,
-            "accept": _json.dumps(dict(intent.accept)).decode(),
+            **_intent_columns(intent),
             "request_method": request_method,
             "request_url": safe_url(request_url),
             "request_headers": _json.dumps([list(h) for h in headers]).decode(),
-            "request_body": None if omitted or request_body is None else bytes(request_body),
-            "request_body_size": None if request_body is None else len(request_body),
-            "request_body_omitted": int(omitted),
             "reservations": _json.dumps([list(r) for r in reservations]).decode(),
             "payment_request_code": payment_request_code,
             "outcome": "pending",
@@ -784,7 +832,12 @@ class SqliteStore:
             detail = f"{format_money(intent.amount, intent.currency)} to {intent.pay_to}"
             self._step(conn, journal_id, now, "intent", detail)
 
-        await self._write(work)
+        def write() -> None:
+            # Read for credentials before the write begins: a large body takes a while.
+            values.update(_body_columns(request_body, sent))
+            self._write_now(work)
+
+        await anyio.to_thread.run_sync(write)
         return journal_id
 
     async def update_payment(

@@ -55,7 +55,7 @@ if TYPE_CHECKING:
     import requests
 
     # Loaded by recovery only: the journal brings SQLite, which paying does not need.
-    from ._recovery import Headers, Recovery, Send
+    from ._recovery import Content, Headers, Recovery, Send
     from ._sqlite import JournalRecord
 
 __all__ = [
@@ -680,14 +680,19 @@ def recover_payments_sync(
 
 
 def recover_payment_sync(
-    client: httpx.Client, journal_id: str, *, headers: Headers | None = None
+    client: httpx.Client,
+    journal_id: str,
+    *,
+    headers: Headers | None = None,
+    content: Content | None = None,
 ) -> Recovery:
     """`recover_payment` for a paying `httpx.Client`: finish the journaled payment
-    `journal_id`, never paying again (its request goes through `client`, with `headers`)."""
+    `journal_id`, never paying again (its request goes through `client`, with `headers`,
+    and `content` as its body when the journal did not keep it)."""
     from ._recovery import recover_one
 
     driver = _recovery_driver(client, "recover_payment_sync", "recover_payment")
-    return driver.run(recover_one(client, journal_id, headers, _sender(client)))
+    return driver.run(recover_one(client, journal_id, headers, _sender(client), content))
 
 
 def resume_bridge_payment_sync(

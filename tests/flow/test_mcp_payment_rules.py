@@ -343,3 +343,31 @@ async def test_an_unfinished_payment_is_journaled_and_finished_by_resending_its_
     assert isinstance(result, PaidToolResult)
     assert session.calls[-1][1] == {"city": "Paris"}
     assert await unfinished_payments(paying) == []
+
+
+async def test_a_tool_call_s_credential_arguments_are_journaled_redacted(tmp_path):
+    """The arguments are JSON, said so: an argument named like a credential is journaled
+    as "REDACTED" (at any depth), and the record says the journal's arguments are not the
+    ones sent."""
+    from x402_client import unfinished_payments
+
+    session = ScriptedSession(asks(), OSError("connection reset"), asks(), served())
+    path = tmp_path / "state.sqlite3"
+    paying = options(state_path=str(path))
+    with_eur_payment_mcp(session, paying)
+    arguments = {"city": "Paris", "account": {"api_key": "s3cret-key"}, "Token": "s3cret-tok"}
+    with pytest.raises(PaymentOutcomeUnknown):
+        await session.call_tool("weather", arguments)
+    [record] = await unfinished_payments(paying)
+    assert record.request_body_redacted
+    assert json.loads(record.request_body or b"{}") == {
+        "city": "Paris",
+        "account": {"api_key": "REDACTED"},
+        "Token": "REDACTED",
+    }
+    state = [path, path.with_name(path.name + "-wal")]
+    assert all(b"s3cret" not in file.read_bytes() for file in state if file.exists())
+    result = await session.call_tool("weather", arguments, x402={"proof": record.proof})
+    assert isinstance(result, PaidToolResult)
+    assert session.calls[-1][1] == arguments
+    assert await unfinished_payments(paying) == []

@@ -3,22 +3,26 @@ crash matrix in `test_crash_matrix.py` kills real payer processes)."""
 
 from __future__ import annotations
 
+import json
 from decimal import Decimal
+from urllib.parse import urlencode
 
 import httpx
 import pytest
 
-from tests.conftest import payments
+from tests.conftest import payments, register_secrets
 from tests.merchants import Reply, ScriptedMerchant, Seen
 from x402_client import (
     Budget,
     BudgetExceeded,
     PaymentOutcomeUnknown,
+    recover_payment,
     recover_payments,
     unfinished_payments,
     with_eur_payment,
 )
 from x402_client._state import state_of
+from x402_eur_sandbox import Fault
 
 pytestmark = pytest.mark.anyio
 
@@ -134,3 +138,60 @@ async def test_a_paid_body_that_breaks_off_stays_unfinished_and_is_recovered(
     assert recovery.status == "delivered" and recovery.response.json() == {"served": "again"}
     assert len(payments(sandbox, payer)) == 1
     state_of(options).close()
+
+
+def _state_bytes(path) -> bytes:
+    """Every byte of the state file and its -wal, as the disk holds them."""
+    files = [path, path.with_name(path.name + "-wal")]
+    return b"".join(file.read_bytes() for file in files if file.exists())
+
+
+async def test_a_paid_body_s_credentials_stay_out_of_the_journal_and_recovery_asks_for_it(
+    sandbox, payer, options_for, tmp_path
+):
+    """A paid login form and a paid JSON body, left undelivered (the merchant answers 502
+    to the paid request): the state file never holds the password; recovery re-sends
+    neither with a redacted body, says so, and delivers each once it is given its body."""
+    register_secrets("s3cret")
+    form = {"username": "alice", "password": "s3cret"}
+    document = {"user": {"password": "s3cret"}, "q": 1}
+    path = tmp_path / "state.sqlite3"
+    options = options_for(payer, state_path=path, merchant_error_retries=0)
+    sandbox.faults.arm("resource", Fault("status", "before", status=502, times=2))
+    try:
+        async with with_eur_payment(httpx.AsyncClient(), options) as client:
+            for sent in ({"data": form}, {"json": document}):
+                with pytest.raises(PaymentOutcomeUnknown, match="502"):
+                    await client.post(sandbox.url("/echo"), **sent)
+    finally:
+        sandbox.faults.clear()
+        state_of(options).close()
+    assert b"s3cret" not in _state_bytes(path)
+    assert len(payments(sandbox, payer)) == 2
+    restarted = options_for(payer, state_path=path)
+    try:
+        posted, as_json = await unfinished_payments(restarted)
+        assert posted.request_body == b"username=alice&password=REDACTED"
+        assert json.loads(as_json.request_body) == {"user": {"password": "REDACTED"}, "q": 1}
+        assert posted.request_body_redacted and as_json.request_body_redacted
+        resource_calls = sandbox.faults.calls.get("resource", 0)
+        async with with_eur_payment(httpx.AsyncClient(), restarted) as client:
+            recoveries = await recover_payments(client)
+            assert [r.status for r in recoveries] == ["pending", "pending"]
+            for recovery in recoveries:
+                assert "held credentials" in recovery.reason and "content=" in recovery.reason
+                assert f"x402-eur resume {recovery.record.id} -d" in recovery.reason
+                assert recovery.response is None
+            assert sandbox.faults.calls.get("resource", 0) == resource_calls  # nothing sent
+            done = [
+                await recover_payment(client, posted.id, content=urlencode(form)),
+                await recover_payment(client, as_json.id, content=json.dumps(document).encode()),
+            ]
+        assert [r.status for r in done] == ["delivered", "delivered"], [r.reason for r in done]
+        assert done[0].response.content == b"username=alice&password=s3cret"
+        assert json.loads(done[1].response.content) == document
+        assert await unfinished_payments(restarted) == []
+    finally:
+        state_of(restarted).close()
+    assert b"s3cret" not in _state_bytes(path)
+    assert len(payments(sandbox, payer)) == 2  # paid once each, delivered once each

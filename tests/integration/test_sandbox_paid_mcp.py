@@ -5,13 +5,16 @@ token balances are the proof."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator
 from decimal import Decimal
 from typing import Any
 
+import httpx
 import pytest
 from mcp import Client
 
+from tests.conftest import register_secrets
 from tests.sandboxes import asset_of, payment_options
 from x402_client import (
     EvmOptions,
@@ -20,8 +23,12 @@ from x402_client import (
     PaymentOutcomeUnknown,
     X402Error,
     payment_ledger,
+    recover_payment,
+    unfinished_payments,
+    with_eur_payment,
     with_eur_payment_mcp,
 )
+from x402_client._state import state_of
 from x402_eur_sandbox import Sandbox
 from x402_eur_sandbox._standard import StandardMerchant
 
@@ -140,6 +147,50 @@ async def test_a_proof_paid_once_is_refused_the_second_time(merchant):
     assert "invalid_exact_evm_nonce_already_used" in str(caught.value)
     assert len(merchant.tools.settlements) == settled
     assert await balances(merchant) == before
+
+
+async def test_credential_arguments_stay_out_of_the_journal_and_the_call_is_finished_with_them(
+    merchant, tmp_path
+):
+    """A paid call the tool answers with an error leaves a signed, unsettled authorization:
+    the journal keeps the call's arguments less the credential, recovery re-sends nothing
+    and says why, and the call made again with the caller's arguments and the journaled
+    proof is served and settled once."""
+    register_secrets("s3cret")
+    path = tmp_path / "state.sqlite3"
+    paying = options(merchant, state_path=path)
+    state = [path, path.with_name(path.name + "-wal")]
+    before, settled = await balances(merchant), len(merchant.tools.settlements)
+    try:
+        async with Client(merchant.mcp_url) as client:
+            with_eur_payment_mcp(client, paying)
+            with pytest.raises(PaymentOutcomeUnknown):
+                await client.call_tool("weather", {"city": "", "session_token": "s3cret"})
+            [record] = await unfinished_payments(paying)
+            assert record.request_body_redacted
+            assert json.loads(record.request_body or b"{}") == {
+                "city": "",
+                "session_token": "REDACTED",
+            }
+            assert all(b"s3cret" not in file.read_bytes() for file in state if file.exists())
+            async with with_eur_payment(httpx.AsyncClient(), paying) as http:
+                recovery = await recover_payment(http, record.id)
+            assert recovery.status == "pending"
+            assert "arguments held credentials" in recovery.reason
+            assert "call the tool again" in recovery.reason
+            assert await balances(merchant) == before
+            result = await client.call_tool(
+                "weather",
+                {"city": "Paris", "session_token": "s3cret"},
+                x402={"proof": record.proof},
+            )
+        assert isinstance(result, PaidToolResult) and not result.is_error
+        assert await unfinished_payments(paying) == []
+    finally:
+        state_of(paying).close()
+    assert len(merchant.tools.settlements) == settled + 1
+    assert await balances(merchant) == (before[0] - PRICE_ATOMIC, before[1] + PRICE_ATOMIC)
+    assert all(b"s3cret" not in file.read_bytes() for file in state if file.exists())
 
 
 async def test_the_sandbox_serves_it_with_the_standard_merchant():

@@ -406,6 +406,89 @@ async def test_large_bodies_are_not_stored_and_the_record_says_so(store):
     assert not none.request_body_omitted
 
 
+def _raw(path) -> bytes:
+    """Every byte of the state file and its -wal, as a disk holds them."""
+    files = [path, path.with_name(path.name + "-wal")]
+    return b"".join(file.read_bytes() for file in files if file.exists())
+
+
+async def test_credentials_in_request_bodies_are_never_written_and_the_record_says_so(store):
+    form = [("Content-Type", "application/x-www-form-urlencoded")]
+    as_json = [("Content-Type", "application/json")]
+    bodies = {
+        "form": (b"username=alice&password=s3cret-1&city=Oslo", form),
+        "json": (b'{"user": {"password": "s3cret-2"}, "q": 1}', as_json),
+        "tool arguments": (b'{"city": "Oslo", "Session_Token": "s3cret-3"}', as_json),
+        "multipart": (
+            b'--b\r\nContent-Disposition: form-data; name="password"\r\n\r\ns3cret-4\r\n--b--',
+            [("Content-Type", "multipart/form-data; boundary=b")],
+        ),
+        "untyped": (b"user=alice&pwd=s3cret-5", []),
+        "ordinary": (b'{"city": "Oslo"}', as_json),
+    }
+    records = {}
+    for name, (body, headers) in bodies.items():
+        journal_id = await _open(store, request_body=body, request_headers=headers)
+        records[name] = await store.get(journal_id)
+    assert records["form"].request_body == b"username=alice&password=REDACTED&city=Oslo"
+    assert json.loads(records["json"].request_body) == {"user": {"password": "REDACTED"}, "q": 1}
+    assert json.loads(records["tool arguments"].request_body) == {
+        "city": "Oslo",
+        "Session_Token": "REDACTED",
+    }
+    assert records["multipart"].request_body is None and records["untyped"].request_body is None
+    for name, record in records.items():
+        assert record.request_body_size == len(bodies[name][0])
+        assert record.request_body_redacted is (name != "ordinary"), name
+        assert not record.request_body_omitted
+        assert record.to_json()["request_body_redacted"] is record.request_body_redacted
+    assert records["ordinary"].request_body == b'{"city": "Oslo"}'
+    assert ("request body", "kept with its credentials redacted") in records["form"].facts()
+    assert ("request body", "not kept (it may hold credentials)") in records["untyped"].facts()
+    assert ("request body", None) in records["ordinary"].facts()
+    assert b"s3cret" not in _raw(store.path)
+    await store.aclose()
+    assert b"s3cret" not in _raw(store.path)
+
+
+async def test_a_version_2_file_is_migrated_and_its_bodies_count_as_sent(path):
+    from x402_client._sqlite import _SCHEMA_V1, _SCHEMA_V2
+
+    path.parent.mkdir(parents=True)
+    conn = sqlite3.connect(path)
+    try:
+        for statement in (*_SCHEMA_V1, *_SCHEMA_V2):
+            conn.execute(statement)
+        conn.execute("PRAGMA user_version = 2")
+        conn.execute(
+            "INSERT INTO payments (id, created_at, updated_at, rail, scheme, network, asset, "
+            "asset_symbol, amount, currency, pay_to, resource, accept, request_method, "
+            "request_url, request_headers, request_body, request_body_size, "
+            "request_body_omitted, reservations, outcome, delivered) VALUES ('old', "
+            "'2024-01-01T00:00:00+00:00', '2024-01-01T00:00:00+00:00', 'euro', 'euro', "
+            "'provider:mainnet', 'EURO', 'EURO', '0.10', 'EUR', 'ACC', 'http://127.0.0.1:9/x', "
+            "'{}', 'POST', 'http://127.0.0.1:9/x', '[]', X'7B7D', 2, 0, '[]', 'pending', 0)"
+        )
+        conn.commit()
+    finally:
+        conn.close()
+    with SqliteStore(path) as store:
+        (record,) = await store.unfinished()
+        assert (record.id, record.request_body, record.request_body_redacted) == (
+            "old",
+            b"{}",
+            False,
+        )
+        assert record.body_kept is None
+        kept = await store.get(await _open(store, request_body=b"password=s3cret"))
+        assert kept is not None and kept.request_body_redacted and kept.request_body is None
+    conn = sqlite3.connect(path)
+    try:
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+    finally:
+        conn.close()
+
+
 # --- the file -----------------------------------------------------------------------------------
 
 
