@@ -259,6 +259,40 @@ def test_an_unfinished_payment_is_resumed_without_paying_again(sandbox, payer) -
     assert run("payments", "--unfinished").stdout == ""
 
 
+def test_resume_sends_the_body_the_journal_did_not_keep(sandbox, payer, own_state_file) -> None:
+    env = env_of(sandbox, payer)
+    form = "username=alice&password=s3cret"
+    sandbox.faults.arm("resource", Fault("status", "before", status=502, times=3))
+    try:
+        failed = run(
+            "fetch", "-d", form, "-H", "Content-Type: application/x-www-form-urlencoded",
+            sandbox.url("/echo"), env=env,
+        )  # fmt: skip
+    finally:
+        sandbox.faults.clear()
+    assert failed.returncode == 3, failed.stderr
+    match = re.search(r"x402-eur resume ([0-9a-f]{32})", failed.stderr)
+    assert match is not None, failed.stderr
+    journal_id = match.group(1)
+    state = [own_state_file, own_state_file.with_name(own_state_file.name + "-wal")]
+    assert all(b"s3cret" not in file.read_bytes() for file in state if file.exists())
+
+    bare = run("resume", journal_id, env=env)
+    assert bare.returncode == 1 and bare.stdout == ""
+    said = " ".join(bare.stderr.split())
+    assert said.startswith("x402-eur: pending: the request body held credentials"), said
+    assert f"x402-eur resume {journal_id} -d BODY" in said and "try again later" not in said
+
+    body = own_state_file.parent / "body.txt"
+    body.write_text(form)
+    resumed = run("resume", journal_id[:8], "--data", f"@{body}", env=env)
+    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.stdout == form  # the merchant echoes the body it was sent
+    assert resumed.stderr.strip().startswith("x402-eur: delivered:")
+    assert len(payments(sandbox, payer)) == 1
+    assert run("payments", "--unfinished").stdout == ""
+
+
 # --- the sandbox command ---------------------------------------------------------------------
 
 

@@ -215,6 +215,13 @@ def _add_resume(commands: Any, groups: dict[str, argparse.ArgumentParser]) -> No
         help="'Name: value', sent with the re-sent request (credentials the journal does "
         "not keep); may be repeated",
     )
+    resume.add_argument(
+        "-d",
+        "--data",
+        metavar="BODY",
+        help="the request's body, sent in place of the journaled one (the journal keeps no "
+        "body that held credentials): TEXT, @FILE (its bytes as they are) or @- (stdin)",
+    )
     resume.epilog_factory = _environment_help
     resume.set_defaults(handler=_commands._resume)
 

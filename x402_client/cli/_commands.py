@@ -321,6 +321,7 @@ async def _resume(args: argparse.Namespace) -> int:
     from .._transport import with_eur_payment
 
     record = await _find_record(args)
+    body = _request_body(args)
     about = f"{_money(record.amount, record.currency)}, {record.rail}, {record.resource}"
     on_progress, display = _progress(args)
     options = _payment_options(args, on_progress=on_progress)
@@ -333,7 +334,9 @@ async def _resume(args: argparse.Namespace) -> int:
             )
             async with with_eur_payment(client, options) as client:
                 with display:
-                    recovery = await recover_payment(client, record.id, headers=args.header)
+                    recovery = await recover_payment(
+                        client, record.id, headers=args.header, content=body
+                    )
             if recovery.response is not None:
                 output.write(recovery.response.content)
                 output.finish()

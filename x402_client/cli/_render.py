@@ -335,7 +335,7 @@ def _recovery_reason(recovery: Any) -> str:
         )
     if recovery.status == "failed":
         return f"no money moved, the budget was given back: {reason}"
-    if recovery.status == "pending" and "again" not in reason and "-H" not in reason:
+    if recovery.status == "pending" and "again" not in reason and "x402-eur resume" not in reason:
         return f"{reason} (try again later)"
     return reason
 
