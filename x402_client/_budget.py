@@ -380,11 +380,20 @@ if redis.call('DECRBY', KEYS[1], ARGV[1]) < 0 then redis.call('SET', KEYS[1], 0)
 return 0
 """
 
-# KEYS: at (zset), amount (hash); ARGV: now, window, amount, limit, id.
-_RESERVE_WINDOW_LUA = """
+# Windows are measured by the Redis server's clock (`TIME`), never a caller's: one host
+# whose clock runs ahead would otherwise prune everyone's spending from a shared window.
+# Redis before 5 needs effects replication to write after reading `TIME` in a script.
+_NOW_LUA = """
+if redis.replicate_commands then pcall(redis.replicate_commands) end
+local clock = redis.call('TIME')
+local now = tonumber(clock[1]) + tonumber(clock[2]) / 1000000
+"""
+
+# KEYS: at (zset), amount (hash); ARGV: window, amount, limit, id.
+_RESERVE_WINDOW_LUA = _NOW_LUA + """
 local zkey, hkey = KEYS[1], KEYS[2]
-local now, window = tonumber(ARGV[1]), tonumber(ARGV[2])
-local amount, limit, id = tonumber(ARGV[3]), tonumber(ARGV[4]), ARGV[5]
+local window = tonumber(ARGV[1])
+local amount, limit, id = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
 local old = redis.call('ZRANGEBYSCORE', zkey, '-inf', '(' .. tostring(now - window))
 for i = 1, #old do
   redis.call('ZREM', zkey, old[i])
@@ -394,7 +403,7 @@ local total = 0
 for _, value in ipairs(redis.call('HVALS', hkey)) do total = total + tonumber(value) end
 if total + amount > limit then return 0 end
 redis.call('ZADD', zkey, now, id)
-redis.call('HSET', hkey, id, ARGV[3])
+redis.call('HSET', hkey, id, ARGV[2])
 -- every entry is stale one window after the newest: an idle budget leaves nothing behind
 local ttl = math.ceil(window * 1000) + 1000
 redis.call('PEXPIRE', zkey, ttl)
@@ -402,10 +411,10 @@ redis.call('PEXPIRE', hkey, ttl)
 return 1
 """
 
-# KEYS: total, at (zset), amount (hash); ARGV: now, window (0 for a total).
-_SPENT_LUA = """
+# KEYS: total, at (zset), amount (hash); ARGV: window (0 for a total).
+_SPENT_LUA = _NOW_LUA + """
 local tkey, zkey, hkey = KEYS[1], KEYS[2], KEYS[3]
-local now, window = tonumber(ARGV[1]), tonumber(ARGV[2])
+local window = tonumber(ARGV[1])
 local total = 0
 if window > 0 then
   for _, id in ipairs(redis.call('ZRANGEBYSCORE', zkey, tostring(now - window), '+inf')) do
@@ -425,7 +434,9 @@ class RedisBudgetStore:
     A total budget is one integer per key (`<prefix><key>:total`, `INCRBY`); a windowed
     one is a sorted set (by time) and a hash (amounts) of its reservations, which expire
     with the window. Reserving is one Lua script, so it is atomic across processes.
-    Totals are Redis 64-bit integers: up to about 9.2 million million EUR.
+    Totals are Redis 64-bit integers: up to about 9.2 million million EUR. A window is
+    measured by the Redis server's clock (`TIME`, read inside the script), so hosts whose
+    clocks disagree still share one window.
 
     ```python
     store = RedisBudgetStore("redis://127.0.0.1:6379/0")
@@ -435,9 +446,7 @@ class RedisBudgetStore:
     ```
     """
 
-    def __init__(
-        self, redis: Any, *, prefix: str = "x402:budget:", clock: Callable[[], float] = time.time
-    ) -> None:
+    def __init__(self, redis: Any, *, prefix: str = "x402:budget:") -> None:
         try:
             importlib.import_module("redis.asyncio")  # not `import redis`: the argument's name
         except ImportError as exc:  # pragma: no cover - depends on the environment
@@ -447,7 +456,6 @@ class RedisBudgetStore:
         self._given = None if isinstance(redis, str) else redis
         self._url = redis if isinstance(redis, str) else None
         self._prefix = prefix
-        self._clock = clock
         # A redis.asyncio client belongs to one event loop; a store shared by an async client
         # and a sync one (which runs its own loop) keeps one connection per loop.
         self._lock = threading.Lock()
@@ -489,9 +497,7 @@ class RedisBudgetStore:
             ok = await conn.reserve_total(keys=keys, args=[str(amount), str(limit)])
             return total_reservation_id(amount) if int(ok) else None
         rid = window_reservation_id()
-        ok = await conn.reserve_window(
-            keys=keys[1:], args=[repr(self._clock()), repr(window), amount, limit, rid]
-        )
+        ok = await conn.reserve_window(keys=keys[1:], args=[repr(window), amount, limit, rid])
         return rid if int(ok) else None
 
     async def release(self, key: str, reservation: str) -> None:
@@ -509,9 +515,7 @@ class RedisBudgetStore:
 
     async def spent(self, key: str, window: float | None) -> int:
         conn = self._conn()
-        return int(
-            await conn.spent(keys=self._keys(key), args=[repr(self._clock()), repr(window or 0)])
-        )
+        return int(await conn.spent(keys=self._keys(key), args=[repr(window or 0)]))
 
     async def aclose_loop(self) -> None:
         """Close this event loop's connection (a sync client calls it before its loop ends)."""

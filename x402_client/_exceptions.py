@@ -22,15 +22,18 @@ httpx.HTTPError
     │   ├── PaymentAPIError        the payment API answered an error (code, message)
     │   │   └── InsufficientFunds
     │   └── BridgeTransferFailed   the bridge transaction was cancelled, expired or failed
-    ├── PaymentVerificationFailed  paid, but the merchant refused the proof (reason)
+    ├── PaymentVerificationFailed  paid, but the resource was not delivered (reason)
     │   └── PaymentNotConfirmed    the verifier kept answering "not confirmed"
     └── PaymentOutcomeUnknown      money may have moved: carries what is needed to recover
 ```
 
-Rule of thumb for callers: `ChallengeError`, `PaymentRefused` and `PaymentFailed` mean
-no money moved. `PaymentVerificationFailed` means money moved (its `receipt` says how much).
-`PaymentOutcomeUnknown` means it may have: never pay again blindly; re-send its `proof`
-(safe) or resume from its `transaction_code`.
+Every error says whether money moved in `money_moved`: False, True, or None ("may have").
+`ChallengeError`, `PaymentRefused` and `PaymentFailed` are always False.
+`PaymentVerificationFailed` is True on rails that pay before the proof (euro, bridge) and
+None where the merchant settles a signed authorization (EVM, chain-A direct: one refused
+stays valid until its deadline). `PaymentOutcomeUnknown` is None: never pay again blindly;
+re-send its `proof` (safe) or resume from its `transaction_code`. The whole mapping, error
+by error and step by step, is docs/failure-semantics.md.
 
 `error.recovery()` says the same as data: None when no money moved, else a
 `RecoveryAdvice` (the payment's journal id, the proof or transaction code that finishes it

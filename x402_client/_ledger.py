@@ -91,8 +91,8 @@ class LedgerEntry:
     blockchain_tx_id: str | None = None
     tx_hash: str | None = None
     error: str | None = None
-    #: An `upto` payment: what the merchant settled of the authorized maximum (the
-    #: intent's amount), once its settlement response said so.
+    #: An `upto` payment: what moved of the authorized maximum (the intent's amount), once
+    #: the client read it from the chain (never the merchant's claim).
     settled_amount: Decimal | None = None
     #: `(time.time(), step, detail)`, oldest first.
     _steps: tuple[tuple[float, str, str], ...] = dataclasses.field(default=(), repr=False)
@@ -101,8 +101,8 @@ class LedgerEntry:
 
     @property
     def amount(self) -> Decimal:
-        """What the payment counts for: the intent's amount, or on an `upto` payment the
-        settled amount once the merchant said it (until then, the authorized maximum)."""
+        """What the payment counts for: the intent's amount, or on an `upto` payment what
+        the chain says moved, once the client read it (until then, the authorized maximum)."""
         settled = self.settled_amount
         return self.intent.amount if settled is None else settled
 

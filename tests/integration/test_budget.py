@@ -397,23 +397,52 @@ async def test_redis_folds_reservations_an_earlier_version_kept_per_payment(redi
 async def test_redis_windowed_reservations_leave_with_the_window(redis_url):
     import redis.asyncio as aioredis
 
-    now = [1000.0]
     raw = aioredis.from_url(redis_url)
-    store = RedisBudgetStore(redis_url, prefix="t3:", clock=lambda: now[0])
-    key = Budget("0.30", window=60).key
+    store = RedisBudgetStore(redis_url, prefix="t3:")
+    key = Budget("0.30", window=1).key
     try:
-        held = [await store.reserve(key, 100_000, 300_000, 60.0) for _ in range(3)]
+        held = [await store.reserve(key, 100_000, 300_000, 1.0) for _ in range(3)]
         assert all(rid and rid.startswith("w:") for rid in held)
-        assert await store.reserve(key, 100_000, 300_000, 60.0) is None
+        assert await store.reserve(key, 100_000, 300_000, 1.0) is None
         assert await raw.zcard(f"t3:{key}:at") == 3
-        assert 0 < await raw.pttl(f"t3:{key}:at") <= 61_000  # an idle budget expires
+        assert 0 < await raw.pttl(f"t3:{key}:at") <= 2_000  # an idle budget expires
         await store.release(key, held[0])  # type: ignore[arg-type]
-        assert await store.spent(key, 60.0) == 200_000
-        now[0] += 61
-        assert await store.spent(key, 60.0) == 0
-        assert await store.reserve(key, 300_000, 300_000, 60.0)
+        assert await store.spent(key, 1.0) == 200_000
+        # The window passes by the Redis server's clock.
+        deadline = time.monotonic() + 60
+        while await store.spent(key, 1.0) != 0:
+            assert time.monotonic() < deadline, "the window never passed"
+            await anyio.sleep(0.05)
+        assert await store.reserve(key, 300_000, 300_000, 1.0)
         assert await raw.zcard(f"t3:{key}:at") == 1
         assert await raw.hlen(f"t3:{key}:amount") == 1
     finally:
         await store.aclose()
         await raw.aclose()
+
+
+@pytest.mark.parametrize(("ahead", "window"), [(25 * 3600, "24h"), (61, "1m")])
+async def test_a_host_whose_clock_runs_ahead_cannot_empty_a_shared_window(
+    redis_url, monkeypatch, ahead: int, window: str
+):
+    # Two hosts share one Redis budget; the second's clock runs ahead of the first's.
+    budget = Budget("0.30", window=window)
+    honest = Budgets([budget], RedisBudgetStore(redis_url, prefix="skew:"))
+    skewed_store = RedisBudgetStore(redis_url, prefix="skew:")
+    skewed = Budgets([budget], skewed_store)
+    for _ in range(3):
+        assert await honest.reserve(euro_intent("0.10"))
+    real = time.time
+    skewed_store._clock = lambda: real() + ahead  # type: ignore[attr-defined]  # how it read the time
+    monkeypatch.setattr(time, "time", lambda: real() + ahead)
+    try:
+        with pytest.raises(BudgetExceeded):
+            await skewed.reserve(euro_intent("0.10"))
+        (status,) = await skewed.status()
+        assert status.spent == Decimal("0.30")
+    finally:
+        monkeypatch.undo()
+        await honest.store.aclose()  # type: ignore[attr-defined]
+        await skewed_store.aclose()
+    (status,) = await Budgets([budget], RedisBudgetStore(redis_url, prefix="skew:")).status()
+    assert status.spent == Decimal("0.30")  # the window is whole for every host

@@ -17,8 +17,11 @@ facilitator verifies):
                 witness: Witness(to=payTo, facilitator=extra.facilitatorAddress, validAfter=0))
 
 The caps and budgets hold the maximum (it is the intent's amount); once the merchant
-answers, the amount its settlement response reports (`amount`, atomic units) is what the
-ledger and the budgets keep, and the rest is given back (`_record.PaymentRecord.settle`).
+served, what the chain says moved (`check_settlement`: the settlement transaction's block,
+the authorization's Permit2 nonce, the token's transfers) is what the ledger and the budgets
+keep, and the rest is given back (`_record.PaymentRecord.settle`). The merchant's own
+report (its settlement response's `amount`) is shown, never booked; where the chain cannot
+tell, the maximum stays booked until recovery can.
 
 Like Permit2 `exact`, the one-time ERC-20 approval to Permit2 is never sent by paying:
 `prepare` reads the allowance, and an entry it does not cover is skipped with a reason
