@@ -390,7 +390,9 @@ local now = tonumber(clock[1]) + tonumber(clock[2]) / 1000000
 """
 
 # KEYS: at (zset), amount (hash); ARGV: window, amount, limit, id.
-_RESERVE_WINDOW_LUA = _NOW_LUA + """
+_RESERVE_WINDOW_LUA = (
+    _NOW_LUA
+    + """
 local zkey, hkey = KEYS[1], KEYS[2]
 local window = tonumber(ARGV[1])
 local amount, limit, id = tonumber(ARGV[2]), tonumber(ARGV[3]), ARGV[4]
@@ -410,9 +412,12 @@ redis.call('PEXPIRE', zkey, ttl)
 redis.call('PEXPIRE', hkey, ttl)
 return 1
 """
+)
 
 # KEYS: total, at (zset), amount (hash); ARGV: window (0 for a total).
-_SPENT_LUA = _NOW_LUA + """
+_SPENT_LUA = (
+    _NOW_LUA
+    + """
 local tkey, zkey, hkey = KEYS[1], KEYS[2], KEYS[3]
 local window = tonumber(ARGV[1])
 local total = 0
@@ -426,6 +431,7 @@ total = tonumber(redis.call('GET', tkey) or '0')
 for _, value in ipairs(redis.call('HVALS', hkey)) do total = total + tonumber(value) end
 return total
 """
+)
 
 
 class RedisBudgetStore:
