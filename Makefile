@@ -13,7 +13,7 @@ PYTEST := env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest
 $(STAMP): pyproject.toml sandbox/pyproject.toml package.json package-lock.json
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]' -e './sandbox[mcp,cli]'
+	$(PY) -m pip install --quiet -e '.[dev]' -e './sandbox[mcp,cli,svm]'
 	npm ci --no-audit --no-fund --loglevel=error
 	touch $(STAMP)
 

@@ -56,7 +56,7 @@ def _planned(target: str, tmp_path: Path) -> str:
 def test_make_demo_installs_no_redis_and_make_test_says_when_it_does(tmp_path) -> None:
     demo = _planned("demo", tmp_path)
     assert "x402-eur-sandbox demo" in demo
-    assert "-e './sandbox[mcp,cli]'" in demo
+    assert "-e './sandbox[mcp,cli,svm]'" in demo
     assert "redis" not in demo
     assert "apt-get" not in demo
     test = _planned("test", tmp_path)
