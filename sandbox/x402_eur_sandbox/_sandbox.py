@@ -14,7 +14,8 @@ managed-account facilitator (`mcp_url`, endpoints under `/x402`; the hosted MCP 
 server at `/mcp` when the `mcp` package is installed), and the merchant. `Sandbox(port=N)`
 puts them on fixed ports instead (see `PORT_LAYOUT`).
 `Sandbox(evm=True)` adds anvil chains 1 and 137 with EURQ/USDQ and the on-chain
-facilitator; `Sandbox(chain_a=True)` adds the chain-A ledger, its indexer and the bridge.
+facilitator; `Sandbox(chain_a=True)` adds the chain-A ledger, its indexer and the bridge;
+`Sandbox(svm=True)` a Solana chain (`solana`) and the standard merchant's Solana routes.
 Those parts plug in as `SandboxPart`s.
 """
 
@@ -84,6 +85,7 @@ class Sandbox:
         parts: list[SandboxPart] | None = None,
         port: int | None = None,
         standard: bool = False,
+        svm: bool = False,
     ) -> None:
         if port is not None and not 1 <= port <= 65535 - max(PORT_LAYOUT.values()):
             raise ValueError(f"port must be between 1 and {65535 - max(PORT_LAYOUT.values())}")
@@ -131,10 +133,19 @@ class Sandbox:
             self.parts.append(self.chain_a)
         #: A standard x402 v2 merchant (EIP-3009 euro token on chain 137), `standard=True`.
         self.standard: Any = None
-        if standard:
+        #: The Solana chain (`svm=True`, the `svm` extra): a `SolanaNode` whose mints and
+        #: `exact` routes the standard merchant serves (`svm=True` implies `standard=True`).
+        self.solana: Any = None
+        if svm:
+            from ._solana import SolanaNode
+
+            self.solana = SolanaNode(faults=self.faults)
+            self.parts.append(self.solana)
+        if standard or svm:
             from ._standard import StandardMerchant
 
-            self.standard = StandardMerchant()  # after `evm`: it deploys on evm's chain 137
+            # After `evm` (it deploys on evm's chain 137) and `solana` (its mints go there).
+            self.standard = StandardMerchant(svm=svm)
             self.parts.append(self.standard)
         self._started: list[Any] = []
 
@@ -214,6 +225,9 @@ class Sandbox:
             urls.append(self.evm.facilitator_url)
         if self.standard is not None:
             urls.append(self.standard.url)
+        if self.solana is not None:
+            urls.append(self.solana.rpc_url)
+            urls.append(self.standard.solana.facilitator_url)
         return [urlsplit(url).netloc for url in urls]
 
     def env(self) -> dict[str, str]:

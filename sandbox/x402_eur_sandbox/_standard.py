@@ -58,6 +58,14 @@ Every refusal after a payment was offered is a 402 with both `PAYMENT-REQUIRED` 
 foundation's server sends only the first after a failed verification and only the second
 after a failed settlement; a client should read whichever it gets.
 
+With `svm=True` (the `svm` extra: `solders`) the merchant also sells Solana routes
+(`_standard_svm.SVM_PRICES`: `/solana`, `/solana/eurc`, `/solana/usdc`, `/solana/invoice`):
+`exact` entries in two mints, sEURC on SPL Token and sUSDC on Token-2022, on a
+`SolanaNode` (the sandbox's `solana`, or one of its own), each with `extra.feePayer`. The
+payment is verified and settled by `SvmFacilitator` by the rules of the foundation's
+`scheme_exact_svm.md`; a refusal carries the Solana network in its `PAYMENT-RESPONSE`.
+`svm_config()` and `svm_asset_configs()` give the Solana payer's settings and the mints.
+
 The token is `SandboxEip3009Token` ("Sandbox EURC", sEURC, EIP-712 version "2", six
 decimals), deployed by its own owner key. `start(sandbox)` reuses the EVM sandbox's chain
 when `sandbox.evm` runs `chain_id` (137 by default) and funds `sandbox.evm`'s payer key;
@@ -69,9 +77,10 @@ from __future__ import annotations
 import base64
 import binascii
 import dataclasses
+import functools
 import json
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from decimal import Decimal
 from importlib import resources
 from typing import TYPE_CHECKING, Any
@@ -112,6 +121,7 @@ from ._wire import to_atomic
 
 if TYPE_CHECKING:
     from ._sandbox import Sandbox
+    from ._standard_svm import SolanaRoutes
 
 __all__ = [
     "DEFAULT_CHAIN_ID",
@@ -416,10 +426,12 @@ class _JsonRpc:
 
 
 class _Refusal(Exception):
-    def __init__(self, reason: str, payer: str | None = None) -> None:
+    def __init__(self, reason: str, payer: str | None = None, network: str | None = None) -> None:
         super().__init__(reason)
         self.reason = reason
         self.payer = payer
+        #: The network of a refused payment when it is not the merchant's EVM chain.
+        self.network = network
 
 
 @dataclasses.dataclass(frozen=True)
@@ -459,6 +471,8 @@ class StandardMerchant:
         upto_charge: Decimal | str = "0.4",
         payment_identifier_paths: Mapping[str, bool] | None = None,
         tool_prices: Mapping[str, Price] | None = None,
+        svm: bool = False,
+        svm_prices: Mapping[str, Price] | None = None,
     ) -> None:
         from eth_account import Account
 
@@ -467,6 +481,15 @@ class StandardMerchant:
         self.chain_id = chain_id
         self.network = f"eip155:{chain_id}"
         self._routes(prices, permit2_prices, upto_prices)
+        #: The Solana routes (`svm=True`; needs `solders`): node, mints, facilitator, payer.
+        self.solana: SolanaRoutes | None = None
+        if svm:
+            from ._standard_svm import SolanaRoutes
+
+            self.solana = SolanaRoutes(prices=svm_prices, payer_funding=payer_funding)
+            self.prices.update(self.solana.prices)
+        #: The paths paid on Solana (each also in `prices`).
+        self.svm_paths: set[str] = set(self.solana.prices) if self.solana is not None else set()
         #: The share of the maximum an `upto` route charges (0 to 1).
         self.upto_charge = Decimal(upto_charge)
         if not 0 <= self.upto_charge <= 1:
@@ -575,6 +598,20 @@ class StandardMerchant:
             "eip712_version": TOKEN_VERSION,
         }
 
+    def svm_config(self) -> dict[str, Any]:
+        """The Solana payer's settings as plain data (`svm=True`): its `secret_key`
+        (base58 of the 64-byte secret) and the chain's `rpc_url`."""
+        if self.solana is None:
+            raise RuntimeError("the standard merchant serves Solana with svm=True")
+        return self.solana.svm_config()
+
+    def svm_asset_configs(self) -> list[dict[str, Any]]:
+        """The Solana mints as plain data (`svm=True`): network, address, symbol,
+        currency, decimals and token program of each."""
+        if self.solana is None:
+            raise RuntimeError("the standard merchant serves Solana with svm=True")
+        return self.solana.asset_configs()
+
     def evm_config(self) -> dict[str, Any]:
         """The payer's EVM settings as plain data: its key, and the chain's RPC URL (the
         EIP-3009 rail needs none; the Permit2 rail reads the payer's approval with it)."""
@@ -591,8 +628,17 @@ class StandardMerchant:
         """What an `upto` route charges a request (atomic): `upto_charge` of its maximum."""
         return int(self.price_atomic(path) * self.upto_charge)
 
+    def accepts(self, path: str) -> list[dict[str, Any]]:
+        """The route's accept entries: one on the EVM chain, or one per mint on Solana."""
+        if path in self.svm_paths:
+            assert self.solana is not None
+            return self.solana.accepts(path)
+        return [self.requirements(path)]
+
     def requirements(self, path: str) -> dict[str, Any]:
-        """The route's one accept entry, as the foundation's server writes it."""
+        """The route's (first) accept entry, as the foundation's server writes it."""
+        if path in self.svm_paths:
+            return self.accepts(path)[0]
         if self.token is None:
             raise RuntimeError("the standard merchant is not running")
         if path in self.upto_paths:
@@ -632,7 +678,7 @@ class StandardMerchant:
                 "description": price.description,
                 "mimeType": price.mime_type,
             },
-            "accepts": [self.requirements(path)],
+            "accepts": self.accepts(path),
         }
         declared = self.payment_identifier_paths.get(path)
         if declared is not None:
@@ -699,6 +745,8 @@ class StandardMerchant:
             if self.approve_permit2:
                 await _approve_without_gas(self.rpc_url, self.token, self.payer_key)
         self._rpc = _JsonRpc(self.rpc_url)
+        if self.solana is not None:
+            await self.solana.start(sandbox)
         self._served = ServedApp(self, "standard-merchant")
         await self.tools.start()
         await self._served.start()
@@ -709,6 +757,8 @@ class StandardMerchant:
                 await self._served.stop()
                 self._served = None
             await self.tools.stop()
+            if self.solana is not None:
+                await self.solana.stop()
             if self._rpc is not None:
                 await self._rpc.aclose()
                 self._rpc = None
@@ -778,11 +828,14 @@ class StandardMerchant:
         self, scope: Any, receive: Any, path: str, url: str, payment: Mapping[str, Any]
     ) -> Answer:
         """Verify the payment, run the handler, settle: the answer to send."""
-        requirements = self.requirements(path)
-        if not requirements_match(requirements, payment["accepted"]):
+        accepted = payment["accepted"]
+        requirements = next(
+            (entry for entry in self.accepts(path) if requirements_match(entry, accepted)), None
+        )
+        if requirements is None:
             return self._payment_required(path, url, ERR_NO_MATCH)
         try:
-            settlement = await self._verified(path, payment, requirements)
+            settle = await self._verified(path, payment, requirements)
         except _Refusal as refusal:
             return self._refuse(path, url, refusal)
 
@@ -790,7 +843,7 @@ class StandardMerchant:
         if status >= 400:  # the foundation settles only a successful answer
             return Answer(status, tuple(headers), body)
         try:
-            settled = await self._settle_charged(path, settlement)
+            settled = await settle()
         except _Refusal as refusal:
             return self._refuse(path, url, refusal)
         self.settlements.append(settled)
@@ -818,7 +871,7 @@ class StandardMerchant:
             "success": False,
             "errorReason": refusal.reason,
             "transaction": "",
-            "network": self.network,
+            "network": refusal.network or self.network,
         }
         if refusal.payer is not None:
             response["payer"] = refusal.payer
@@ -829,13 +882,39 @@ class StandardMerchant:
 
     async def _verified(
         self, path: str, payment: Mapping[str, Any], requirements: Mapping[str, Any]
-    ) -> _Settlement:
-        """Verify a payment for `path` by its route's kind: the settlement it allows."""
+    ) -> Callable[[], Awaitable[dict[str, Any]]]:
+        """Verify a payment for `path` by its route's kind: what settles it (the
+        `PAYMENT-RESPONSE` object, or `_Refusal`)."""
+        if path in self.svm_paths:
+            return await self._verify_svm(payment, requirements)
         if path in self.upto_paths:
-            return await self._verify_upto(payment, requirements)
-        if path in self.permit2_paths:
-            return await self._verify_permit2(payment, requirements)
-        return await self.verify_eip3009(payment, requirements)
+            settlement = await self._verify_upto(payment, requirements)
+        elif path in self.permit2_paths:
+            settlement = await self._verify_permit2(payment, requirements)
+        else:
+            settlement = await self.verify_eip3009(payment, requirements)
+        return functools.partial(self._settle_charged, path, settlement)
+
+    async def _verify_svm(
+        self, payment: Mapping[str, Any], requirements: Mapping[str, Any]
+    ) -> Callable[[], Awaitable[dict[str, Any]]]:
+        """Verify a Solana payment with the SVM facilitator (which verifies again when it
+        settles, as the foundation's does)."""
+        assert self.solana is not None
+        facilitator = self.solana.facilitator
+        assert facilitator is not None
+        network = str(requirements["network"])
+        verdict = await facilitator.verify(payment, requirements)
+        if not verdict["isValid"]:
+            raise _Refusal(verdict["invalidReason"], verdict.get("payer") or None, network)
+
+        async def settle() -> dict[str, Any]:
+            settled = await facilitator.settle(payment, requirements)
+            if not settled["success"]:
+                raise _Refusal(settled["errorReason"], settled.get("payer") or None, network)
+            return settled
+
+        return settle
 
     async def verify_eip3009(
         self, payment: Mapping[str, Any], requirements: Mapping[str, Any]
