@@ -363,3 +363,33 @@ def test_serve_with_the_chain_a_wallet_makes_x402_eur_pay_from_it() -> None:
         assert env["X402_EUR_CHAIN_A_PRIVATE_KEY"] not in paid.stdout + paid.stderr
         process.send_signal(signal.SIGINT)
         assert process.wait(timeout=30) == 0
+
+
+def test_serve_with_svm_prints_the_solana_chain_its_mints_and_its_payer() -> None:
+    pytest.importorskip("solders", reason="--svm needs the `svm` extra")
+    with running_sandbox("--svm") as (process, out):
+        rpc = re.search(r"^Solana JSON-RPC +(http://127\.0\.0\.1:\d+) *$", out, re.M)
+        assert rpc is not None
+        assert re.search(r"^SVM facilitator +http://127\.0\.0\.1:\d+ *$", out, re.M)
+        mints = dict(re.findall(r"^Solana mint (sEURC|sUSDC) +(\w+) *$", out, re.M))
+        assert set(mints) == {"sEURC", "sUSDC"}
+        payer = re.search(r"^Solana payer +(\w+) *$", out, re.M)
+        assert payer is not None
+        assert re.search(r"^ +/solana/usdc +0\.05 sEURC or sUSDC *$", out, re.M)
+        assert re.search(r"^its Solana resources +/solana +0\.05 sEURC or sUSDC *$", out, re.M)
+        assert re.search(r"^ +/order +0\.20 sEURC *$", out, re.M)
+        body = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "getTokenAccountsByOwner",
+            "params": [payer.group(1), {"mint": mints["sUSDC"]}, {"encoding": "jsonParsed"}],
+        }
+        import httpx
+
+        answer = httpx.post(rpc.group(1), json=body, trust_env=False, timeout=30).json()
+        [account] = answer["result"]["value"]
+        assert (
+            account["account"]["data"]["parsed"]["info"]["tokenAmount"]["uiAmountString"] == "100"
+        )
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 0, process.stderr.read()

@@ -374,3 +374,16 @@ def test_secret_keys_read_in_every_form_users_hold_them() -> None:
     assert len(json.loads(forms["json"])) == 64
     for form in (forms["base58"], forms["json"], json.loads(forms["json"]), bytes(keypair)):
         assert keypair_from_secret(form).pubkey() == keypair.pubkey()
+
+
+def test_the_sandbox_imports_solders_only_when_solana_runs() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, x402_eur_sandbox, x402_eur_sandbox._standard, x402_eur_sandbox.cli; "
+        "assert 'solders' not in sys.modules; "
+        "x402_eur_sandbox.SolanaNode; assert 'solders' in sys.modules"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr

@@ -16,7 +16,8 @@ from ._merchant import DEFAULT_PRICES, EuroOffer, MerchantGate, Offer, Price, Ve
 from ._sandbox import ALLOW_HOSTS_ENV, MERCHANT_ACCOUNT, PAYER_ACCOUNT, Sandbox, SandboxPart
 from ._server import PortInUse, ServedApp
 
-# The EVM and chain-A parts load on first use: the EVM part imports web3.
+# The EVM, chain-A and Solana parts load on first use: the EVM part imports web3, the
+# Solana part `solders` (the `svm` extra).
 _LAZY = {
     "EvmSandbox": "._evm",
     "EvmOffer": "._evm",
@@ -29,6 +30,9 @@ _LAZY = {
     "EURQ_ASSET_ID": "._chain_a",
     "USDQ_ASSET_ID": "._chain_a",
     "StandardMerchant": "._standard",
+    "SolanaNode": "._solana",
+    "SvmFacilitator": "._svm_facilitator",
+    "SolanaRoutes": "._standard_svm",
 }
 
 
@@ -68,7 +72,10 @@ __all__ = [
     "Sandbox",
     "SandboxPart",
     "ServedApp",
+    "SolanaNode",
+    "SolanaRoutes",
     "StandardMerchant",
+    "SvmFacilitator",
     "Verdict",
     "__version__",
     "merchant_app",

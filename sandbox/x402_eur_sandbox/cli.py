@@ -98,10 +98,25 @@ def service_rows(sandbox: Sandbox) -> list[tuple[str, str]]:
         ]
     if sandbox.standard is not None:
         rows.append(("standard x402 merchant", sandbox.standard.url))
-        rows += price_rows("its resources", sandbox.standard.prices, "sEURC")
+        evm_prices = {
+            path: price
+            for path, price in sandbox.standard.prices.items()
+            if path not in sandbox.standard.svm_paths
+        }
+        rows += price_rows("its resources", evm_prices, "sEURC")
         if mcp_available():
             rows.append(("paid tool server (MCP)", sandbox.paid_tool_server_url))
             rows += price_rows("its tools", sandbox.standard.tools.prices, "sEURC")
+    if sandbox.solana is not None:
+        solana = sandbox.standard.solana
+        rows += [
+            *price_rows("its Solana resources", solana.prices, "sEURC or sUSDC"),
+            ("Solana JSON-RPC", solana.rpc_url),
+            ("SVM facilitator", solana.facilitator_url),
+            *((f"Solana mint {a['symbol']}", a["address"]) for a in solana.asset_configs()),
+            ("Solana payer", solana.payer_address),
+            ("Solana payer secret key", solana.payer_secret_key),
+        ]
     return rows
 
 
@@ -170,6 +185,8 @@ async def _serve(args: argparse.Namespace) -> int:
 
     if args.evm and (problem := anvil_problem()) is not None:
         raise Trouble(f"--evm runs two anvil chains: {problem}")
+    if args.svm:
+        _check_svm()
     env_fd = _open_env_file(args.env_file) if args.env_file else None
     # The sandbox's payments go to a state file of their own, removed when it stops: they
     # must not mix with the real journal and budgets of the default state file.
@@ -203,6 +220,17 @@ async def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_svm() -> None:
+    """`--svm` needs `solders` (the `svm` extra) and anvil (the standard merchant's own
+    EVM token)."""
+    import importlib.util
+
+    if importlib.util.find_spec("solders") is None:
+        raise Trouble("--svm runs the Solana VM of solders: pip install 'x402-eur-sandbox[svm]'")
+    if (problem := anvil_problem()) is not None:
+        raise Trouble(f"--svm runs the standard merchant on an anvil chain: {problem}")
+
+
 def _clean_up(env_fd: int | None, env_file: str | None, state_dir: str) -> None:
     """When the sandbox stops: its state directory goes, and so does the env file. Its URLs,
     key and state directory die with the sandbox: a stale file sourced later would point
@@ -225,6 +253,7 @@ def _sandbox_of(args: argparse.Namespace) -> Sandbox:
         confirmation_delay=args.confirmation_delay,
         port=args.port,
         standard=args.evm,
+        svm=args.svm,
     )
 
 
@@ -285,6 +314,11 @@ def _serve_parser(commands: Any) -> None:
     )
     serve.add_argument("--evm", action="store_true", help="also run the EVM chains (anvil)")
     serve.add_argument("--chain-a", action="store_true", help="also run chain A and the bridge")
+    serve.add_argument(
+        "--svm",
+        action="store_true",
+        help="also run a Solana chain (the svm extra) and the standard merchant's Solana routes",
+    )
     serve.add_argument(
         "--chain-a-wallet",
         action="store_true",
