@@ -102,7 +102,10 @@ async def pay(
         ),
         Instruction(Pubkey.from_string(MEMO_PROGRAM), memo, []),
     ]
-    blockhash = t.blockhash or (await rpc(rpc_url, "getLatestBlockhash"))["value"]["blockhash"]
+    # The entry's hint when it has one (as the foundation's client does), else the RPC's.
+    blockhash = t.blockhash or requirements["extra"].get("recentBlockhash")
+    if not blockhash:
+        blockhash = (await rpc(rpc_url, "getLatestBlockhash"))["value"]["blockhash"]
     fee_payer = t.fee_payer or Pubkey.from_string(requirements["extra"]["feePayer"])
     message = MessageV0.try_compile(
         fee_payer, t.instructions(instructions), [], Hash.from_string(blockhash)

@@ -108,7 +108,7 @@ async def test_chain_methods_answer_in_the_real_shapes(node: SolanaNode) -> None
     slot = responses.GetSlotResp.from_json(await rpc(node, "getSlot")).value
     height = responses.GetBlockHeightResp.from_json(await rpc(node, "getBlockHeight")).value
     assert latest.context.slot <= slot
-    assert height == slot - BLOCK_HEIGHT_LAG or height > slot - BLOCK_HEIGHT_LAG  # time moves
+    assert height >= slot - BLOCK_HEIGHT_LAG  # later, and slots pass with time
     assert latest.value.last_valid_block_height == latest.context.slot - BLOCK_HEIGHT_LAG + 150
     valid = await rpc(node, "isBlockhashValid", str(latest.value.blockhash))
     assert responses.IsBlockhashValidResp.from_json(valid).value is True
@@ -258,10 +258,15 @@ async def test_simulation_reports_errors_in_its_value(node: SolanaNode) -> None:
         {"encoding": "base64", "replaceRecentBlockhash": True},
     )
     assert replaced["value"]["err"] is None
-    assert replaced["value"]["replacementBlockhash"]["blockhash"] == node.latest_blockhash()[0]
+    assert node.blockhash_slot(replaced["value"]["replacementBlockhash"]["blockhash"]) is not None
 
 
-async def test_a_blockhash_lives_150_slots(node: SolanaNode) -> None:
+async def test_a_blockhash_lives_150_slots() -> None:
+    async with SolanaNode(slot_seconds=None) as node:  # only `advance_slots` moves it
+        await _lives_150_slots(node)
+
+
+async def _lives_150_slots(node: SolanaNode) -> None:
     blockhash, last_valid = node.latest_blockhash()
     node.advance_slots(MAX_PROCESSING_AGE - 1)
     assert node.block_height <= last_valid

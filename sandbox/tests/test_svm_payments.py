@@ -25,7 +25,9 @@ from solders.system_program import TransferParams, transfer
 from svm_payer import FEE, Tweaks, ata, pay
 
 from x402_eur_sandbox import Sandbox
+from x402_eur_sandbox._faults import Fault
 from x402_eur_sandbox._solana import (
+    BLOCK_HEIGHT_LAG,
     MEMO_PROGRAM,
     TOKEN_2022_PROGRAM,
     TOKEN_PROGRAM,
@@ -332,23 +334,41 @@ async def test_a_payer_without_the_balance_is_refused(routes: SolanaRoutes) -> N
     )
 
 
-async def test_a_transaction_that_never_lands_is_reported_with_its_signature(
+async def test_a_transaction_not_seen_in_time_is_pending_then_failed_for_good(
     routes: SolanaRoutes,
 ) -> None:
     node = routes.node
     assert node is not None
     entry = routes.accepts("/solana/eurc")[0]
-    quick = SvmFacilitator(routes.rpc_url, fee_payer=routes._fee_payer, confirm_timeout=1.0)
+    quick = SvmFacilitator(routes.rpc_url, fee_payer=routes._fee_payer, confirm_timeout=0.5)
     payment = await pay(entry, payer(routes), routes.rpc_url)
     before = routes.token_balance(routes.payer_address, "sEURC")
     node.drop_transactions(1)
     try:
-        settled = await quick.settle(payment, entry)
+        first = await quick.settle(payment, entry)
+        assert first["success"] is False and first["errorReason"] == "settlement_pending"
+        assert first["transaction"] != "" and node.landed(first["transaction"]) is None
+        node.expire_blockhash()
+        second = await quick.settle(payment, entry)  # waits for the same transaction
+        assert second["errorReason"] == "transaction_failed"
+        assert second["transaction"] == first["transaction"]
+        third = await quick.settle(payment, entry)
+        assert third["errorReason"] == "duplicate_settlement"
     finally:
         await quick.aclose()
-    assert settled["success"] is False and settled["errorReason"] == "transaction_failed"
-    assert settled["transaction"] != "" and node.landed(settled["transaction"]) is None
     assert routes.token_balance(routes.payer_address, "sEURC") == before
+
+
+async def test_a_lost_send_answer_still_settles_once(routes: SolanaRoutes) -> None:
+    node = routes.node
+    assert node is not None
+    entry = routes.accepts("/solana/usdc")[0]
+    payment = await pay(entry, payer(routes), routes.rpc_url)
+    before = routes.token_balance(routes.pay_to, "sUSDC")
+    node.faults.arm("solana:sendTransaction", Fault(kind="drop", when="after"))
+    settled = await facilitator(routes).settle(payment, entry)
+    assert settled["success"] is True, settled
+    assert routes.token_balance(routes.pay_to, "sUSDC") == before + int(entry["amount"])
 
 
 # --- over HTTP ---------------------------------------------------------------------------
@@ -428,9 +448,14 @@ async def test_the_standard_merchant_sells_on_solana(sandbox: Sandbox) -> None:
         assert {(a["payTo"], a["amount"], a["maxTimeoutSeconds"]) for a in accepts} == {
             (solana.pay_to, "50000", 60)
         }
+        hint = accepts[1]["extra"]
+        hinted = sandbox.solana.blockhash_slot(hint["recentBlockhash"])  # a live blockhash
+        assert hinted is not None
+        assert hint["lastValidBlockHeight"] == str(hinted - BLOCK_HEIGHT_LAG + 150)
         config = merchant.svm_config()
         key = keypair_from_secret(config["secret_key"])
         header = encode_header(await pay(accepts[1], key, config["rpc_url"]))
+        sandbox.solana.advance_slots(1)  # the next 402 hints at another blockhash
         before = solana.token_balance(solana.payer_address, "sUSDC")
         paid = await http.get(url, headers={"PAYMENT-SIGNATURE": header})
         assert paid.status_code == 200, paid.text

@@ -119,6 +119,14 @@ class Sandbox:
             EuroOffer(lambda: self._mcp.url, self.merchant.api_key, self.merchant.code)
         )
         self.parts: list[SandboxPart] = list(parts or [])
+        self._optional_parts(
+            evm=evm, chain_a=chain_a, bridge_delay=bridge_delay, standard=standard, svm=svm
+        )
+        self._started: list[Any] = []
+
+    def _optional_parts(
+        self, *, evm: bool, chain_a: bool, bridge_delay: float, standard: bool, svm: bool
+    ) -> None:
         self.evm: Any = None
         self.chain_a: Any = None
         if evm:
@@ -147,7 +155,6 @@ class Sandbox:
             # After `evm` (it deploys on evm's chain 137) and `solana` (its mints go there).
             self.standard = StandardMerchant(svm=svm)
             self.parts.append(self.standard)
-        self._started: list[Any] = []
 
     def __repr__(self) -> str:
         running = self._merchant.port is not None

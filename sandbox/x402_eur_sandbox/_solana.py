@@ -408,10 +408,15 @@ class SolanaNode:
 
     def latest_blockhash(self) -> tuple[str, int]:
         """The current slot's blockhash and its `lastValidBlockHeight`."""
+        return self.latest()[1:]
+
+    def latest(self) -> tuple[int, str, int]:
+        """The current slot, its blockhash and that blockhash's `lastValidBlockHeight`,
+        read at one instant."""
         with self._lock:
             self._tick()
             last_valid = self._slot - BLOCK_HEIGHT_LAG + MAX_PROCESSING_AGE
-            return str(self._blockhash_of(self._slot)), last_valid
+            return self._slot, str(self._blockhash_of(self._slot)), last_valid
 
     def blockhash_slot(self, blockhash: Hash | str) -> int | None:
         """The slot whose blockhash this is, while a transaction may still use it."""

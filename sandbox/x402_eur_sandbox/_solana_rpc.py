@@ -154,8 +154,9 @@ class SolanaRpc:
         }
 
     def getLatestBlockhash(self, params: list[Any]) -> dict[str, Any]:
-        blockhash, last_valid = self.node.latest_blockhash()
-        return self._context({"blockhash": blockhash, "lastValidBlockHeight": last_valid})
+        slot, blockhash, last_valid = self.node.latest()
+        value = {"blockhash": blockhash, "lastValidBlockHeight": last_valid}
+        return {"context": {"slot": slot}, "value": value}
 
     def isBlockhashValid(self, params: list[Any]) -> dict[str, Any]:
         blockhash = _text(params, 0, "a blockhash")

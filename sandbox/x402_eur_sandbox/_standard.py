@@ -266,14 +266,24 @@ def _contains(expected: Any, actual: Any) -> bool:
     return type(expected) is type(actual) and bool(expected == actual)
 
 
+#: `extra` fields a scheme fills anew for each 402 (the SVM blockhash hints): the
+#: foundation's server leaves them out when it matches a payment's `accepted`.
+DYNAMIC_EXTRA_FIELDS = ("recentBlockhash", "lastValidBlockHeight")
+
+
 def requirements_match(required: Mapping[str, Any], accepted: Mapping[str, Any]) -> bool:
     """The foundation server's rule: the core terms equal as values (strings compared
     exactly, so addresses are case-sensitive), the server's `extra` a subset of the
-    client's (extra keys on the client's side are fine)."""
+    client's (extra keys on the client's side are fine), its dynamic fields left out."""
     for key in ("scheme", "network", "amount", "asset", "payTo", "maxTimeoutSeconds"):
         if not _contains(required[key], accepted.get(key)):
             return False
-    return _contains(required.get("extra") or {}, accepted.get("extra") or {})
+    extra = {
+        key: value
+        for key, value in (required.get("extra") or {}).items()
+        if key not in DYNAMIC_EXTRA_FIELDS
+    }
+    return _contains(extra, accepted.get("extra") or {})
 
 
 def _parse_signature(text: object) -> bytes | None:
@@ -481,15 +491,7 @@ class StandardMerchant:
         self.chain_id = chain_id
         self.network = f"eip155:{chain_id}"
         self._routes(prices, permit2_prices, upto_prices)
-        #: The Solana routes (`svm=True`; needs `solders`): node, mints, facilitator, payer.
-        self.solana: SolanaRoutes | None = None
-        if svm:
-            from ._standard_svm import SolanaRoutes
-
-            self.solana = SolanaRoutes(prices=svm_prices, payer_funding=payer_funding)
-            self.prices.update(self.solana.prices)
-        #: The paths paid on Solana (each also in `prices`).
-        self.svm_paths: set[str] = set(self.solana.prices) if self.solana is not None else set()
+        self._solana_routes(svm, svm_prices, payer_funding)
         #: The share of the maximum an `upto` route charges (0 to 1).
         self.upto_charge = Decimal(upto_charge)
         if not 0 <= self.upto_charge <= 1:
@@ -522,13 +524,7 @@ class StandardMerchant:
         self._owner_lock = anyio.Lock()
         self._tx_nonce: int | None = None
         self._gas_price: int | None = None
-        self.app = Starlette(
-            routes=[
-                Route("/", self._index),
-                Route("/free", self._free),
-                Route("/{path:path}", self._resource, methods=["GET", "POST"]),
-            ]
-        )
+        self.app = Starlette(routes=self._app_routes())
 
     def _routes(
         self,
@@ -545,6 +541,26 @@ class StandardMerchant:
         #: The paths paid with `upto` (each also in `prices`, at its maximum).
         self.upto_paths: set[str] = set(upto)
         self.prices.update(upto)
+
+    def _app_routes(self) -> list[Route]:
+        return [
+            Route("/", self._index),
+            Route("/free", self._free),
+            Route("/{path:path}", self._resource, methods=["GET", "POST"]),
+        ]
+
+    def _solana_routes(
+        self, svm: bool, svm_prices: Mapping[str, Price] | None, payer_funding: Decimal | str
+    ) -> None:
+        #: The Solana routes (`svm=True`; needs `solders`): node, mints, facilitator, payer.
+        self.solana: SolanaRoutes | None = None
+        if svm:
+            from ._standard_svm import SolanaRoutes
+
+            self.solana = SolanaRoutes(prices=svm_prices, payer_funding=payer_funding)
+            self.prices.update(self.solana.prices)
+        #: The paths paid on Solana (each also in `prices`).
+        self.svm_paths: set[str] = set(self.solana.prices) if self.solana is not None else set()
 
     def __repr__(self) -> str:
         return (

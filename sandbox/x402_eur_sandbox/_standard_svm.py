@@ -11,7 +11,11 @@ Routes (`SVM_PRICES`): `/solana` offers both mints (sEURC first), `/solana/eurc`
 (`SVM_INVOICE_MEMO`) the payment's Memo must carry. Every entry names the facilitator's
 fee payer in `extra.feePayer`, the mint as `asset`, the merchant's wallet as `payTo` (its
 token accounts exist from the start, as the scheme requires) and `maxTimeoutSeconds` 60
-(a blockhash lives about as long).
+(a blockhash lives about as long). Like the foundation's server given an RPC URL, entries
+also carry the chain's latest blockhash as a hint, `extra.recentBlockhash` and
+`extra.lastValidBlockHeight` (a string); they change from one 402 to the next, so the
+merchant leaves them out when it matches a payment's `accepted` (`blockhash_hints=False`
+leaves them out of the entries).
 
 The sandbox payer (`payer_secret_key`) holds `payer_funding` of each mint and no SOL:
 under this scheme the facilitator pays the fees. `svm_config()` and `asset_configs()`
@@ -107,6 +111,7 @@ class SolanaRoutes:
         payer_secret_key: str | None = None,
         max_timeout_seconds: int = SVM_MAX_TIMEOUT_SECONDS,
         network: str = SOLANA_DEVNET,
+        blockhash_hints: bool = True,
     ) -> None:
         self.prices: dict[str, Price] = dict(SVM_PRICES if prices is None else prices)
         self.route_mints: dict[str, tuple[str, ...]] = dict(
@@ -116,6 +121,8 @@ class SolanaRoutes:
         self.payer_funding = Decimal(payer_funding)
         self.max_timeout_seconds = max_timeout_seconds
         self.network = network
+        #: Whether entries carry `extra.recentBlockhash` and `extra.lastValidBlockHeight`.
+        self.blockhash_hints = blockhash_hints
         self._payer = keypair_from_secret(payer_secret_key) if payer_secret_key else Keypair()
         self._fee_payer = Keypair.from_seed(hashlib.sha256(b"x402-eur sandbox fee payer").digest())
         #: The merchant's Solana wallet (`payTo`).
@@ -204,13 +211,17 @@ class SolanaRoutes:
 
     def accepts(self, path: str) -> list[dict[str, Any]]:
         """The route's accept entries, one per mint it takes."""
-        if self.facilitator is None:
+        if self.facilitator is None or self.node is None:
             raise RuntimeError("the Solana routes are not running")
         entries = []
         for symbol in self.route_mints.get(path, tuple(self.mints)):
             extra: dict[str, Any] = {"feePayer": self.facilitator.fee_payer}
             if path in self.memos:
                 extra["memo"] = self.memos[path]
+            if self.blockhash_hints:
+                blockhash, last_valid = self.node.latest_blockhash()
+                extra["recentBlockhash"] = blockhash
+                extra["lastValidBlockHeight"] = str(last_valid)
             entries.append(
                 {
                     "scheme": "exact",

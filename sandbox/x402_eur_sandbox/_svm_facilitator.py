@@ -26,8 +26,13 @@ payer (account 0, signature slot 0, left empty by the client) is this facilitato
    signature, a dead blockhash, too small a balance: `transaction_simulation_failed`).
 
 `settle` verifies again, refuses a transaction it has settled or is settling
-(`duplicate_settlement`: the spec's settlement cache, kept for good), sends the co-signed
-transaction with preflight and waits until the chain shows it. Answers are the
+(`duplicate_settlement`: the spec's settlement cache, keyed by the message, kept for good),
+sends the co-signed transaction with preflight and waits until the chain shows it. It is
+`transaction_failed` only when the transaction went nowhere (preflight refused it), failed
+on chain, or can no longer land (its blockhash died before it showed); sent and not seen in
+`confirm_timeout` it is `settlement_pending` with its signature, and settling the same
+payment again waits for that transaction, never sends another (the foundation's
+facilitator since its pending-settlement store). Answers are the
 foundation's `VerifyResponse` (`isValid`, `invalidReason`, `invalidMessage`, `payer`) and
 `SettleResponse` (`success`, `errorReason`, `errorMessage`, `transaction` (the signature),
 `network`, `payer`) as JSON objects. `app` serves them over HTTP like a facilitator:
@@ -112,6 +117,7 @@ ERR_MEMO_MISMATCH = "invalid_exact_svm_payload_memo_mismatch"
 ERR_SIMULATION_FAILED = "transaction_simulation_failed"
 ERR_TRANSACTION_FAILED = "transaction_failed"
 ERR_DUPLICATE_SETTLEMENT = "duplicate_settlement"
+ERR_SETTLEMENT_PENDING = "settlement_pending"
 
 _TOKEN_PROGRAMS = (TOKEN_PROGRAM, TOKEN_2022_PROGRAM)
 _CONFIRM_TIMEOUT = 30.0
@@ -353,6 +359,8 @@ class SvmFacilitator:
         self.confirm_timeout = confirm_timeout
         self.settlements: list[dict[str, Any]] = []
         self._settled: dict[str, float] = {}
+        #: Sent and not yet seen on chain: message key -> (signature, blockhash, payer).
+        self._pending: dict[str, tuple[str, str, str]] = {}
         self._rpc = _Rpc(rpc_url)
         self.app = self._build_app()
 
@@ -397,27 +405,55 @@ class SvmFacilitator:
     ) -> dict[str, Any]:
         """Verify, co-sign and submit `payment`, and wait for the chain to show it: the
         foundation's `SettleResponse`. `transaction` is the transaction's signature once it
-        was sent (also when it then failed), else empty."""
+        may have been sent, else empty. `errorReason` `settlement_pending` (sent, not seen
+        on chain in `confirm_timeout`, blockhash still alive) is not final: settling the
+        same payment again waits for that same transaction, never sends another."""
         network = str(requirements.get("network", self.network))
+        key = _message_key(payment)
+        pending = self._pending.pop(key, None) if key is not None else None
+        if pending is not None and key is not None:
+            return await self._outcome(key, *pending, network)
         try:
             verified = await self._verify(payment, requirements)
         except Refused as refused:
             return _settle_failure(refused, network)
+        payer = verified.check.payer
         if verified.key in self._settled:  # checked and taken with no await between
-            return _settle_failure(Refused(ERR_DUPLICATE_SETTLEMENT, verified.check.payer), network)
+            return _settle_failure(Refused(ERR_DUPLICATE_SETTLEMENT, payer), network)
         self._settled[verified.key] = time.time()
+        signed = verified.signed
+        signature, blockhash = str(signed.signatures[0]), str(signed.message.recent_blockhash)
+        config = {"encoding": "base64", "preflightCommitment": "confirmed"}
         try:
-            signature = await self._submit(verified)
-        except Refused as refused:
-            return _settle_failure(refused, network)
-        answer = {
-            "success": True,
-            "transaction": signature,
-            "network": network,
-            "payer": verified.check.payer,
-        }
-        self.settlements.append(answer)
-        return answer
+            await self._rpc.call("sendTransaction", _b64(signed), config)
+        except RpcError as exc:  # refused by preflight: it went nowhere, the payer may retry
+            del self._settled[verified.key]
+            return _settle_failure(Refused(ERR_TRANSACTION_FAILED, payer, exc.message), network)
+        except httpx.HTTPError:
+            pass  # it may have reached the node: find out below, as for any sent transaction
+        return await self._outcome(verified.key, signature, blockhash, payer, network)
+
+    async def _outcome(
+        self, key: str, signature: str, blockhash: str, payer: str, network: str
+    ) -> dict[str, Any]:
+        """Wait for a sent transaction: success, failed for good (it failed on chain, or its
+        blockhash died before it landed), or `settlement_pending` (kept for a retry)."""
+        state, status = await self._confirmed(signature, blockhash)
+        if state == "landed" and status is not None and status.get("err") is None:
+            answer = {"success": True, "transaction": signature, "network": network, "payer": payer}
+            self.settlements.append(answer)
+            return answer
+        if state == "landed":
+            assert status is not None
+            message = f"the transaction failed on chain: {status.get('err')}"
+            reason = ERR_TRANSACTION_FAILED
+        elif state == "dead":
+            message, reason = "its blockhash expired before it landed", ERR_TRANSACTION_FAILED
+        else:
+            self._pending[key] = (signature, blockhash, payer)
+            message = "sent, not yet seen on chain: settle the same payment again to wait for it"
+            reason = ERR_SETTLEMENT_PENDING
+        return _settle_failure(Refused(reason, payer, message, signature), network)
 
     async def _verify(
         self, payment: Mapping[str, Any], requirements: Mapping[str, Any]
@@ -481,28 +517,9 @@ class SvmFacilitator:
         if err is not None:
             raise Refused(ERR_SIMULATION_FAILED, payer, f"simulation failed: {err}")
 
-    async def _submit(self, verified: _Verified) -> str:
-        """Send with preflight; wait until the transaction shows on chain, fails, or can no
-        longer land (its blockhash died)."""
-        payer, signed = verified.check.payer, verified.signed
-        signature = str(signed.signatures[0])
-        config = {"encoding": "base64", "preflightCommitment": "confirmed"}
-        try:
-            await self._rpc.call("sendTransaction", _b64(signed), config)
-        except RpcError as exc:  # refused by preflight: it was never sent on
-            raise Refused(ERR_TRANSACTION_FAILED, payer, exc.message) from None
-        except httpx.HTTPError as exc:
-            raise Refused(ERR_TRANSACTION_FAILED, payer, f"send failed: {exc}") from None
-        status = await self._confirmed(signature, str(signed.message.recent_blockhash))
-        if status is None:
-            message = "the transaction did not land"
-            raise Refused(ERR_TRANSACTION_FAILED, payer, message, signature)
-        if status.get("err") is not None:
-            message = f"the transaction failed: {status['err']}"
-            raise Refused(ERR_TRANSACTION_FAILED, payer, message, signature)
-        return signature
-
-    async def _confirmed(self, signature: str, blockhash: str) -> dict[str, Any] | None:
+    async def _confirmed(self, signature: str, blockhash: str) -> tuple[str, dict[str, Any] | None]:
+        """`landed` with its status, `dead` (not on chain and its blockhash expired: it
+        never will be), or `unknown` once `confirm_timeout` passed."""
         deadline = time.monotonic() + self.confirm_timeout
         delay = 0.002
         while time.monotonic() < deadline:
@@ -513,16 +530,25 @@ class SvmFacilitator:
                     "confirmed",
                     "finalized",
                 ):
-                    return dict(status)
+                    return "landed", dict(status)
                 if status is None:
+                    # Asked after the status: a blockhash that died before this answer
+                    # means the transaction was not on chain while it could still land.
                     valid = await self._rpc.call("isBlockhashValid", blockhash)
                     if not valid["value"]:
-                        return None
+                        return await self._last_look(signature)
             except (RpcError, httpx.HTTPError):
                 pass  # ask again until the deadline
             await anyio.sleep(delay)
             delay = min(delay * 2, 0.2)
-        return None
+        return "unknown", None
+
+    async def _last_look(self, signature: str) -> tuple[str, dict[str, Any] | None]:
+        """Its blockhash is dead: one more look, for a transaction that landed between the
+        status and the blockhash answers."""
+        statuses = await self._rpc.call("getSignatureStatuses", [signature])
+        status = statuses["value"][0]
+        return ("landed", dict(status)) if status is not None else ("dead", None)
 
     # --- HTTP ------------------------------------------------------------------------------
 
@@ -578,6 +604,18 @@ def _settle_failure(refused: Refused, network: str) -> dict[str, Any]:
     if refused.message is not None:
         answer["errorMessage"] = refused.message
     return answer
+
+
+def _message_key(payment: Mapping[str, Any]) -> str | None:
+    """The settlement key of a payment: the hash of its transaction's message (the fee
+    payer's signature slot does not change it), or None when it does not decode."""
+    inner = payment.get("payload")
+    text = inner.get("transaction") if isinstance(inner, Mapping) else None
+    try:
+        tx = VersionedTransaction.from_bytes(base64.b64decode(str(text), validate=True))
+    except Exception:  # solders raises its own types for bad bytes
+        return None
+    return hashlib.sha256(bytes(tx.message)).hexdigest()
 
 
 def _signed_bytes(message: Any) -> bytes:
