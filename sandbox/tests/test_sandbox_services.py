@@ -6,11 +6,13 @@ import subprocess
 from decimal import Decimal
 from pathlib import Path
 
+import anyio
 import httpx
 import pytest
 
 from x402_client import with_eur_payment
-from x402_eur_sandbox import Sandbox
+from x402_eur_sandbox import Fault, Faults, Sandbox
+from x402_eur_sandbox._chain_a import EURQ_ASSET_ID
 from x402_eur_sandbox._server import stop_all
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -117,3 +119,55 @@ async def test_an_answer_fault_stands_in_for_the_indexer_once_and_the_indexer_ca
             assert (await http.get(url)).status_code == 404
             health = (await http.get(f"{chain.indexer_url}/health")).json()
             assert health == {"round": transfer.confirmed_round - 1}
+
+
+@pytest.mark.anyio
+async def test_a_timeout_fault_holds_its_call_until_it_is_released() -> None:
+    faults = Faults()
+    faults.arm("payment", Fault("timeout"))
+    passed: list[str] = []
+
+    async def call(name: str) -> None:
+        await faults.before("payment")
+        passed.append(name)
+
+    with anyio.fail_after(60):
+        async with anyio.create_task_group() as group:
+            group.start_soon(call, "held")
+            while faults.holding == 0:  # noqa: ASYNC110 - the call is another task
+                await anyio.sleep(0.01)
+            await call("after it")  # the fault struck once: the next call goes through
+            assert passed == ["after it"]
+            faults.release()
+    assert passed == ["after it", "held"]
+    assert faults.holding == 0
+
+
+@pytest.mark.anyio
+async def test_a_bridge_transfer_can_be_settled_before_its_delay() -> None:
+    async with Sandbox(chain_a=True, bridge_delay=3600) as sandbox:
+        chain, account = sandbox.chain_a, sandbox.bank.open_account("1.00")
+
+        def transfer() -> str:
+            made = sandbox.bank.pay(
+                account,
+                payment_from=account.code,
+                to_type="BlockchainAddress",
+                payment_to=chain.merchant_address,
+                amount=Decimal("0.10"),
+            )
+            return made.code
+
+        settled = transfer()
+        assert sandbox.bank.transaction(settled).status == "Processing"
+        assert chain.settle_bridge(settled)
+        assert sandbox.bank.transaction(settled).status == "Paid"
+        assert chain.asset_balance(chain.merchant_address, EURQ_ASSET_ID) == 100_000
+        assert not chain.settle_bridge(settled)  # it ends once
+
+        chain.end_next_bridge_as("Expired")
+        refunded = transfer()
+        assert chain.settle_bridge(refunded)
+        assert sandbox.bank.transaction(refunded).status == "Expired"
+        assert sandbox.balance(account) == Decimal("0.90")
+        assert chain.asset_balance(chain.merchant_address, EURQ_ASSET_ID) == 100_000

@@ -442,8 +442,9 @@ class ChainASandbox:
 
     After `start`: `ledger`, `indexer_url`, `merchant_address` (whitelisted),
     `provider_address` (the bridge's hot address, rich in EURQ and USDQ). Tests may
-    change `bridge_delay`, `whitelist`/`unwhitelist` addresses, and force a bridge
-    transaction to end otherwise (`end_next_bridge_as`, `cancel_bridge`).
+    change `bridge_delay`, `whitelist`/`unwhitelist` addresses, force a bridge
+    transaction to end otherwise (`end_next_bridge_as`, `cancel_bridge`), or end it
+    now rather than after its delay (`settle_bridge`).
     """
 
     def __init__(
@@ -486,6 +487,9 @@ class ChainASandbox:
         self._facilitator: ServedApp | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._timers: dict[str, asyncio.TimerHandle] = {}
+        #: How each processing bridge transaction ends: None settles it, a status
+        #: refunds it (`end_next_bridge_as`).
+        self._endings: dict[str, str | None] = {}
         self._next_status: list[str] = []
         self._lock = threading.Lock()
 
@@ -559,11 +563,25 @@ class ChainASandbox:
             if transaction is None or transaction.status != "Processing":
                 return False
             bank.finish(transaction, status, refund=True)
+        self._drop_timer(transaction_code)
+        return True
+
+    def settle_bridge(self, transaction_code: str) -> bool:
+        """End a still-processing bridge transaction now, as its delay would have ended
+        it (EURQ reaches the receiver, or the status `end_next_bridge_as` chose). With a
+        `bridge_delay` longer than any test, a test decides when the bridge is done.
+        True if it was still processing."""
+        with self._lock:
+            forced = self._endings.get(transaction_code)
+        self._drop_timer(transaction_code)
+        return self._settle(transaction_code, forced)
+
+    def _drop_timer(self, transaction_code: str) -> None:
         with self._lock:
             timer = self._timers.pop(transaction_code, None)
+            self._endings.pop(transaction_code, None)
         if timer is not None and self._loop is not None:
             self._loop.call_soon_threadsafe(timer.cancel)
-        return True
 
     # --- SandboxPart -----------------------------------------------------------------------
 
@@ -588,6 +606,7 @@ class ChainASandbox:
                     self._bank.bridge = None
         with self._lock:
             timers, self._timers = list(self._timers.values()), {}
+            self._endings.clear()
         for timer in timers:
             timer.cancel()
         await stop_all((self._facilitator, self._algod, self._indexer))
@@ -611,6 +630,7 @@ class ChainASandbox:
         delay = self.bridge_delay
         with self._lock:
             forced = self._next_status.pop(0) if self._next_status else None
+            self._endings[code] = forced
 
         def schedule() -> None:
             with self._lock:
@@ -627,19 +647,20 @@ class ChainASandbox:
         else:
             loop.call_soon_threadsafe(schedule)
 
-    def _settle(self, code: str, forced: str | None) -> None:
+    def _settle(self, code: str, forced: str | None) -> bool:
         with self._lock:
             self._timers.pop(code, None)
+            self._endings.pop(code, None)
         bank = self._bank
         if bank is None:
-            return
+            return False
         with bank.lock:
             transaction = bank.transactions.get(code)
             if transaction is None or transaction.status != "Processing":
-                return
+                return False
             if forced is not None:
                 bank.finish(transaction, forced, refund=True)
-                return
+                return True
             try:
                 transfer = self.ledger.transfer(
                     self.provider_address,
@@ -650,6 +671,7 @@ class ChainASandbox:
             except LedgerError as exc:
                 transaction.message = f"{transaction.message} [on-chain leg failed: {exc}]".strip()
                 bank.finish(transaction, "Failed", refund=True)
-                return
+                return True
             transaction.blockchain_tx_id = transfer.id
             bank.finish(transaction, "Paid")
+        return True

@@ -16,6 +16,10 @@ instead of the service: `status` with `body`, whatever the call was. It strikes 
 services behind `FaultMiddleware` (the payment API, the facilitators, the chain-A node
 and indexer).
 
+A `timeout` fault holds its call for `delay` seconds (an hour if none is given) or until
+`faults.release()`: a test makes a client give up on a call that cannot answer in time,
+whatever the machine's speed, then lets the call go on (and, say, move the money late).
+
 Endpoints: `payment`, `transaction` (payment API), `x402_pay`, `x402_verify`
 (facilitator), `resource` (the merchant's paid retry), `settle`, `supported` (on-chain
 facilitator), `indexer`.
@@ -24,6 +28,7 @@ facilitator), `indexer`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import threading
 from typing import Any, Literal
@@ -69,14 +74,32 @@ class Faults:
         self._armed: dict[str, list[Fault]] = {}
         #: How often each endpoint was called (for tests).
         self.calls: dict[str, int] = {}
+        #: The calls a `timeout` fault holds: each one's loop and the event that ends it.
+        self._held: list[tuple[asyncio.AbstractEventLoop, asyncio.Event]] = []
 
     def arm(self, endpoint: str, fault: Fault) -> None:
         with self._lock:
             self._armed.setdefault(endpoint, []).append(fault)
 
     def clear(self) -> None:
+        """Disarm every fault (a call a `timeout` fault holds stays held: `release`)."""
         with self._lock:
             self._armed.clear()
+
+    @property
+    def holding(self) -> int:
+        """How many calls `timeout` faults hold now."""
+        with self._lock:
+            return len(self._held)
+
+    def release(self) -> None:
+        """Let every call a `timeout` fault holds go on now, as if its delay had passed.
+        Safe from any thread."""
+        with self._lock:
+            held, self._held = self._held, []
+        for loop, event in held:
+            with contextlib.suppress(RuntimeError):  # its loop closed: nothing to let go
+                loop.call_soon_threadsafe(event.set)
 
     def _take(self, endpoint: str, when: str) -> Fault | None:
         with self._lock:
@@ -94,14 +117,26 @@ class Faults:
     async def after(self, endpoint: str, request: Any = None) -> None:
         await self._strike(self._take(endpoint, "after"))
 
-    @staticmethod
-    async def _strike(fault: Fault | None) -> None:
+    async def _hold(self, seconds: float) -> None:
+        released = asyncio.Event()
+        entry = (asyncio.get_running_loop(), released)
+        with self._lock:
+            self._held.append(entry)
+        try:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(released.wait(), seconds)
+        finally:
+            with self._lock:
+                if entry in self._held:
+                    self._held.remove(entry)
+
+    async def _strike(self, fault: Fault | None) -> None:
         if fault is None:
             return
         if fault.kind == "delay":
             await asyncio.sleep(fault.delay)
         elif fault.kind == "timeout":
-            await asyncio.sleep(fault.delay or 3600)
+            await self._hold(fault.delay or 3600)
         elif fault.kind == "status":
             raise BankError(fault.status, "SandboxFault", "injected fault")
         elif fault.kind == "drop":
