@@ -13,11 +13,12 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.waiting import eventually_sync
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN = ROOT / "benchmarks" / "run.py"
@@ -340,8 +341,8 @@ def test_speed_probe_times_the_machine_from_its_own_thread_and_leaves_affinity_a
     run = _run_module()
     before = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else None
     with run.SpeedProbe(every=0.02) as probe:
-        time.sleep(0.3)
-    assert len(probe.samples) >= 3 and all(s > 0 for s in probe.samples)
+        eventually_sync(lambda: len(probe.samples) >= 3, "three samples of the probe")
+    assert all(s > 0 for s in probe.samples)
     assert probe.median_ms == pytest.approx(statistics.median(probe.samples) * 1000)
     if before is not None:
         assert os.sched_getaffinity(0) == before  # pinning was the probe thread's own

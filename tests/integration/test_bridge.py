@@ -2,13 +2,18 @@
 
 One sandbox for the module (in its own thread), fresh payer accounts per test. The
 bridge settles 0.3 s after a payment; the client polls every 0.05 s, at most 0.1 s apart.
+Where a test needs the bridge to be still on its way at some point, the bridge takes an
+hour and the test settles it itself: what the test sees then does not depend on how fast
+the machine runs.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from decimal import Decimal
 from typing import Any
 
@@ -17,6 +22,7 @@ import httpx
 import pytest
 
 from tests.sandboxes import payment_options
+from tests.waiting import PATIENCE, eventually
 from x402_client import (
     BridgeResumeRefused,
     BridgeTransferFailed,
@@ -45,6 +51,8 @@ PRICES = {
     "/echo": Price(Decimal("0.05"), "USDQ on chain A, or euro", rails=("ledgera:USDQ", "euro")),
 }
 BRIDGE_DELAY = 0.3
+#: A bridge delay longer than any test: the bridge ends when the test settles it.
+HOUR = 3600.0
 
 
 @pytest.fixture
@@ -66,6 +74,7 @@ def chain(sandbox: Sandbox) -> Iterator[ChainASandbox]:
     part.bridge_delay = BRIDGE_DELAY
     part.whitelist(part.merchant_address)
     sandbox.faults.clear()
+    sandbox.faults.release()
 
 
 @pytest.fixture
@@ -86,6 +95,17 @@ def options(sandbox: Sandbox, account: Account, **overrides: Any) -> PaymentOpti
 
 def payments(sandbox: Sandbox, account: Account) -> list[Any]:
     return [t for t in sandbox.bank.payments_made if t.from_account == account.code]
+
+
+def settle_once_waiting(chain: ChainASandbox) -> Callable[[PaymentProgress], None]:
+    """An `on_progress` that settles the bridge transfer the client waits for as soon as
+    the client reports waiting for it: the wait is exercised on any machine."""
+
+    def on_progress(event: PaymentProgress) -> None:
+        if event.stage == "waiting" and event.transaction_code is not None:
+            chain.settle_bridge(event.transaction_code)
+
+    return on_progress
 
 
 def header(payload: dict[str, Any]) -> dict[str, str]:
@@ -156,22 +176,36 @@ async def test_bridge_paid_fetch_moves_exactly_the_price(sandbox, chain, account
 
 
 async def test_polling_stops_as_soon_as_the_id_appears(sandbox, chain, account):
+    chain.bridge_delay = HOUR
     events: list[PaymentProgress] = []
+    waited_at: list[float] = []
+
+    def on_progress(event: PaymentProgress) -> None:
+        events.append(event)
+        if event.stage == "waiting":
+            waited_at.append(time.monotonic())
+            if len(waited_at) == 3:  # three lookups saw it processing: the bridge is done
+                assert event.transaction_code is not None
+                chain.settle_bridge(event.transaction_code)
+
     before = sandbox.faults.calls.get("transaction", 0)
+    tasks = set(asyncio.all_tasks())
     async with with_eur_payment(
-        httpx.AsyncClient(), options(sandbox, account, on_progress=events.append)
+        httpx.AsyncClient(), options(sandbox, account, on_progress=on_progress)
     ) as client:
         response = await client.get(sandbox.url("/weather"))
     assert response.status_code == 200
     lookups = sandbox.faults.calls["transaction"] - before
     [settled] = [e for e in events if e.stage == "settled"]
-    assert settled.polls == lookups  # the lookup that saw the id was the last one
+    assert settled.polls == lookups == 4  # the lookup that saw the id was the last one
     waiting = [e for e in events if e.stage == "waiting"]
     assert len(waiting) == lookups - 1
     assert all(e.status == "Processing" for e in waiting)
-    # 0.3 s of bridge at 0.05 s, 0.1 s, 0.1 s, ...: a handful of lookups, no hammering.
-    assert 3 <= lookups <= 8
-    await anyio.sleep(0.3)
+    # No hammering: the lookups are at least the first interval (0.05 s) apart.
+    gaps = [later - earlier for earlier, later in itertools.pairwise(waited_at)]
+    assert min(gaps) >= 0.045, gaps
+    # Nothing is left running that could look again.
+    assert set(asyncio.all_tasks()) <= tasks
     assert sandbox.faults.calls["transaction"] - before == lookups
 
 
@@ -189,7 +223,7 @@ async def test_lookup_failures_during_the_wait_are_polled_through(sandbox, chain
 async def test_deadline_gives_outcome_unknown_and_resuming_pays_nothing_more(
     sandbox, chain, account
 ):
-    chain.bridge_delay = 1.0
+    chain.bridge_delay = HOUR
     merchant_eurq = chain.asset_balance(chain.merchant_address, EURQ)
     async with with_eur_payment(
         httpx.AsyncClient(), options(sandbox, account, bridge_deadline=0.2)
@@ -204,7 +238,8 @@ async def test_deadline_gives_outcome_unknown_and_resuming_pays_nothing_more(
     assert sandbox.bank.transaction(made.code).status == "Processing"
     assert sandbox.balance(account) == Decimal("9.90")
 
-    async with with_eur_payment(httpx.AsyncClient(), options(sandbox, account)) as client:
+    resuming = options(sandbox, account, on_progress=settle_once_waiting(chain))
+    async with with_eur_payment(httpx.AsyncClient(), resuming) as client:
         response = await client.get(
             sandbox.url("/weather"),
             extensions={"x402": {"resume_transaction_code": error.transaction_code}},
@@ -219,14 +254,15 @@ async def test_deadline_gives_outcome_unknown_and_resuming_pays_nothing_more(
 
 
 async def test_resume_bridge_payment_rebuilds_the_request(sandbox, chain, account):
-    chain.bridge_delay = 0.6
+    chain.bridge_delay = HOUR
     async with with_eur_payment(
         httpx.AsyncClient(), options(sandbox, account, bridge_deadline=0.1)
     ) as client:
         with pytest.raises(PaymentOutcomeUnknown) as caught:
             await client.get(sandbox.url("/weather"))
     # Later, from a client with a longer deadline: the error says what to re-send.
-    async with with_eur_payment(httpx.AsyncClient(), options(sandbox, account)) as client:
+    resuming = options(sandbox, account, on_progress=settle_once_waiting(chain))
+    async with with_eur_payment(httpx.AsyncClient(), resuming) as client:
         response = await resume_bridge_payment(client, caught.value)
     assert response.status_code == 200
     assert response.extensions["x402_payment"].transaction_code == caught.value.transaction_code
@@ -291,7 +327,7 @@ async def test_a_cancelled_bridge_transaction_is_a_typed_error(sandbox, chain, a
 
 
 async def test_a_transaction_cancelled_during_the_wait_ends_it(sandbox, chain, account):
-    chain.bridge_delay = 5.0
+    chain.bridge_delay = HOUR
     waiting = anyio.Event()
 
     def on_progress(event: PaymentProgress) -> None:
@@ -307,7 +343,7 @@ async def test_a_transaction_cancelled_during_the_wait_ends_it(sandbox, chain, a
     async with with_eur_payment(
         httpx.AsyncClient(), options(sandbox, account, on_progress=on_progress)
     ) as client:
-        with anyio.fail_after(3):
+        with anyio.fail_after(PATIENCE):
             async with anyio.create_task_group() as tg:
                 tg.start_soon(cancel_when_waiting)
                 try:
@@ -431,7 +467,7 @@ async def test_the_indexer_answers_in_the_field_notes_shape(sandbox, chain):
 async def test_cancelling_the_wait_leaves_no_task_and_logs_the_code(
     sandbox, chain, account, caplog
 ):
-    chain.bridge_delay = 0.8
+    chain.bridge_delay = HOUR
     waiting = anyio.Event()
 
     def on_progress(event: PaymentProgress) -> None:
@@ -452,8 +488,8 @@ async def test_cancelling_the_wait_leaves_no_task_and_logs_the_code(
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert any(made.code in r.getMessage() for r in warnings)
     # The code is all it takes to finish the purchase later.
-    chain.bridge_delay = BRIDGE_DELAY
-    async with with_eur_payment(httpx.AsyncClient(), options(sandbox, account)) as client:
+    resuming = options(sandbox, account, on_progress=settle_once_waiting(chain))
+    async with with_eur_payment(httpx.AsyncClient(), resuming) as client:
         response = await client.get(
             sandbox.url("/weather"), extensions={"x402": {"resume_transaction_code": made.code}}
         )
@@ -464,12 +500,24 @@ async def test_cancelling_the_wait_leaves_no_task_and_logs_the_code(
 async def test_cancelling_during_the_payment_call_still_logs_the_code(
     sandbox, chain, account, caplog
 ):
-    # The payment API answers slowly; the cancellation arrives while the POST is in flight.
-    sandbox.faults.arm("payment", Fault(kind="delay", when="after", delay=0.3))
+    # The payment API takes the money and holds its answer; the cancellation arrives while
+    # the POST is in flight, the answer after it.
+    sandbox.faults.arm("payment", Fault(kind="timeout", when="after"))
+    scope = anyio.CancelScope()
+
+    async def fetch() -> None:
+        with scope:
+            await client.get(sandbox.url("/weather"))
+
     with caplog.at_level(logging.WARNING, logger="x402_client"):
-        async with with_eur_payment(httpx.AsyncClient(), options(sandbox, account)) as client:
-            with anyio.move_on_after(0.1) as scope:
-                await client.get(sandbox.url("/weather"))
+        async with (
+            with_eur_payment(httpx.AsyncClient(), options(sandbox, account)) as client,
+            anyio.create_task_group() as tg,
+        ):
+            tg.start_soon(fetch)
+            await eventually(lambda: payments(sandbox, account), "the payment to be made")
+            scope.cancel()
+            sandbox.faults.release()
     assert scope.cancelled_caught
     [made] = payments(sandbox, account)
     assert made.code in caplog.text

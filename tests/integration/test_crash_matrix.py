@@ -44,6 +44,7 @@ from eth_account import Account as EthAccount
 
 from tests.conftest import register_secrets
 from tests.sandboxes import asset_of, evm_options
+from tests.waiting import eventually
 from x402_client import (
     Budget,
     PaymentOptions,
@@ -348,14 +349,6 @@ def _options(sandbox: Sandbox, crashed: Crashed) -> PaymentOptions:
     return PaymentOptions.model_validate(values)
 
 
-async def _eventually(check: Any, what: str, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await anyio.sleep(0.01)
-
-
 async def _kill_child(sandbox: Sandbox, crashed: Crashed, tmp_path: Path) -> None:
     """Run the payer process until it dies at `crashed.case.step`."""
     case = crashed.case
@@ -404,7 +397,7 @@ async def _kill_child(sandbox: Sandbox, crashed: Crashed, tmp_path: Path) -> Non
         # The merchant goes on without its client: it verifies (consuming the proof, and
         # settling the permit) and serves into a closed connection.
         watch.release.set()
-        await _eventually(lambda: watch.served > crashed.served_before, "the merchant")
+        await eventually(lambda: watch.served > crashed.served_before, "the merchant")
 
 
 async def _settle_bridge(sandbox: Sandbox, account: Account) -> None:
@@ -414,7 +407,7 @@ async def _settle_bridge(sandbox: Sandbox, account: Account) -> None:
         made = [t for t in sandbox.bank.payments_made if t.from_account == account.code]
         return all(t.status != "Processing" for t in made)
 
-    await _eventually(done, "the bridge transfers")
+    await eventually(done, "the bridge transfers")
 
 
 async def _money_moved(sandbox: Sandbox, crashed: Crashed) -> bool:
@@ -505,7 +498,7 @@ async def _crash_and_recover(sandbox: Sandbox, case: Case, tmp_path: Path) -> Cr
             watch = _watch(sandbox)
             judged = watch.judged
             watch.release.set()
-            await _eventually(lambda: watch.judged > judged, "the held request")
+            await eventually(lambda: watch.judged > judged, "the held request")
             crashed.held_verdict = watch.verdicts[-1]
         if case.rail == "bridge":
             await _settle_bridge(sandbox, crashed.account)

@@ -119,23 +119,22 @@ async def test_usdq_is_paid_and_counted_in_dollars(sandbox: Sandbox) -> None:
 async def test_twenty_concurrent_payments_from_one_owner(sandbox: Sandbox) -> None:
     payer_before, merchant_before, nonce_before = await _balances(sandbox, 137)
     results: list[httpx.Response] = []
-    started = time.monotonic()
-    async with _client(sandbox) as client:
+    # A deadline against a hang (a lost nonce, a lock never given back), not a speed test.
+    with anyio.fail_after(300):
+        async with _client(sandbox) as client:
 
-        async def fetch() -> None:
-            results.append(await client.get(sandbox.url("/weather")))
+            async def fetch() -> None:
+                results.append(await client.get(sandbox.url("/weather")))
 
-        async with anyio.create_task_group() as group:
-            for _ in range(20):
-                group.start_soon(fetch)
-    elapsed = time.monotonic() - started
+            async with anyio.create_task_group() as group:
+                for _ in range(20):
+                    group.start_soon(fetch)
     assert [r.status_code for r in results] == [200] * 20
     payer_after, merchant_after, nonce_after = await _balances(sandbox, 137)
     assert nonce_after == nonce_before + 20
     assert payer_before - payer_after == 20 * 100_000
     assert merchant_after - merchant_before == 20 * 100_000
     assert len({r.extensions["x402_payment"].tx_hash for r in results}) == 20
-    assert elapsed < 30
 
 
 @pytest.mark.anyio

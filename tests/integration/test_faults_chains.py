@@ -22,12 +22,12 @@ from collections.abc import AsyncIterator
 from decimal import Decimal
 from typing import Any
 
-import anyio
 import httpx
 import pytest
 from eth_account import Account as EthAccount
 
 from tests.sandboxes import evm_options, payment_options
+from tests.waiting import eventually
 from x402_client import (
     BridgeTransferFailed,
     NoSatisfiableOption,
@@ -49,6 +49,10 @@ pytestmark = pytest.mark.anyio
 PRICE = Decimal("0.10")
 ATOMIC = 100_000
 MOVED = ("paid", "unknown")
+#: How long the client waits for the payment API where a `timeout` fault holds the call:
+#: the held call does not answer while the client waits, so the client always gives up;
+#: this only has to be long enough for the call to be sent whole on a busy machine.
+GIVE_UP = 3.0
 
 
 @pytest.fixture(scope="module")
@@ -139,9 +143,11 @@ class EvmCase:
     moved: bool | None  # did money move by the time the client answered (None: either)
     path: str = "/weather"
     chain: int = 137
-    timeout: float = 10.0
-    #: the settlement may still land after the client gave up: wait this long
-    settle_wait: float = 0.0
+    #: the read timeout of the caller's paid request alone (the 402 hop and every other
+    #: call get all the time a busy machine needs)
+    paid_read_timeout: float | None = None
+    #: the held settlement goes on after the client gave up: release it, wait until it lands
+    lands_later: bool = False
 
 
 EVM_MATRIX = [
@@ -152,14 +158,15 @@ EVM_MATRIX = [
     # proof is re-sent and settles once.
     EvmCase("settle-before-500", "settle", Fault("status", status=500), None, True),
     EvmCase("settle-before-drop", "settle", Fault("drop"), None, True),
+    # /settle hangs until released; the caller's paid request times out meanwhile.
     EvmCase(
         "settle-before-timeout",
         "settle",
-        Fault("timeout", delay=1.5),
+        Fault("timeout"),
         PaymentOutcomeUnknown,
-        None,
-        timeout=0.5,
-        settle_wait=2.0,
+        False,
+        paid_read_timeout=0.5,
+        lands_later=True,
     ),
     # /settle executed the permit, then failed: the money moved once, the re-sent proof
     # is "already used", and the client must not sign a second permit.
@@ -205,6 +212,34 @@ async def _token(sandbox: Sandbox, chain: int, address: str) -> int:
     return await sandbox.evm.token_balance(chain, "EURQ", address)
 
 
+class _PaidHopTimeout(httpx.AsyncBaseTransport):
+    """The caller's own transport, with a short read timeout on the first request that
+    carries a payment proof: the client gives up on the paid request that hangs, while the
+    402 hop and any later re-send, however slow the machine, keep the client's generous
+    timeout."""
+
+    def __init__(self, read: float) -> None:
+        self._inner = httpx.AsyncHTTPTransport()
+        self._read: float | None = read
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        paid = "x-payment" in request.headers or "payment-signature" in request.headers
+        if paid and self._read is not None:
+            timeout = dict(request.extensions.get("timeout", {}))
+            request.extensions["timeout"] = {**timeout, "read": self._read}
+            self._read = None
+        return await self._inner.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+def _caller(case_read_timeout: float | None) -> httpx.AsyncClient:
+    if case_read_timeout is None:
+        return httpx.AsyncClient(timeout=30)
+    return httpx.AsyncClient(timeout=30, transport=_PaidHopTimeout(case_read_timeout))
+
+
 async def _check_evm_money(
     sandbox: Sandbox, payer: EvmPayer, chain: int, merchant_before: int
 ) -> bool:
@@ -232,7 +267,7 @@ async def test_evm_rail_under_fault(evm_sandbox: Sandbox, evm_payer: EvmPayer, c
         sandbox.faults.arm(case.endpoint, case.fault)
     url = sandbox.url(case.path)
     async with with_eur_payment(
-        httpx.AsyncClient(timeout=case.timeout), _evm_options(sandbox, evm_payer)
+        _caller(case.paid_read_timeout), _evm_options(sandbox, evm_payer)
     ) as client:
         error: X402Error | None = None
         response: httpx.Response | None = None
@@ -249,8 +284,13 @@ async def test_evm_rail_under_fault(evm_sandbox: Sandbox, evm_payer: EvmPayer, c
         moved_now = await _check_evm_money(sandbox, evm_payer, case.chain, merchant_before)
         if case.moved is not None:
             assert moved_now is case.moved
-        if case.settle_wait:
-            await anyio.sleep(case.settle_wait)
+        if case.lands_later:
+            sandbox.faults.release()
+
+            async def landed() -> bool:
+                return await _check_evm_money(sandbox, evm_payer, case.chain, merchant_before)
+
+            await eventually(landed, "the held settlement to land")
         moved = await _check_evm_money(sandbox, evm_payer, case.chain, merchant_before)
         _check_ledger(ledger, moved)
         if error is None:
@@ -341,7 +381,7 @@ class _FlakyRpc:
                     }
                 ).encode()
         else:
-            async with httpx.AsyncClient() as http:
+            async with httpx.AsyncClient(timeout=30) as http:
                 upstream = await http.post(
                     self.upstream, content=body, headers={"content-type": "application/json"}
                 )
@@ -444,6 +484,8 @@ async def test_evm_entry_whose_asset_has_no_contract_is_passed_over(evm_sandbox,
 # --- 2. the bridge rail ------------------------------------------------------------------------
 
 BRIDGE_PRICES = {"/weather": Price(PRICE, "bridged", rails=("ledgera",))}
+#: A bridge delay longer than any test: the bridge ends when the test settles it.
+HOUR = 3600.0
 EURQ = str(EURQ_ASSET_ID)
 REFUNDED = ("Cancelled", "Expired", "Failed")
 
@@ -458,9 +500,7 @@ class BridgeCase:
     moved: bool | None
     end_as: str | None = None  # chain.end_next_bridge_as(...)
     bridge_delay: float = 0.1
-    deadline: float = 10.0
-    #: the payment API may still take the money after the client gave up
-    settle_wait: float = 0.0
+    deadline: float = 60.0
 
 
 BRIDGE_MATRIX = [
@@ -478,20 +518,12 @@ BRIDGE_MATRIX = [
     BridgeCase(
         "payment-after-drop", "payment", Fault("drop", "after"), PaymentOutcomeUnknown, True
     ),
+    # the payment API hangs before or after it took the money (the fault holds the call
+    # while the test runs); a call held before it read the payment has lost its caller, who
+    # hung up, and can no longer take the money
+    BridgeCase("payment-before-timeout", "payment", Fault("timeout"), PaymentOutcomeUnknown, False),
     BridgeCase(
-        "payment-before-timeout",
-        "payment",
-        Fault("timeout", delay=0.8),
-        PaymentOutcomeUnknown,
-        False,
-        settle_wait=1.2,
-    ),
-    BridgeCase(
-        "payment-after-timeout",
-        "payment",
-        Fault("timeout", "after", delay=0.8),
-        PaymentOutcomeUnknown,
-        True,
+        "payment-after-timeout", "payment", Fault("timeout", "after"), PaymentOutcomeUnknown, True
     ),
     BridgeCase("payment-after-delay", "payment", Fault("delay", "after", delay=0.1), None, True),
     BridgeCase("payment-refused-409", "payment", Fault("status", status=409), PaymentFailed, False),
@@ -530,8 +562,9 @@ BRIDGE_MATRIX = [
     BridgeCase("bridge-cancelled", None, None, BridgeTransferFailed, False, end_as="Cancelled"),
     BridgeCase("bridge-failed", None, None, BridgeTransferFailed, False, end_as="Failed"),
     BridgeCase("bridge-expired", None, None, BridgeTransferFailed, False, end_as="Expired"),
+    # the bridge takes longer than the client's deadline (it ends when the test settles it)
     BridgeCase(
-        "bridge-deadline", None, None, PaymentOutcomeUnknown, True, bridge_delay=0.6, deadline=0.2
+        "bridge-deadline", None, None, PaymentOutcomeUnknown, True, bridge_delay=HOUR, deadline=0.2
     ),
 ]
 
@@ -539,7 +572,7 @@ BRIDGE_MATRIX = [
 def _bridge_money(sandbox: Sandbox) -> tuple[bool, list[Any]]:
     """The bridge balance invariants; returns (money moved, payments not refunded)."""
     chain = sandbox.chain_a
-    made = [t for t in sandbox.bank.payments_made if t.from_account == sandbox.payer.code]
+    made = _payer_payments(sandbox)
     kept = [t for t in made if t.status not in REFUNDED]
     assert len(kept) <= 1, f"EURO moved twice for one intent: {made}"
     assert sandbox.balance(sandbox.payer) == Decimal("100.00") - PRICE * len(kept)
@@ -553,6 +586,18 @@ def _bridge_money(sandbox: Sandbox) -> tuple[bool, list[Any]]:
             assert transaction.blockchain_tx_id is None
     assert sandbox.balance(sandbox.merchant) == 0  # EURO never reaches the merchant here
     return bool(kept), kept
+
+
+def _payer_payments(sandbox: Sandbox) -> list[Any]:
+    return [t for t in sandbox.bank.payments_made if t.from_account == sandbox.payer.code]
+
+
+def _settle_bridges(sandbox: Sandbox) -> None:
+    """Let every bridge transfer of the payer still on its way reach chain A now, as its
+    delay would."""
+    for transaction in _payer_payments(sandbox):
+        if transaction.status == "Processing":
+            sandbox.chain_a.settle_bridge(transaction.code)
 
 
 def _check_bridge_ledger(ledger: list[LedgerEntry], kept: list[Any]) -> None:
@@ -577,7 +622,7 @@ async def test_bridge_rail_under_fault(case: BridgeCase):
             sandbox.faults.arm(case.endpoint, case.fault)
         options = payment_options(
             sandbox,
-            payment_api_timeout=0.4,
+            payment_api_timeout=GIVE_UP if case.fault and case.fault.kind == "timeout" else 30.0,
             bridge_poll_interval=0.05,
             bridge_poll_max_interval=0.1,
             bridge_deadline=case.deadline,
@@ -585,7 +630,7 @@ async def test_bridge_rail_under_fault(case: BridgeCase):
             confirmation_wait=0.01,
         )
         url = sandbox.url("/weather")
-        async with with_eur_payment(httpx.AsyncClient(timeout=5), options) as client:
+        async with with_eur_payment(httpx.AsyncClient(timeout=30), options) as client:
             error: X402Error | None = None
             response: httpx.Response | None = None
             try:
@@ -602,9 +647,6 @@ async def test_bridge_rail_under_fault(case: BridgeCase):
             moved_now, kept = _bridge_money(sandbox)
             if case.moved is not None:
                 assert moved_now is case.moved
-            if case.settle_wait:
-                await anyio.sleep(case.settle_wait)
-                _, kept = _bridge_money(sandbox)
             _check_bridge_ledger(ledger, kept)
             if error is None:
                 assert [e.outcome for e in ledger] == ["paid"]
@@ -616,7 +658,7 @@ async def test_bridge_rail_under_fault(case: BridgeCase):
 
             # --- recovery: never a second payment --------------------------------------
             sandbox.faults.clear()
-            await anyio.sleep(case.bridge_delay + 0.2)  # let a made payment reach chain A
+            _settle_bridges(sandbox)  # a made payment reaches chain A
             before = list(sandbox.bank.payments_made)
             if error.proof:
                 resent = await _resend(client, url, error.proof)

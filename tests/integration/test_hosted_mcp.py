@@ -27,6 +27,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp_types import CallToolResult
 
 from tests.conftest import scan_for_secrets
+from tests.waiting import PATIENCE
 from x402_client._amounts import from_atomic
 from x402_client._models import ExactAcceptEntry
 from x402_client._provider import TransactionRecord
@@ -293,7 +294,7 @@ async def test_insufficient_funds_is_its_own_code(sandbox):
 
 
 async def poll_for_blockchain_tx_id(session: Tools, code: str) -> dict[str, Any]:
-    with anyio.fail_after(10):
+    with anyio.fail_after(PATIENCE):
         while True:
             record = await session.ok("get_transactions", txCode=code)
             if "blockchainTxId" in record:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-import threading
 from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
@@ -264,14 +263,12 @@ async def test_a_journal_locked_during_delivery_still_delivers(
     sandbox, payer, options_for, serve, tmp_path, caplog
 ):
     path = tmp_path / "state.sqlite3"
-    held: list[tuple[sqlite3.Connection, threading.Timer]] = []
+    held: list[sqlite3.Connection] = []
 
     def then(m: ScriptedMerchant, seen: Seen) -> Reply:
-        # another process takes the journal's lock while the paid request is answered
-        conn = _lock(path)
-        timer = threading.Timer(1.0, conn.rollback)
-        held.append((conn, timer))
-        timer.start()
+        # another process takes the journal's lock while the paid request is answered, and
+        # keeps it until the client is done
+        held.append(_lock(path))
         return Reply(200, {"served": True})
 
     url = await serve(ScriptedMerchant(sandbox.bank, sandbox.merchant.code, after_payment(then)))
@@ -287,10 +284,11 @@ async def test_a_journal_locked_during_delivery_still_delivers(
         (entry,) = payment_ledger(options).entries()
         assert (entry.outcome, entry.delivered) == ("paid", True)
     finally:
-        journal.close()
-        for conn, timer in held:
-            timer.join()
+        for conn in held:
+            conn.rollback()
             conn.close()
+        journal.close()
+    assert len(held) == 1
     assert len(payments(sandbox, payer)) == 1
 
 

@@ -26,6 +26,7 @@ import requests
 from mcp import Client
 
 from tests.sandboxes import asset_of
+from tests.waiting import PATIENCE
 from x402_client import (
     Budget,
     BudgetExceeded,
@@ -106,7 +107,7 @@ async def test_one_budget_holds_across_httpx_requests_and_mcp_at_once(merchant, 
     def requests_call(wait: bool) -> None:
         try:
             if wait:
-                barrier.wait(timeout=10)
+                barrier.wait(timeout=PATIENCE)
             response = session.get(url, timeout=30)
             assert response.status_code == 200, response.status_code
             assert response.x402_payment is not None  # type: ignore[attr-defined]
@@ -122,10 +123,10 @@ async def test_one_budget_holds_across_httpx_requests_and_mcp_at_once(merchant, 
 
     async def at_barrier(wait: bool) -> None:
         if wait:
-            await in_thread(barrier.wait, 10)
+            await in_thread(barrier.wait, PATIENCE)
 
     async with (
-        with_eur_payment(httpx.AsyncClient(), options) as client,
+        with_eur_payment(httpx.AsyncClient(timeout=60), options) as client,
         Client(merchant.mcp_url) as mcp,
     ):
         with_eur_payment_mcp(mcp, options)

@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import dataclasses
 import threading
-import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal
@@ -24,9 +23,10 @@ import pytest
 
 from tests.conftest import payments, scripted_402
 from tests.integration.test_faults import MATRIX as _ASYNC_MATRIX
-from tests.integration.test_faults import _ids
+from tests.integration.test_faults import _ids, fault_options
 from tests.merchants import Reply, ScriptedMerchant, Seen
 from tests.sandboxes import evm_options, payment_options
+from tests.waiting import eventually_sync
 from x402_client import (
     Budget,
     BudgetExceeded,
@@ -59,10 +59,9 @@ def _payment_threads() -> list[str]:
 def _no_loop_threads_left() -> Iterator[None]:
     yield
     # A worker finishing the last chunk may take a moment to exit after the join.
-    deadline = time.monotonic() + 2
-    while _payment_threads() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert _payment_threads() == [], "a sync client's payment thread outlived its client"
+    eventually_sync(
+        lambda: not _payment_threads(), "every sync client's payment thread to end with it"
+    )
 
 
 @contextlib.contextmanager
@@ -195,10 +194,8 @@ def test_euro_rail_under_fault(case: tuple[str, Fault, type[X402Error] | None]) 
     fault = dataclasses.replace(armed)
     with Sandbox.run_in_thread() as sandbox:
         sandbox.faults.arm(endpoint, fault)
-        options = payment_options(
-            sandbox, payment_api_timeout=0.5, confirmation_attempts=3, confirmation_wait=0.01
-        )
-        with _client(options, timeout=5) as client:
+        options = fault_options(sandbox, fault)
+        with _client(options, timeout=30) as client:
             error: X402Error | None = None
             response: httpx.Response | None = None
             try:

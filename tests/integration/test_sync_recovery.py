@@ -5,7 +5,6 @@ Over real sockets against the sandbox on 127.0.0.1."""
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Iterator
 from decimal import Decimal
 from pathlib import Path
@@ -18,10 +17,12 @@ from tests.conftest import payments
 from tests.integration.test_sync_client import served
 from tests.merchants import Reply, ScriptedMerchant, Seen
 from tests.sandboxes import payment_options
+from tests.waiting import eventually_sync
 from x402_client import (
     ConfigurationError,
     PaymentOptions,
     PaymentOutcomeUnknown,
+    PaymentProgress,
     recover_payment_sync,
     recover_payments_sync,
     resume_bridge_payment_sync,
@@ -38,12 +39,10 @@ MERCHANT_KEY = "merchant-key-1"
 @pytest.fixture(autouse=True)
 def _no_loop_threads_left() -> Iterator[None]:
     yield
-    deadline = time.monotonic() + 2
-    while time.monotonic() < deadline and any(
-        t.name.startswith("x402-sync") for t in threading.enumerate()
-    ):
-        time.sleep(0.01)
-    assert not [t.name for t in threading.enumerate() if t.name.startswith("x402-sync")]
+    eventually_sync(
+        lambda: not any(t.name.startswith("x402-sync") for t in threading.enumerate()),
+        "every sync client's payment thread to end with it",
+    )
 
 
 def _merchant(sandbox: Sandbox) -> ScriptedMerchant:
@@ -136,7 +135,8 @@ def bridged() -> Iterator[Sandbox]:
 
 def test_a_sync_client_resumes_a_bridge_payment_without_paying_again(bridged: Sandbox) -> None:
     account = bridged.bank.open_account("10.00")
-    bridged.chain_a.bridge_delay = 0.6
+    chain = bridged.chain_a
+    chain.bridge_delay = 3600  # longer than the first client's deadline on any machine
 
     def options(**overrides: Any) -> PaymentOptions:
         return payment_options(
@@ -156,7 +156,11 @@ def test_a_sync_client_resumes_a_bridge_payment_without_paying_again(bridged: Sa
     (made,) = payments(bridged, account)
     assert caught.value.transaction_code == made.code
 
-    with _client(options()) as client:
+    def settle_once_waiting(event: PaymentProgress) -> None:
+        if event.stage == "waiting" and event.transaction_code is not None:
+            chain.settle_bridge(event.transaction_code)
+
+    with _client(options(on_progress=settle_once_waiting)) as client:
         response = resume_bridge_payment_sync(client, caught.value)
     assert response.status_code == 200 and response.content == b"bridged"
     assert response.extensions["x402_payment"].transaction_code == made.code
