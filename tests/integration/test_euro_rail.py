@@ -84,8 +84,11 @@ async def test_not_confirmed_forever_is_a_typed_error_after_one_payment():
 
 
 class StealFirstProof(httpx.AsyncBaseTransport):
-    """Sits below the payment layer and replays the first proof it sees before the client
-    does: the merchant then tells the client its proof was already used."""
+    """Copies the first proof it sees and spends it in a request of its own before the
+    client's goes out: the merchant then tells the client its proof was already used, while
+    the client's own request went out once (the spec's case for one fresh payment). A layer
+    that sent the client's own request twice would be another case: see
+    test_retrying_layers.py."""
 
     def __init__(self) -> None:
         self.inner = httpx.AsyncHTTPTransport()
@@ -94,7 +97,8 @@ class StealFirstProof(httpx.AsyncBaseTransport):
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         if "x-payment" in request.headers and self.stolen == 0:
             self.stolen += 1
-            thief = await self.inner.handle_async_request(request)
+            copy = httpx.Request(request.method, request.url, headers=request.headers)
+            thief = await self.inner.handle_async_request(copy)
             await thief.aread()
             await thief.aclose()
         return await self.inner.handle_async_request(request)
