@@ -80,7 +80,7 @@ class InMemory(httpx.AsyncBaseTransport):
 
 def flows(*, suspend: bool) -> tuple[Any, HandWritten, _lean.Stats, _lean.Stats]:
     from x402_client import with_eur_payment
-    from x402_client._payment_api import PaymentAPI
+    from x402_client._state.payment_api import PaymentAPI
 
     served, paid = _lean.Stats(), _lean.Stats()
     merchant = InMemory(_lean.merchant(served), suspend=suspend)

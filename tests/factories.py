@@ -6,7 +6,7 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
-from x402_client._types import PaymentIntent
+from x402_client._protocol.types import PaymentIntent
 
 
 def euro_intent(

@@ -24,7 +24,7 @@ from typing import Any
 
 import httpx
 
-from x402_client._proof import decode_proof
+from x402_client._protocol.proof import decode_proof
 from x402_eur_sandbox import Bank
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any
 
 from x402_client import PaymentOptions
-from x402_client._assets import Asset
 from x402_client._options import EvmOptions
+from x402_client._protocol.assets import Asset
 
 
 def payment_options(sandbox: Any, **overrides: Any) -> PaymentOptions:

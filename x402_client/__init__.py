@@ -17,24 +17,38 @@ from typing import TYPE_CHECKING, Any
 from .__version__ import __version__
 
 if TYPE_CHECKING:
-    from ._amounts import (
+    from ._adapters.httpx_async import (
+        PaymentTransport,
+        payment_ledger,
+        with_eur_payment,
+    )
+    from ._adapters.httpx_sync import (
+        SyncPaymentTransport,
+        approve_permit2_sync,
+        budget_status_sync,
+        quote_payment_sync,
+        recover_payment_sync,
+        recover_payments_sync,
+        resume_bridge_payment_sync,
+        unfinished_payments_sync,
+    )
+    from ._adapters.mcp_session import PaidToolResult, with_eur_payment_mcp
+    from ._adapters.requests_session import PaymentAdapter, payment_settings
+    from ._chain_a_options import ChainAOptions
+    from ._flow.quote import Quote, QuoteEntry, budget_status, quote_payment, quote_response
+    from ._flow.recovery import Recovery, recover_payment, recover_payments, unfinished_payments
+    from ._flow.request import EXTENSION, RECEIPT_EXTENSION
+    from ._flow.resume import resume_bridge_payment
+    from ._options import EvmOptions, PaymentOptions
+    from ._protocol.amounts import (
         format_amount,
         format_money,
         from_atomic,
         to_atomic,
     )
-    from ._assets import Asset
-    from ._budget import (
-        Budget,
-        BudgetReport,
-        BudgetStatus,
-        BudgetStore,
-        CurrencyStatus,
-        InMemoryBudgetStore,
-        RedisBudgetStore,
-    )
-    from ._chain_a_options import ChainAOptions
-    from ._exceptions import (
+    from ._protocol.assets import Asset
+    from ._protocol.budgets import Budget, BudgetReport, BudgetStatus, BudgetStore, CurrencyStatus
+    from ._protocol.errors import (
         AmountLimitExceeded,
         BridgeResumeRefused,
         BridgeTransferFailed,
@@ -57,115 +71,95 @@ if TYPE_CHECKING:
         UnreplayableRequest,
         X402Error,
     )
-    from ._ledger import LedgerEntry, PaymentLedger
-    from ._mcp_pay import PaidToolResult, with_eur_payment_mcp
-    from ._netguard import DestinationGuard
-    from ._options import EvmOptions, PaymentOptions
-    from ._permit2 import Permit2Approval, approve_permit2, approve_permit2_sync
-    from ._policy import SkippedEntry, SkipReason
-    from ._progress import PaymentProgress
-    from ._proof import decode_proof, encode_proof
-    from ._quote import Quote, QuoteEntry, budget_status, quote_payment, quote_response
-    from ._recovery import Recovery, recover_payment, recover_payments, unfinished_payments
-    from ._request import EXTENSION, RECEIPT_EXTENSION
-    from ._requests import PaymentAdapter, payment_settings
-    from ._resume import resume_bridge_payment
-    from ._sqlite import JournalRecord, SqliteStore, default_state_path
-    from ._sync import (
-        SyncPaymentTransport,
-        budget_status_sync,
-        quote_payment_sync,
-        recover_payment_sync,
-        recover_payments_sync,
-        resume_bridge_payment_sync,
-        unfinished_payments_sync,
-    )
-    from ._transport import (
-        PaymentTransport,
-        payment_ledger,
-        with_eur_payment,
-    )
-    from ._types import PaymentIntent, PaymentReceipt
+    from ._protocol.events import PaymentProgress
+    from ._protocol.ledger import LedgerEntry, PaymentLedger
+    from ._protocol.policy import SkippedEntry, SkipReason
+    from ._protocol.proof import decode_proof, encode_proof
+    from ._protocol.types import PaymentIntent, PaymentReceipt
+    from ._rails.approval import Permit2Approval, approve_permit2
+    from ._state.budget_stores import InMemoryBudgetStore, RedisBudgetStore
+    from ._state.netguard import DestinationGuard
+    from ._state.sqlite_store import JournalRecord, SqliteStore, default_state_path
 
 _EXPORTS = {
-    "AmountLimitExceeded": "._exceptions",
-    "approve_permit2": "._permit2",
-    "approve_permit2_sync": "._permit2",
-    "Asset": "._assets",
-    "BridgeResumeRefused": "._exceptions",
-    "BridgeTransferFailed": "._exceptions",
-    "Budget": "._budget",
-    "budget_status": "._quote",
-    "budget_status_sync": "._sync",
-    "BudgetExceeded": "._exceptions",
-    "BudgetReport": "._budget",
-    "BudgetStatus": "._budget",
-    "BudgetStore": "._budget",
-    "ChallengeError": "._exceptions",
-    "ConfigurationError": "._exceptions",
-    "CurrencyStatus": "._budget",
-    "decode_proof": "._proof",
-    "default_state_path": "._sqlite",
-    "DestinationGuard": "._netguard",
-    "DestinationRefused": "._exceptions",
-    "encode_proof": "._proof",
+    "AmountLimitExceeded": "._protocol.errors",
+    "approve_permit2": "._rails.approval",
+    "approve_permit2_sync": "._adapters.httpx_sync",
+    "Asset": "._protocol.assets",
+    "BridgeResumeRefused": "._protocol.errors",
+    "BridgeTransferFailed": "._protocol.errors",
+    "Budget": "._protocol.budgets",
+    "budget_status": "._flow.quote",
+    "budget_status_sync": "._adapters.httpx_sync",
+    "BudgetExceeded": "._protocol.errors",
+    "BudgetReport": "._protocol.budgets",
+    "BudgetStatus": "._protocol.budgets",
+    "BudgetStore": "._protocol.budgets",
+    "ChallengeError": "._protocol.errors",
+    "ConfigurationError": "._protocol.errors",
+    "CurrencyStatus": "._protocol.budgets",
+    "decode_proof": "._protocol.proof",
+    "default_state_path": "._state.sqlite_store",
+    "DestinationGuard": "._state.netguard",
+    "DestinationRefused": "._protocol.errors",
+    "encode_proof": "._protocol.proof",
     "EvmOptions": "._options",
     "ChainAOptions": "._chain_a_options",
-    "EXTENSION": "._request",
-    "format_amount": "._amounts",
-    "format_money": "._amounts",
-    "from_atomic": "._amounts",
-    "InMemoryBudgetStore": "._budget",
-    "InsufficientFunds": "._exceptions",
-    "InvalidChallenge": "._exceptions",
-    "JournalRecord": "._sqlite",
-    "LedgerEntry": "._ledger",
-    "NoSatisfiableOption": "._exceptions",
-    "PaidToolResult": "._mcp_pay",
-    "payment_ledger": "._transport",
-    "PaymentAdapter": "._requests",
-    "PaymentAPIError": "._exceptions",
-    "PaymentFailed": "._exceptions",
-    "PaymentIntent": "._types",
-    "PaymentLedger": "._ledger",
-    "PaymentNotConfirmed": "._exceptions",
+    "EXTENSION": "._flow.request",
+    "format_amount": "._protocol.amounts",
+    "format_money": "._protocol.amounts",
+    "from_atomic": "._protocol.amounts",
+    "InMemoryBudgetStore": "._state.budget_stores",
+    "InsufficientFunds": "._protocol.errors",
+    "InvalidChallenge": "._protocol.errors",
+    "JournalRecord": "._state.sqlite_store",
+    "LedgerEntry": "._protocol.ledger",
+    "NoSatisfiableOption": "._protocol.errors",
+    "PaidToolResult": "._adapters.mcp_session",
+    "payment_ledger": "._adapters.httpx_async",
+    "PaymentAdapter": "._adapters.requests_session",
+    "PaymentAPIError": "._protocol.errors",
+    "PaymentFailed": "._protocol.errors",
+    "PaymentIntent": "._protocol.types",
+    "PaymentLedger": "._protocol.ledger",
+    "PaymentNotConfirmed": "._protocol.errors",
     "PaymentOptions": "._options",
-    "PaymentOutcomeUnknown": "._exceptions",
-    "PaymentProgress": "._progress",
-    "PaymentReceipt": "._types",
-    "PaymentRefused": "._exceptions",
-    "payment_settings": "._requests",
-    "PaymentRejectedByHook": "._exceptions",
-    "PaymentTransport": "._transport",
-    "PaymentVerificationFailed": "._exceptions",
-    "Permit2Approval": "._permit2",
-    "Quote": "._quote",
-    "quote_payment": "._quote",
-    "quote_payment_sync": "._sync",
-    "quote_response": "._quote",
-    "QuoteEntry": "._quote",
-    "RECEIPT_EXTENSION": "._request",
-    "recover_payment": "._recovery",
-    "recover_payment_sync": "._sync",
-    "recover_payments": "._recovery",
-    "recover_payments_sync": "._sync",
-    "Recovery": "._recovery",
-    "RecoveryAdvice": "._exceptions",
-    "RedisBudgetStore": "._budget",
-    "resume_bridge_payment": "._resume",
-    "resume_bridge_payment_sync": "._sync",
-    "SkippedEntry": "._policy",
-    "SkipReason": "._policy",
-    "SpenderMismatch": "._exceptions",
-    "SqliteStore": "._sqlite",
-    "SyncPaymentTransport": "._sync",
-    "to_atomic": "._amounts",
-    "unfinished_payments": "._recovery",
-    "unfinished_payments_sync": "._sync",
-    "UnreplayableRequest": "._exceptions",
-    "with_eur_payment": "._transport",
-    "with_eur_payment_mcp": "._mcp_pay",
-    "X402Error": "._exceptions",
+    "PaymentOutcomeUnknown": "._protocol.errors",
+    "PaymentProgress": "._protocol.events",
+    "PaymentReceipt": "._protocol.types",
+    "PaymentRefused": "._protocol.errors",
+    "payment_settings": "._adapters.requests_session",
+    "PaymentRejectedByHook": "._protocol.errors",
+    "PaymentTransport": "._adapters.httpx_async",
+    "PaymentVerificationFailed": "._protocol.errors",
+    "Permit2Approval": "._rails.approval",
+    "Quote": "._flow.quote",
+    "quote_payment": "._flow.quote",
+    "quote_payment_sync": "._adapters.httpx_sync",
+    "quote_response": "._flow.quote",
+    "QuoteEntry": "._flow.quote",
+    "RECEIPT_EXTENSION": "._flow.request",
+    "recover_payment": "._flow.recovery",
+    "recover_payment_sync": "._adapters.httpx_sync",
+    "recover_payments": "._flow.recovery",
+    "recover_payments_sync": "._adapters.httpx_sync",
+    "Recovery": "._flow.recovery",
+    "RecoveryAdvice": "._protocol.errors",
+    "RedisBudgetStore": "._state.budget_stores",
+    "resume_bridge_payment": "._flow.resume",
+    "resume_bridge_payment_sync": "._adapters.httpx_sync",
+    "SkippedEntry": "._protocol.policy",
+    "SkipReason": "._protocol.policy",
+    "SpenderMismatch": "._protocol.errors",
+    "SqliteStore": "._state.sqlite_store",
+    "SyncPaymentTransport": "._adapters.httpx_sync",
+    "to_atomic": "._protocol.amounts",
+    "unfinished_payments": "._flow.recovery",
+    "unfinished_payments_sync": "._adapters.httpx_sync",
+    "UnreplayableRequest": "._protocol.errors",
+    "with_eur_payment": "._adapters.httpx_async",
+    "with_eur_payment_mcp": "._adapters.mcp_session",
+    "X402Error": "._protocol.errors",
 }
 
 

@@ -33,9 +33,9 @@ from typing import Annotated, Any
 from pydantic import BaseModel, BeforeValidator, ConfigDict, ValidationError, model_validator
 from pydantic.alias_generators import to_camel
 
-from ._exceptions import ConfigurationError
-from ._redact import endpoint_url
-from ._secret import SecretStr
+from ._protocol.errors import ConfigurationError
+from ._protocol.redact import endpoint_url
+from ._protocol.secret import SecretStr
 
 __all__ = ["CHAIN_A_ENV_VARS", "ChainAOptions", "chain_a_from_env", "coerce_chain_a"]
 

@@ -23,21 +23,21 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from . import _options_checks as checks
-from ._assets import Asset
-from ._budget import CURRENCIES, Budget, BudgetStore
-from ._exceptions import ConfigurationError, X402Error
-from ._ledger import PaymentLedger
-from ._progress import PaymentProgress
-from ._redact import endpoint_url
-from ._secret import SecretStr
-from ._types import PaymentIntent, PaymentReceipt
+from ._protocol.assets import Asset
+from ._protocol.budgets import CURRENCIES, Budget, BudgetStore
+from ._protocol.errors import ConfigurationError, X402Error
+from ._protocol.events import PaymentProgress
+from ._protocol.ledger import PaymentLedger
+from ._protocol.redact import endpoint_url
+from ._protocol.secret import SecretStr
+from ._protocol.types import PaymentIntent, PaymentReceipt
 
 if TYPE_CHECKING:
     from typing import Self
 
     from ._chain_a_options import ChainAOptions
-    from ._netguard import DestinationGuard
-    from ._state import PaymentState
+    from ._state.netguard import DestinationGuard
+    from ._state.shared import PaymentState
 
 __all__ = [
     "DEFAULT_MAX_AMOUNT_PER_PAYMENT",

@@ -15,10 +15,10 @@ from collections.abc import Callable, Iterable, Mapping
 from decimal import Decimal
 from typing import Any
 
-from ._amounts import AmountError, parse_amount
-from ._budget import CURRENCIES, Budget
-from ._exceptions import ConfigurationError
-from ._secret import SecretStr
+from ._protocol.amounts import AmountError, parse_amount
+from ._protocol.budgets import CURRENCIES, Budget
+from ._protocol.errors import ConfigurationError
+from ._protocol.secret import SecretStr
 
 __all__ = [
     "WrongKind",
@@ -100,7 +100,7 @@ def budget_item(value: Any, validate: Callable[[Any], Any]) -> Any:
     """One budget: a `Budget`, a mapping of its fields, or the command line's text
     (`"5.00/24h"`; several separated by commas, returned as a tuple)."""
     if isinstance(value, str):
-        from ._budget_spec import parse_budgets  # it builds on _budget
+        from ._protocol.budget_spec import parse_budgets  # it builds on _budget
 
         try:
             return tuple(parse_budgets([value]))
@@ -147,7 +147,7 @@ def destination_guard(value: Any) -> Any:
     """None, or a `DestinationGuard` (whose module loads only when one is given)."""
     if value is None:
         return None
-    from ._netguard import DestinationGuard  # it loads the HTTP transport's modules
+    from ._state.netguard import DestinationGuard  # it loads the HTTP transport's modules
 
     if not isinstance(value, DestinationGuard):
         raise WrongKind("Input should be an instance of DestinationGuard")
@@ -258,7 +258,7 @@ def unknown_option(key: str, names: Iterable[str]) -> str:
 
 def asset_from_text(text: str, variable: str) -> Any:
     """`CHAIN:ADDRESS:SYMBOL:CURRENCY[:DECIMALS]` (the form of `X402_EUR_ASSETS`)."""
-    from ._assets import Asset
+    from ._protocol.assets import Asset
 
     parts = [p.strip() for p in text.strip().split(":")]
     if len(parts) not in (4, 5) or not parts[0].isdigit():

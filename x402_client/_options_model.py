@@ -29,7 +29,7 @@ from pydantic import (
 from pydantic_core import PydanticCustomError
 
 from . import _options_checks as checks
-from ._exceptions import ConfigurationError
+from ._protocol.errors import ConfigurationError
 
 __all__ = ["model_of", "validate"]
 

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import IO, Any
 
-from ._progress import PaymentProgress
+from ._protocol.events import PaymentProgress
 
 __all__ = ["ProgressDisplay", "bridge_progress_display"]
 

@@ -76,8 +76,8 @@ def test_amounts_that_are_not_plain_decimals_are_refused(bad: object) -> None:
 
 
 def test_a_client_proof_decodes_here_and_a_proof_from_here_decodes_in_the_client() -> None:
-    from x402_client._models import PaymentProof
-    from x402_client._proof import decode_proof, encode_proof
+    from x402_client._protocol.models import PaymentProof
+    from x402_client._protocol.proof import decode_proof, encode_proof
 
     payload = {"paymentRequestCode": "pr_abc-123"}
     theirs = encode_proof(PaymentProof(scheme="euro", network="provider:mainnet", payload=payload))

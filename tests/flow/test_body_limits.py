@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from x402_client import InvalidChallenge, with_eur_payment
-from x402_client._http import known_small
+from x402_client._state.http import known_small
 
 LIMIT = 64 * 1024
 

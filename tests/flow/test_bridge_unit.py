@@ -17,12 +17,14 @@ from x402_client import (
     PaymentOutcomeUnknown,
     decode_proof,
 )
-from x402_client._challenge import parse_accept
-from x402_client._exceptions import PaymentAPIError
-from x402_client._models import ExactAcceptEntry
-from x402_client._payer import Payer
-from x402_client._payment_api import PaymentAPI
-from x402_client._provider import TransactionRecord
+from x402_client._flow.payer import Payer
+from x402_client._flow.resume import resume_bridge_payment
+from x402_client._protocol.challenge import parse_accept
+from x402_client._protocol.errors import PaymentAPIError
+from x402_client._protocol.models import ExactAcceptEntry
+from x402_client._protocol.provider import TransactionRecord
+from x402_client._protocol.secret import SecretStr
+from x402_client._protocol.types import PaymentIntent
 from x402_client._rails.bridge import (
     BRIDGE_ASSET,
     BridgeRail,
@@ -31,9 +33,7 @@ from x402_client._rails.bridge import (
     bridge_proof,
     wait_for_blockchain_tx_id,
 )
-from x402_client._resume import resume_bridge_payment
-from x402_client._secret import SecretStr
-from x402_client._types import PaymentIntent
+from x402_client._state.payment_api import PaymentAPI
 
 pytestmark = pytest.mark.anyio
 
@@ -324,8 +324,8 @@ def test_the_payer_lists_the_bridge_rail_last():
 async def test_chain_a_entries_the_client_cannot_bridge_are_explained():
     """A USDQ entry is a direct chain-A payment (manual): the client says so, pays nothing."""
     from x402_client import NoSatisfiableOption
-    from x402_client._policy import no_candidate_error, select
-    from x402_client._rails import RequestSettings
+    from x402_client._protocol.policy import no_candidate_error, select
+    from x402_client._protocol.rail_interface import RequestSettings
 
     options = managed()
     payer = Payer(options)

@@ -28,7 +28,7 @@ from x402_client import (
     payment_ledger,
     quote_response,
 )
-from x402_client._policy import effective_cap
+from x402_client._protocol.policy import effective_cap
 
 pytestmark = pytest.mark.anyio
 
@@ -160,7 +160,7 @@ async def test_a_per_request_cap_refuses_a_dollar_offer_above_it():
 
 
 def test_a_per_request_cap_without_a_currency_lowers_every_currency():
-    from x402_client._rails import ANY_CURRENCY
+    from x402_client._protocol.rail_interface import ANY_CURRENCY
 
     caps = {"EUR": Decimal("1.00"), "USD": Decimal("0.50")}
     plain = {ANY_CURRENCY: Decimal("0.20")}

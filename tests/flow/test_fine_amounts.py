@@ -25,7 +25,7 @@ from x402_client import (
     budget_status,
     payment_ledger,
 )
-from x402_client._amounts import AmountError
+from x402_client._protocol.amounts import AmountError
 
 pytestmark = pytest.mark.anyio
 
@@ -91,7 +91,7 @@ async def test_rounding_up_can_only_make_a_budget_stricter():
 
 
 def test_to_atomic_ceiling():
-    from x402_client._amounts import to_atomic_ceiling
+    from x402_client._protocol.amounts import to_atomic_ceiling
 
     assert to_atomic_ceiling(Decimal("0.10")) == 100_000
     assert to_atomic_ceiling(Decimal("0.000000000000000001")) == 1

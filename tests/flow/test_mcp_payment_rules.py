@@ -34,7 +34,7 @@ from x402_client import (
     with_eur_payment,
     with_eur_payment_mcp,
 )
-from x402_client._mcp_pay import payment_required_of
+from x402_client._adapters.mcp_session import payment_required_of
 
 pytestmark = pytest.mark.anyio
 

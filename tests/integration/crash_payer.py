@@ -52,8 +52,8 @@ import anyio
 import httpx
 
 from x402_client import Asset, Budget, PaymentOptions, with_eur_payment
-from x402_client._payer import Payer
-from x402_client._payment_api import PaymentAPI
+from x402_client._flow.payer import Payer
+from x402_client._state.payment_api import PaymentAPI
 
 
 def _die() -> None:

@@ -34,7 +34,7 @@ from x402_client import (
     encode_proof,
     with_eur_payment,
 )
-from x402_client._resume import resume_bridge_payment
+from x402_client._flow.resume import resume_bridge_payment
 from x402_eur_sandbox import Account, Fault, Price, Sandbox
 from x402_eur_sandbox._chain_a import (
     EURQ_ASSET_ID,

@@ -28,8 +28,8 @@ from x402_client import (
     payment_ledger,
     with_eur_payment,
 )
-from x402_client._budget import Budgets
-from x402_client._challenge import prefer_order
+from x402_client._protocol.challenge import prefer_order
+from x402_client._state.budget_stores import Budgets
 from x402_eur_sandbox import EuroOffer, Price, Sandbox
 
 pytestmark = pytest.mark.anyio

@@ -29,7 +29,7 @@ from x402_client import (
     recover_payments,
     with_eur_payment,
 )
-from x402_client._state import state_of
+from x402_client._state.shared import state_of
 from x402_eur_sandbox import Account, Price, Sandbox
 from x402_eur_sandbox._chain_a import EURQ_ASSET_ID, USDQ_ASSET_ID, ChainASandbox
 from x402_eur_sandbox._chain_a_direct import MIN_FEE, decode_signed

@@ -404,8 +404,8 @@ def journal_of(path: Path, ids: list[str], resource: str = "http://127.0.0.1:9/p
     import asyncio
     from decimal import Decimal
 
-    from x402_client._sqlite import SqliteStore
-    from x402_client._types import PaymentIntent
+    from x402_client._protocol.types import PaymentIntent
+    from x402_client._state.sqlite_store import SqliteStore
 
     async def write() -> list:
         with SqliteStore(path) as store:
@@ -502,7 +502,7 @@ def test_debug_is_taken_after_the_command_too(own_state_file) -> None:
     assert failed.returncode == 1
     assert failed.stderr.startswith("Traceback (most recent call last):\n")
     assert failed.stderr.splitlines()[-1].startswith(
-        "x402_client._exceptions.ConfigurationError: no usable payment configuration"
+        "x402_client._protocol.errors.ConfigurationError: no usable payment configuration"
     )
 
 

@@ -48,14 +48,14 @@ from tests.waiting import eventually
 from x402_client import (
     Budget,
     PaymentOptions,
-    _recovery,
     recover_payments,
     unfinished_payments,
     with_eur_payment,
 )
-from x402_client._recovery import Recovery
-from x402_client._sqlite import JournalRecord, SqliteStore
-from x402_client._state import state_of
+from x402_client._flow import recovery as _recovery
+from x402_client._flow.recovery import Recovery
+from x402_client._state.shared import state_of
+from x402_client._state.sqlite_store import JournalRecord, SqliteStore
 from x402_eur_sandbox import Account, Price, Sandbox, StandardMerchant
 from x402_eur_sandbox._chain_a import EURQ_ASSET_ID
 

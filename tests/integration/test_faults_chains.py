@@ -39,8 +39,8 @@ from x402_client import (
     payment_ledger,
     with_eur_payment,
 )
-from x402_client._ledger import LedgerEntry
-from x402_client._resume import resume_bridge_payment
+from x402_client._flow.resume import resume_bridge_payment
+from x402_client._protocol.ledger import LedgerEntry
 from x402_eur_sandbox import Fault, Price, Sandbox, ServedApp
 from x402_eur_sandbox._chain_a import EURQ_ASSET_ID
 

@@ -28,9 +28,9 @@ from mcp_types import CallToolResult
 
 from tests.conftest import scan_for_secrets
 from tests.waiting import PATIENCE
-from x402_client._amounts import from_atomic
-from x402_client._models import ExactAcceptEntry
-from x402_client._provider import TransactionRecord
+from x402_client._protocol.amounts import from_atomic
+from x402_client._protocol.models import ExactAcceptEntry
+from x402_client._protocol.provider import TransactionRecord
 from x402_client._rails.bridge import bridge_proof
 from x402_eur_sandbox import Account, Bank, Price, Sandbox
 from x402_eur_sandbox._chain_a import EURQ_ASSET_ID, ChainASandbox

@@ -21,7 +21,7 @@ from x402_client import (
     unfinished_payments,
     with_eur_payment,
 )
-from x402_client._state import state_of
+from x402_client._state.shared import state_of
 from x402_eur_sandbox import Fault
 
 pytestmark = pytest.mark.anyio

@@ -39,12 +39,12 @@ import pytest
 
 from tests.factories import euro_intent
 from x402_client import Budget, PaymentOptions, PaymentTransport
-from x402_client._budget import InMemoryBudgetStore
-from x402_client._ledger import DEFAULT_MAX_ENTRIES, PaymentLedger
-from x402_client._payer import Payer
-from x402_client._payment_api import PaymentAPI
-from x402_client._state import PaymentState, state_of
-from x402_client._types import PaymentIntent
+from x402_client._flow.payer import Payer
+from x402_client._protocol.ledger import DEFAULT_MAX_ENTRIES, PaymentLedger
+from x402_client._protocol.types import PaymentIntent
+from x402_client._state.budget_stores import InMemoryBudgetStore
+from x402_client._state.payment_api import PaymentAPI
+from x402_client._state.shared import PaymentState, state_of
 from x402_eur_sandbox import ServedApp
 
 pytestmark = pytest.mark.anyio

@@ -120,7 +120,7 @@ async def stdio_tools(env: dict[str, str], *args: str, errlog: IO[str]) -> Async
 
 def unknown_proof() -> str:
     from x402_client import encode_proof
-    from x402_client._models import EuroPayload, PaymentProof
+    from x402_client._protocol.models import EuroPayload, PaymentProof
 
     payload = EuroPayload(payment_request_code="pr_never_issued").to_wire()
     return encode_proof(PaymentProof(scheme="euro", network="provider:mainnet", payload=payload))

@@ -202,7 +202,7 @@ async def test_the_server_hands_its_guard_to_the_payment_options(monkeypatch, sa
 
 
 def test_the_sandbox_env_admits_the_sandbox_and_nothing_else(sandbox):
-    from x402_client._netguard import DestinationGuard, parse_allowed_hosts
+    from x402_client._state.netguard import DestinationGuard, parse_allowed_hosts
 
     text = sandbox.env()["X402_EUR_MCP_ALLOW_HOSTS"]
     guard = DestinationGuard(parse_allowed_hosts([text]))
@@ -225,9 +225,9 @@ class _Context:
 async def test_a_facilitator_on_a_refused_address_is_never_asked(serve):
     pytest.importorskip("eth_account", reason="the EVM rail needs the evm extra")
     from x402_client import EvmOptions, PaymentOptions
-    from x402_client._challenge import parse_accept
-    from x402_client._netguard import DestinationGuard
+    from x402_client._protocol.challenge import parse_accept
     from x402_client._rails.evm import EvmPermitRail, classify_evm_extra
+    from x402_client._state.netguard import DestinationGuard
 
     facilitator = Recorder()
     facilitator_url = await serve(facilitator)

@@ -43,7 +43,7 @@ def test_an_error_that_says_nothing_of_money_takes_the_payment_it_interrupted(ou
 
 
 def test_the_quote_schema_names_every_field_the_tool_returns():
-    from x402_client._quote import QuoteEntry
+    from x402_client._flow.quote import QuoteEntry
 
     declared = set(TOOLS["quote"].output_schema["properties"]["entries"]["items"]["properties"])
     returned = set(

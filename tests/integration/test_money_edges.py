@@ -35,8 +35,8 @@ from x402_client import (
     unfinished_payments,
     with_eur_payment,
 )
-from x402_client._sqlite import SqliteStore
-from x402_client._state import state_of
+from x402_client._state.shared import state_of
+from x402_client._state.sqlite_store import SqliteStore
 
 pytestmark = pytest.mark.anyio
 

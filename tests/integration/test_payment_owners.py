@@ -33,8 +33,8 @@ from x402_client import (
     recover_payments,
     with_eur_payment,
 )
-from x402_client._sqlite import _SCHEMA_V1, SCHEMA_VERSION, SqliteStore
-from x402_client._state import state_of
+from x402_client._state.shared import state_of
+from x402_client._state.sqlite_store import _SCHEMA_V1, SCHEMA_VERSION, SqliteStore
 
 pytestmark = pytest.mark.anyio
 
@@ -43,7 +43,7 @@ pytestmark = pytest.mark.anyio
 HOLDER = textwrap.dedent("""
     import asyncio, sys
     from tests.factories import euro_intent
-    from x402_client._sqlite import SqliteStore
+    from x402_client._state.sqlite_store import SqliteStore
 
     async def main(path):
         store = SqliteStore(path)

@@ -28,11 +28,16 @@ from x402_client import (
     encode_proof,
     with_eur_payment,
 )
-from x402_client._amounts import AmountError, parse_amount, parse_atomic, to_atomic
-from x402_client._challenge import InvalidEntry, parse_accept, parse_payment_required
-from x402_client._models import EuroAcceptEntry, ExactAcceptEntry, PaymentProof
-from x402_client._proof import ProofError
-from x402_client._provider import find_transaction, provider_errors, transaction_code_of, unwrap
+from x402_client._protocol.amounts import AmountError, parse_amount, parse_atomic, to_atomic
+from x402_client._protocol.challenge import InvalidEntry, parse_accept, parse_payment_required
+from x402_client._protocol.models import EuroAcceptEntry, ExactAcceptEntry, PaymentProof
+from x402_client._protocol.proof import ProofError
+from x402_client._protocol.provider import (
+    find_transaction,
+    provider_errors,
+    transaction_code_of,
+    unwrap,
+)
 from x402_eur_sandbox import ServedApp
 
 json_scalars = (

@@ -32,9 +32,9 @@ from x402_client import (
     recover_payments,
     with_eur_payment,
 )
-from x402_client._recovery import Recovery
-from x402_client._sqlite import JournalRecord
-from x402_client._state import state_of
+from x402_client._flow.recovery import Recovery
+from x402_client._state.shared import state_of
+from x402_client._state.sqlite_store import JournalRecord
 from x402_eur_sandbox import Account, Fault, Price, Sandbox
 from x402_eur_sandbox._chain_a import ChainASandbox
 

@@ -28,7 +28,7 @@ from x402_client import (
     with_eur_payment,
     with_eur_payment_mcp,
 )
-from x402_client._state import state_of
+from x402_client._state.shared import state_of
 from x402_eur_sandbox import Sandbox
 from x402_eur_sandbox._standard import StandardMerchant
 

@@ -25,8 +25,8 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from tests.sandboxes import asset_of, payment_options
-from x402_client._models import ExactAcceptEntry
-from x402_client._rails import RequestSettings
+from x402_client._protocol.models import ExactAcceptEntry
+from x402_client._protocol.rail_interface import RequestSettings
 from x402_client._rails.eip3009 import (
     DigestSigner,
     Eip3009Rail,

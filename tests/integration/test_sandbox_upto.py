@@ -187,7 +187,7 @@ def test_upto_settle_calldata_is_the_abi_encoding() -> None:
 async def test_an_authorization_never_settled_is_given_back_once_its_deadline_passed(tmp_path):
     # A chain of its own: the test moves its clock past the authorization's deadline.
     from x402_client import Budget, recover_payments
-    from x402_client._state import state_of
+    from x402_client._state.shared import state_of
 
     async with StandardMerchant(chain_id=CHAIN_ID + 1) as merchant:
         merchant.upto_charge = Decimal(0)  # the merchant serves and settles nothing

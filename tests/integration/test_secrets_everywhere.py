@@ -42,9 +42,9 @@ from x402_client import (
     quote_payment,
     with_eur_payment,
 )
-from x402_client._payment_api import PaymentAPI
-from x402_client._redact import safe_url
-from x402_client._secret import SecretStr
+from x402_client._protocol.redact import safe_url
+from x402_client._protocol.secret import SecretStr
+from x402_client._state.payment_api import PaymentAPI
 from x402_eur_sandbox import Price, Sandbox
 
 #: Known to the session-wide scan already.

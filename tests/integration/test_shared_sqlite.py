@@ -17,7 +17,7 @@ import pytest
 
 from tests.conftest import payments
 from x402_client import Budget
-from x402_client._sqlite import SqliteStore
+from x402_client._state.sqlite_store import SqliteStore
 
 pytestmark = pytest.mark.anyio
 
@@ -26,7 +26,7 @@ REQUESTS = 30
 AGENT = textwrap.dedent("""
     import asyncio, sys, httpx
     from x402_client import Budget, BudgetExceeded, PaymentOptions, with_eur_payment
-    from x402_client._state import state_of
+    from x402_client._state.shared import state_of
 
     async def main(state_path, api_url, api_key, account, url, requests):
         options = PaymentOptions(api_key=api_key, from_account=account, api_url=api_url,

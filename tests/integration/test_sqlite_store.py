@@ -15,10 +15,11 @@ import anyio
 import pytest
 
 from tests.factories import euro_intent
-from x402_client._budget import Budget, Budgets, BudgetStore
-from x402_client._exceptions import BudgetExceeded, ConfigurationError
-from x402_client._redact import safe_url
-from x402_client._sqlite import (
+from x402_client._protocol.budgets import Budget, BudgetStore
+from x402_client._protocol.errors import BudgetExceeded, ConfigurationError
+from x402_client._protocol.redact import safe_url
+from x402_client._state.budget_stores import Budgets
+from x402_client._state.sqlite_store import (
     MAX_STORED_BODY,
     SCHEMA_VERSION,
     JournalRecord,
@@ -177,9 +178,10 @@ async def test_windowed_rows_are_pruned_with_the_window(path):
 AGENT = textwrap.dedent("""
     import os, sys, time, anyio
     from decimal import Decimal
-    from x402_client._budget import Budget, BudgetExceeded, Budgets
-    from x402_client._sqlite import SqliteStore
-    from x402_client._types import PaymentIntent
+    from x402_client._protocol.budgets import Budget
+    from x402_client._state.budget_stores import BudgetExceeded, Budgets
+    from x402_client._state.sqlite_store import SqliteStore
+    from x402_client._protocol.types import PaymentIntent
 
     async def main(path, ready, go):
         intent = PaymentIntent(rail="euro", scheme="euro", network="n", asset="EURO",
@@ -452,7 +454,7 @@ async def test_credentials_in_request_bodies_are_never_written_and_the_record_sa
 
 
 async def test_a_version_2_file_is_migrated_and_its_bodies_count_as_sent(path):
-    from x402_client._sqlite import _SCHEMA_V1, _SCHEMA_V2
+    from x402_client._state.sqlite_store import _SCHEMA_V1, _SCHEMA_V2
 
     path.parent.mkdir(parents=True)
     conn = sqlite3.connect(path)

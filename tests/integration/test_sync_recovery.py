@@ -29,7 +29,7 @@ from x402_client import (
     unfinished_payments_sync,
     with_eur_payment,
 )
-from x402_client._state import state_of
+from x402_client._state.shared import state_of
 from x402_eur_sandbox import Account, Price, Sandbox
 
 #: What the merchant wants on every request; the journal does not keep it (a secret).

@@ -2,7 +2,7 @@ from decimal import Decimal
 
 import pytest
 
-from x402_client._amounts import (
+from x402_client._protocol.amounts import (
     AmountError,
     format_amount,
     format_money,

@@ -9,7 +9,7 @@ import pytest
 from eth_utils.address import to_checksum_address
 
 from x402_client import ConfigurationError, PaymentOptions
-from x402_client._assets import KNOWN_ASSETS, Asset, find_asset
+from x402_client._protocol.assets import KNOWN_ASSETS, Asset, find_asset
 
 BASE_EURC = "0x60a3E35Cc302bFA44Cb288Bc5a4F316Fdb1adb42"
 BASE_USDC = "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913"

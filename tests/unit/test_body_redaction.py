@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from x402_client._json import MAX_DEPTH
-from x402_client._redact import safe_url
-from x402_client._redact_body import KeptBody, safe_body
+from x402_client._protocol.exact_json import MAX_DEPTH
+from x402_client._protocol.redact import safe_url
+from x402_client._protocol.redact_body import KeptBody, safe_body
 
 FORM = "application/x-www-form-urlencoded"
 JSON = "application/json"

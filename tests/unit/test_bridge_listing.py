@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from x402_client._exceptions import PaymentAPIError
-from x402_client._payment_api import transaction_list
-from x402_client._provider import TransactionRecord
-from x402_client._recovery import BRIDGE_CLOCK_SKEW, _bridge_payments, _pays
-from x402_client._sqlite import JournalRecord
+from x402_client._flow.recovery import BRIDGE_CLOCK_SKEW, _bridge_payments, _pays
+from x402_client._protocol.errors import PaymentAPIError
+from x402_client._protocol.provider import TransactionRecord
+from x402_client._state.payment_api import transaction_list
+from x402_client._state.sqlite_store import JournalRecord
 
 OPENED = datetime(2026, 3, 1, 12, 0, 0, tzinfo=timezone.utc)
 PAY_TO = "MERCHANTCHAINADDRESS"

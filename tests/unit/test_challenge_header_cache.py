@@ -9,7 +9,7 @@ import json
 import pytest
 
 from x402_client import InvalidChallenge
-from x402_client._dialects import PAYMENT_REQUIRED, Dialect, challenge_of, read_challenge
+from x402_client._protocol.dialects import PAYMENT_REQUIRED, Dialect, challenge_of, read_challenge
 
 
 def _header(price: str = "10000") -> str:

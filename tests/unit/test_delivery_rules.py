@@ -19,17 +19,17 @@ from x402_client import (
     PaymentOutcomeUnknown,
     PaymentVerificationFailed,
 )
-from x402_client._deliver import (
+from x402_client._flow.deliver import (
     PayFresh,
     _Delivering,
     failure_reason,
     receipt_of,
     settlement_of,
 )
-from x402_client._delivery import Decision, Delivery, Step
-from x402_client._payer import Payer
-from x402_client._rails import Paid
-from x402_client._types import PaymentIntent
+from x402_client._flow.payer import Payer
+from x402_client._protocol.delivery import Decision, Delivery, Step
+from x402_client._protocol.rail_interface import Paid
+from x402_client._protocol.types import PaymentIntent
 
 # (status, the 402's reason) -> the step a fresh delivery takes
 ANSWERS = [

@@ -15,9 +15,9 @@ from eth_account.messages import encode_typed_data
 from eth_utils.address import to_checksum_address
 
 from x402_client import EvmOptions, PaymentOptions
-from x402_client._assets import Asset
-from x402_client._models import EuroAcceptEntry, ExactAcceptEntry
-from x402_client._rails import Paid, RequestSettings
+from x402_client._protocol.assets import Asset
+from x402_client._protocol.models import EuroAcceptEntry, ExactAcceptEntry
+from x402_client._protocol.rail_interface import Paid, RequestSettings
 from x402_client._rails.eip3009 import (
     V1_NETWORKS,
     DigestSigner,

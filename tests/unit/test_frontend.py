@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from x402_client import _frontend, cli
+from x402_client import cli
+from x402_client._frontend import common as _frontend
 from x402_client.cli._common import _open_state, _UsageError
 from x402_client.mcp import _command
 

@@ -51,8 +51,13 @@ def test_the_scan_sees_a_long_function_and_its_reason():
 
 def test_the_scan_covers_every_module_of_the_client():
     names = {path.relative_to(PACKAGE).as_posix() for path in _modules()}
-    assert {"_payer.py", "_deliver.py", "_policy.py", "_rails/bridge.py"} <= names
-    assert {"cli/_commands.py", "mcp/_tools.py", "_options.py", "_frontend.py"} <= names
+    assert {
+        "_flow/payer.py",
+        "_flow/deliver.py",
+        "_protocol/policy.py",
+        "_rails/bridge.py",
+    } <= names
+    assert {"cli/_commands.py", "mcp/_tools.py", "_options.py", "_frontend/common.py"} <= names
 
 
 @pytest.mark.parametrize("path", _modules(), ids=lambda p: p.relative_to(PACKAGE).as_posix())

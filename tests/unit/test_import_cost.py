@@ -21,11 +21,11 @@ FORBIDDEN = (
     "web3",
     "eth_account",
     "sqlite3",
-    "x402_client._payer",
-    "x402_client._models",
-    "x402_client._challenge",
-    "x402_client._payment_api",
-    "x402_client._state",
+    "x402_client._flow.payer",
+    "x402_client._protocol.models",
+    "x402_client._protocol.challenge",
+    "x402_client._state.payment_api",
+    "x402_client._state.shared",
 )
 #: Loaded when options are first constructed (they validate with it), not by the import.
 VALIDATION = ("pydantic", "pydantic_core")
@@ -66,7 +66,7 @@ def httpx_modules() -> list[str]:
 )
 def test_the_public_import_loads_no_heavy_module(code: str, httpx_modules: list[str]) -> None:
     modules = _modules_after(code)
-    assert "x402_client._options" in modules and "x402_client._transport" in modules
+    assert "x402_client._options" in modules and "x402_client._adapters.httpx_async" in modules
     builds = "PaymentOptions(" in code
     assert builds == _loaded(modules, "pydantic")
     forbidden = [name for name in FORBIDDEN if not (builds and name in VALIDATION)]

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from x402_client import _json
+from x402_client._protocol import exact_json as _json
 
 
 def _document(rng: random.Random, depth: int = 0) -> Any:

@@ -3,8 +3,8 @@
 import re
 from decimal import Decimal
 
-from x402_client._ledger import PaymentLedger
-from x402_client._types import PaymentIntent
+from x402_client._protocol.ledger import PaymentLedger
+from x402_client._protocol.types import PaymentIntent
 
 INTENT = PaymentIntent(
     rail="euro",

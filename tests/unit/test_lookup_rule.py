@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 import pytest
 
-from x402_client._lookup import Answer, http_answer, unanswered
+from x402_client._protocol.lookup import Answer, http_answer, unanswered
 from x402_client._rails.chain_a import _confirmed_in, _round_in, verdict
 
 TXID = "T" * 52

@@ -10,8 +10,8 @@ import pytest
 
 from tests.factories import euro_intent
 from x402_client import LedgerEntry, PaymentOutcomeUnknown, PaymentReceipt
-from x402_client._amounts import format_money, from_atomic
-from x402_client._quote import Quote, QuoteEntry
+from x402_client._flow.quote import Quote, QuoteEntry
+from x402_client._protocol.amounts import format_money, from_atomic
 from x402_client.cli._render import _payment_row, _receipt_rows
 from x402_client.mcp._results import _add_payments_made, _error_json
 
@@ -61,7 +61,7 @@ def test_a_bridge_receipt_names_its_chain_transaction_once_and_its_symbol() -> N
 
 
 def test_the_payments_table_trims_a_journaled_chain_amount() -> None:
-    from x402_client._sqlite import JournalRecord
+    from x402_client._state.sqlite_store import JournalRecord
 
     fields = {name: None for name in JournalRecord.__dataclass_fields__}
     record = JournalRecord(
@@ -93,7 +93,7 @@ def test_mcp_results_never_show_six_decimals() -> None:
     _add_payments_made(made, [entry])
     assert made["payments"][0]["amount"] == "0.10"
 
-    from x402_client import _frontend
+    from x402_client._frontend import common as _frontend
 
     quote = Quote(
         url="http://merchant.test/paid",

@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 from x402_client import DestinationGuard, DestinationRefused, X402Error
-from x402_client._netguard import (
+from x402_client._state.netguard import (
     AllowedHost,
     forbidden_range,
     parse_allowed_host,

@@ -23,8 +23,8 @@ from x402_client import (
     PaymentLedger,
     PaymentOptions,
 )
-from x402_client._secret import SecretStr
-from x402_client._state import state_of
+from x402_client._protocol.secret import SecretStr
+from x402_client._state.shared import state_of
 
 KEY = "11" * 32
 ADDRESS = "0x" + "ab" * 20
@@ -255,7 +255,7 @@ def test_a_budget_mapping_is_checked_by_budget_itself() -> None:
 
 
 def test_a_destination_guard_is_kept_and_nothing_else_passes_for_one() -> None:
-    from x402_client._netguard import DestinationGuard
+    from x402_client._state.netguard import DestinationGuard
 
     guard = DestinationGuard()
     assert PaymentOptions(destination_guard=guard).destination_guard is guard

@@ -17,7 +17,7 @@ from x402.extensions.payment_identifier import (
 )
 from x402.schemas import PaymentPayload
 
-from x402_client._dialects import (
+from x402_client._protocol.dialects import (
     PAYMENT_IDENTIFIER,
     PAYMENT_SIGNATURE,
     X_PAYMENT,
@@ -28,7 +28,7 @@ from x402_client._dialects import (
     payment_id_of,
     payment_id_problem,
 )
-from x402_client._dialects import is_valid_payment_id as ours_valid
+from x402_client._protocol.dialects import is_valid_payment_id as ours_valid
 
 ENTRY = {
     "scheme": "exact",
@@ -175,9 +175,9 @@ PERMIT = {
 
 def _selection(required: bool | None, selector: Any = None) -> Any:
     from x402_client import Asset, EvmOptions, PaymentOptions
-    from x402_client._payer import Payer
-    from x402_client._policy import select
-    from x402_client._rails import RequestSettings
+    from x402_client._flow.payer import Payer
+    from x402_client._protocol.policy import select
+    from x402_client._protocol.rail_interface import RequestSettings
 
     options = PaymentOptions(
         evm=EvmOptions(private_key="0x" + "42" * 32, rpc_urls={137: "http://127.0.0.1:1"}),
@@ -233,7 +233,7 @@ def test_a_quote_says_which_entries_a_required_identifier_rules_out():
     import httpx
 
     from x402_client import Asset, EvmOptions, PaymentOptions
-    from x402_client._quote import quote_response
+    from x402_client._flow.quote import quote_response
 
     options = PaymentOptions(
         evm=EvmOptions(private_key="0x" + "42" * 32, rpc_urls={137: "http://127.0.0.1:1"}),

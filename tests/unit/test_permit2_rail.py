@@ -12,9 +12,9 @@ from eth_account.messages import encode_typed_data
 from eth_utils.crypto import keccak
 
 from x402_client import EvmOptions, PaymentOptions
-from x402_client._assets import Asset
-from x402_client._models import ExactAcceptEntry
-from x402_client._rails import RequestSettings
+from x402_client._protocol.assets import Asset
+from x402_client._protocol.models import ExactAcceptEntry
+from x402_client._protocol.rail_interface import RequestSettings
 from x402_client._rails._evm_signing import checksum_address, recover_signer
 from x402_client._rails.eip3009 import Eip3009Rail
 from x402_client._rails.permit2 import (

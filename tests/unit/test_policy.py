@@ -15,10 +15,10 @@ from x402_client import (
     NoSatisfiableOption,
     PaymentOptions,
 )
-from x402_client._delivery import Delivery, Step
-from x402_client._payer import Payer
-from x402_client._policy import EXPIRY_SKEW, SkipReason, no_candidate_error, select
-from x402_client._rails import RequestSettings
+from x402_client._flow.payer import Payer
+from x402_client._protocol.delivery import Delivery, Step
+from x402_client._protocol.policy import EXPIRY_SKEW, SkipReason, no_candidate_error, select
+from x402_client._protocol.rail_interface import RequestSettings
 
 NOW = 1_700_000_000
 OPTIONS = PaymentOptions(api_key="k", from_account="ACC_P", api_url="https://api.example")

@@ -7,8 +7,8 @@ import logging
 
 import pytest
 
+from x402_client._protocol.redact import endpoint_url, private_endpoints
 from x402_client._rails.permit2 import ChainReader
-from x402_client._redact import endpoint_url, private_endpoints
 
 KEYED = "https://rpc.node.test/v2/sk_live_rpc_key_0123456789"
 

@@ -21,14 +21,15 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.factories import euro_intent
-from x402_client import _json, decode_proof, encode_proof
-from x402_client._models import EuroPayload, PaymentProof
-from x402_client._payer import Payer
-from x402_client._payment_api import PaymentAPI, payment_request_body
-from x402_client._rails import Paid
+from x402_client import decode_proof, encode_proof
+from x402_client._flow.payer import Payer
+from x402_client._protocol import exact_json as _json
+from x402_client._protocol.models import EuroPayload, PaymentProof
+from x402_client._protocol.rail_interface import Paid
+from x402_client._protocol.secret import SecretStr
+from x402_client._protocol.types import PaymentReceipt
 from x402_client._rails.euro import euro_proof
-from x402_client._secret import SecretStr
-from x402_client._types import PaymentReceipt
+from x402_client._state.payment_api import PaymentAPI, payment_request_body
 
 texts = st.text(max_size=40)
 amounts = st.decimals(min_value=Decimal("0.01"), max_value=Decimal("1000000"), places=2)

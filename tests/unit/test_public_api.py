@@ -53,7 +53,7 @@ def test_every_error_is_an_httpx_error() -> None:
 
 
 def test_error_tree_is_drawn_in_the_docstring() -> None:
-    from x402_client import _exceptions
+    from x402_client._protocol import errors as _exceptions
 
     for name in _exceptions.__all__:
         assert name in (_exceptions.__doc__ or ""), name
@@ -158,7 +158,7 @@ def test_with_eur_payment_needs_an_httpx_client() -> None:
 
 
 def test_per_request_settings_are_validated() -> None:
-    from x402_client._request import _parse_settings
+    from x402_client._flow.request import _parse_settings
 
     with pytest.raises(ConfigurationError):
         _parse_settings({"pay": "no"})

@@ -13,7 +13,7 @@ import pytest
 
 from tests.factories import euro_intent
 from x402_client import Budget, JournalRecord, PaymentReceipt, Quote, QuoteEntry, Recovery
-from x402_client._budget import BudgetStatus, CurrencyStatus, window_text
+from x402_client._protocol.budgets import BudgetStatus, CurrencyStatus, window_text
 
 EURQ = "0x5FbDB2315678afecb367f032d93F642f64180aa3"
 PROOF = "eyJwcm9vZiI6InNlY3JldC1wcm9vZiJ9"
@@ -99,7 +99,7 @@ def test_budget_status_shows_money_trimmed() -> None:
 
 @pytest.mark.anyio
 async def test_budget_status_amounts_are_written_with_two_decimals_at_least() -> None:
-    from x402_client._budget import Budgets
+    from x402_client._state.budget_stores import Budgets
 
     budgets = Budgets([Budget("5", window="24h")], None, {"EUR": Decimal("1")})
     await budgets.reserve(euro_intent("0.100000"))

@@ -9,9 +9,10 @@ from typing import Any
 import pytest
 
 from x402_client import EvmOptions, PaymentOptions
-from x402_client._payer import Payer
-from x402_client._policy import select
-from x402_client._rails import RequestSettings, build_rails
+from x402_client._flow.payer import Payer
+from x402_client._protocol.policy import select
+from x402_client._protocol.rail_interface import RequestSettings
+from x402_client._rails import build_rails
 
 KEY = "0x" + "42" * 32
 TOKEN = "0x" + "1a" * 20

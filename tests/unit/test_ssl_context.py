@@ -9,10 +9,10 @@ from typing import Any
 import httpx
 
 from x402_client import PaymentTransport, SyncPaymentTransport
-from x402_client._http import default_ssl_context
-from x402_client._netguard import DestinationGuard
-from x402_client._payment_api import PaymentAPI
-from x402_client._secret import SecretStr
+from x402_client._protocol.secret import SecretStr
+from x402_client._state.http import default_ssl_context
+from x402_client._state.netguard import DestinationGuard
+from x402_client._state.payment_api import PaymentAPI
 
 OPTIONS = {"api_key": "sk_test_ssl", "from_account": "ACC_SSL", "api_url": "http://127.0.0.1:9"}
 

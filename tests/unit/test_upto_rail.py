@@ -16,12 +16,12 @@ from eth_account.messages import encode_typed_data
 from eth_utils.crypto import keccak
 
 from x402_client import Budget, EvmOptions, PaymentOptions
-from x402_client._assets import Asset
-from x402_client._budget import Budgets, InMemoryBudgetStore
-from x402_client._deliver import receipt_of, settled_amount_of, settled_atomic
-from x402_client._dialects import challenge_of
-from x402_client._models import ExactAcceptEntry, UptoAcceptEntry
-from x402_client._rails import Paid
+from x402_client._flow.deliver import receipt_of, settled_amount_of, settled_atomic
+from x402_client._protocol.assets import Asset
+from x402_client._protocol.dialects import challenge_of
+from x402_client._protocol.models import ExactAcceptEntry, UptoAcceptEntry
+from x402_client._protocol.rail_interface import Paid
+from x402_client._protocol.types import PaymentIntent
 from x402_client._rails._evm_signing import checksum_address
 from x402_client._rails.permit2 import Permit2Rail
 from x402_client._rails.upto import (
@@ -33,7 +33,7 @@ from x402_client._rails.upto import (
     upto_payload,
     upto_typed_data,
 )
-from x402_client._types import PaymentIntent
+from x402_client._state.budget_stores import Budgets, InMemoryBudgetStore
 
 pytestmark = pytest.mark.anyio
 
@@ -191,7 +191,7 @@ def test_an_entry_without_a_facilitator_address_says_so() -> None:
 
 def test_v1_has_no_upto_entries() -> None:
     body = {"x402Version": 1, "accepts": [{**_raw(), "maxAmountRequired": "10000"}]}
-    from x402_client import _json
+    from x402_client._protocol import exact_json as _json
 
     challenge = challenge_of(_json.dumps(body), {}, limit=65_536)
     assert challenge is not None and challenge.parse_entry(challenge.accepts[0]) is None
@@ -269,7 +269,7 @@ def test_a_receipt_shows_the_merchants_claim_and_books_the_maximum_until_verifie
 async def test_a_budget_keeps_what_was_settled_and_gives_back_the_rest(
     window: Any, store: str, tmp_path: Any
 ) -> None:
-    from x402_client._sqlite import SqliteStore
+    from x402_client._state.sqlite_store import SqliteStore
 
     budget = Budget("0.015", window=window)
     if store == "memory":

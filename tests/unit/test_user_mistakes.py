@@ -9,7 +9,7 @@ from decimal import Decimal
 import pytest
 
 from x402_client import Budget, ConfigurationError, PaymentOptions
-from x402_client._amounts import AmountError, parse_amount
+from x402_client._protocol.amounts import AmountError, parse_amount
 from x402_client.cli import _environment_help, _url
 
 

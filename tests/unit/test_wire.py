@@ -7,7 +7,7 @@ from decimal import Decimal
 import pytest
 
 from x402_client import InvalidChallenge, decode_proof, encode_proof
-from x402_client._challenge import (
+from x402_client._protocol.challenge import (
     InvalidEntry,
     VerifierReason,
     classify_reason,
@@ -15,8 +15,8 @@ from x402_client._challenge import (
     parse_failure_body,
     parse_payment_required,
 )
-from x402_client._json import JSONError, dumps, loads
-from x402_client._models import (
+from x402_client._protocol.exact_json import JSONError, dumps, loads
+from x402_client._protocol.models import (
     BridgePayload,
     EuroAcceptEntry,
     EvmPermitPayload,
@@ -26,7 +26,7 @@ from x402_client._models import (
     SettlementResult,
     VerificationResult,
 )
-from x402_client._proof import ProofError
+from x402_client._protocol.proof import ProofError
 
 EURO = {
     "scheme": "euro",

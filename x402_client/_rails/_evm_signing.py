@@ -21,8 +21,8 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from .._exceptions import ConfigurationError
-from .._secret import SecretStr
+from .._protocol.errors import ConfigurationError
+from .._protocol.secret import SecretStr
 
 if TYPE_CHECKING:
     from .._options import PaymentOptions

@@ -39,30 +39,36 @@ from typing import TYPE_CHECKING
 import anyio
 import httpx
 
-from .._amounts import format_amount
-from .._challenge import CHAIN_A_ASSETS, CHAIN_A_NETWORK, AcceptEntry, exact_amount, exact_intent
-from .._exceptions import (
+from .._options import PaymentOptions
+from .._protocol.amounts import format_amount
+from .._protocol.challenge import (
+    CHAIN_A_ASSETS,
+    CHAIN_A_NETWORK,
+    AcceptEntry,
+    exact_amount,
+    exact_intent,
+)
+from .._protocol.errors import (
     BridgeResumeRefused,
     BridgeTransferFailed,
     PaymentAPIError,
     PaymentOutcomeUnknown,
 )
-from .._models import BridgePayload, ExactAcceptEntry, PaymentProof
-from .._options import PaymentOptions
-from .._progress import PaymentProgress, Stage
-from .._proof import encode_proof
-from .._provider import FAILED_STATUSES, TransactionRecord
-from .._types import PaymentIntent
-from . import (
+from .._protocol.events import PaymentProgress, Stage
+from .._protocol.models import BridgePayload, ExactAcceptEntry, PaymentProof
+from .._protocol.proof import encode_proof
+from .._protocol.provider import FAILED_STATUSES, TransactionRecord
+from .._protocol.rail_interface import (
     Note,
     NotForThisRail,
     Paid,
     RailContext,
     RequestSettings,
-    managed_account_settings,
     no_note,
     unpayable,
 )
+from .._protocol.types import PaymentIntent
+from . import managed_account_settings
 
 if TYPE_CHECKING:
     from tenacity import RetryCallState

@@ -55,17 +55,25 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 import anyio
 import httpx
 
-from .. import _json
-from .._amounts import format_amount, from_atomic
-from .._challenge import CHAIN_A_ASSETS, CHAIN_A_NETWORK, AcceptEntry, exact_intent
-from .._exceptions import PaymentFailed
-from .._http import default_ssl_context
-from .._lookup import Answer, http_answer, unanswered
-from .._models import ChainADirectPayload, ExactAcceptEntry, PaymentProof
-from .._proof import ProofError, b64_json_decode, encode_proof
-from .._redact import endpoint_url, private_endpoints
-from .._types import PaymentIntent
-from . import Note, NotForThisRail, Paid, RailContext, RequestSettings, no_note, unpayable
+from .._protocol import exact_json as _json
+from .._protocol.amounts import format_amount, from_atomic
+from .._protocol.challenge import CHAIN_A_ASSETS, CHAIN_A_NETWORK, AcceptEntry, exact_intent
+from .._protocol.errors import PaymentFailed
+from .._protocol.lookup import Answer, http_answer, unanswered
+from .._protocol.models import ChainADirectPayload, ExactAcceptEntry, PaymentProof
+from .._protocol.proof import ProofError, b64_json_decode, encode_proof
+from .._protocol.rail_interface import (
+    Note,
+    NotForThisRail,
+    Paid,
+    RailContext,
+    RequestSettings,
+    no_note,
+    unpayable,
+)
+from .._protocol.redact import endpoint_url, private_endpoints
+from .._protocol.types import PaymentIntent
+from .._state.http import default_ssl_context
 
 if TYPE_CHECKING:
     from .._chain_a_options import ChainAOptions

@@ -42,22 +42,21 @@ from contextlib import asynccontextmanager
 from types import MappingProxyType
 from typing import Any
 
-from .._assets import Asset, find_asset
-from .._challenge import AcceptEntry
-from .._models import ExactAcceptEntry
-from .._types import PaymentIntent
-from .._types import Rail as RailName
-from . import (
-    EIP712_DOMAIN,
+from .._protocol.assets import Asset, find_asset
+from .._protocol.challenge import AcceptEntry
+from .._protocol.models import ExactAcceptEntry
+from .._protocol.rail_interface import (
     Note,
     NotForThisRail,
     Paid,
     RailContext,
     RequestSettings,
     no_note,
-    setting,
     unpayable,
 )
+from .._protocol.types import PaymentIntent
+from .._protocol.types import Rail as RailName
+from . import EIP712_DOMAIN, setting
 from ._evm_signing import ADDRESS_RE as _ADDRESS_RE
 from ._evm_signing import UINT256_LIMIT as _UINT256_LIMIT
 from ._evm_signing import DigestSigner, SignerCache, keccak256, recover_signer

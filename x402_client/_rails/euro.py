@@ -6,22 +6,22 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from .. import _json
-from .._challenge import CURRENCY_OF, EURO_ASSET, PROVIDER_NETWORK, AcceptEntry
-from .._exceptions import PaymentOutcomeUnknown
-from .._models import X402_VERSION, EuroAcceptEntry
-from .._proof import b64url
-from .._types import PaymentIntent
-from . import (
+from .._protocol import exact_json as _json
+from .._protocol.challenge import CURRENCY_OF, EURO_ASSET, PROVIDER_NETWORK, AcceptEntry
+from .._protocol.errors import PaymentOutcomeUnknown
+from .._protocol.models import X402_VERSION, EuroAcceptEntry
+from .._protocol.proof import b64url
+from .._protocol.rail_interface import (
     Note,
     NotForThisRail,
     Paid,
     RailContext,
     RequestSettings,
-    managed_account_settings,
     no_note,
     unpayable,
 )
+from .._protocol.types import PaymentIntent
+from . import managed_account_settings
 
 __all__ = ["EuroRail", "euro_proof"]
 

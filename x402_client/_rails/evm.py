@@ -43,12 +43,12 @@ from typing import TYPE_CHECKING, Any, Literal, TypeVar
 import httpx
 from pydantic import ValidationError
 
-from .. import _json
-from .._amounts import format_amount, from_atomic
-from .._challenge import EVM_NETWORKS, AcceptEntry, exact_intent
-from .._exceptions import PaymentFailed, SpenderMismatch
-from .._http import BodyTooLarge, default_ssl_context, read_bounded
-from .._models import (
+from .._options import EvmOptions
+from .._protocol import exact_json as _json
+from .._protocol.amounts import format_amount, from_atomic
+from .._protocol.challenge import EVM_NETWORKS, AcceptEntry, exact_intent
+from .._protocol.errors import PaymentFailed, SpenderMismatch
+from .._protocol.models import (
     EvmPermitExtra,
     EvmPermitPayload,
     ExactAcceptEntry,
@@ -56,21 +56,20 @@ from .._models import (
     PermitValues,
     SupportedKinds,
 )
-from .._options import EvmOptions
-from .._proof import encode_proof
-from .._redact import endpoint_url, guard_library_logs
-from .._types import PaymentIntent
-from . import (
-    EIP712_DOMAIN,
+from .._protocol.proof import encode_proof
+from .._protocol.rail_interface import (
     Note,
     NotForThisRail,
     Paid,
     RailContext,
     RequestSettings,
     no_note,
-    setting,
     unpayable,
 )
+from .._protocol.redact import endpoint_url, guard_library_logs
+from .._protocol.types import PaymentIntent
+from .._state.http import BodyTooLarge, default_ssl_context, read_bounded
+from . import EIP712_DOMAIN, setting
 from ._evm_signing import check_chain_id
 
 if TYPE_CHECKING:

@@ -38,24 +38,24 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from .._amounts import format_amount
-from .._assets import find_asset
-from .._challenge import AcceptEntry
-from .._exceptions import ConfigurationError
-from .._http import default_ssl_context
-from .._models import ExactAcceptEntry, UptoAcceptEntry
-from .._redact import endpoint_url, private_endpoints
-from .._types import PaymentIntent
-from . import (
+from .._protocol.amounts import format_amount
+from .._protocol.assets import find_asset
+from .._protocol.challenge import AcceptEntry
+from .._protocol.errors import ConfigurationError
+from .._protocol.models import ExactAcceptEntry, UptoAcceptEntry
+from .._protocol.rail_interface import (
     Note,
     NotForThisRail,
     Paid,
     RailContext,
     RequestSettings,
     no_note,
-    setting,
     unpayable,
 )
+from .._protocol.redact import endpoint_url, private_endpoints
+from .._protocol.types import PaymentIntent
+from .._state.http import default_ssl_context
+from . import setting
 from ._evm_signing import (
     ADDRESS_RE,
     UINT256_LIMIT,

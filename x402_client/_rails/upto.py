@@ -42,10 +42,9 @@ from typing import Any
 
 import httpx
 
-from .._challenge import AcceptEntry
-from .._models import UptoAcceptEntry
-from .._types import PaymentIntent
-from . import (
+from .._protocol.challenge import AcceptEntry
+from .._protocol.models import UptoAcceptEntry
+from .._protocol.rail_interface import (
     Note,
     NotForThisRail,
     Paid,
@@ -55,6 +54,7 @@ from . import (
     no_note,
     unpayable,
 )
+from .._protocol.types import PaymentIntent
 from ._evm_signing import (
     ADDRESS_RE,
     address_word,
@@ -442,7 +442,7 @@ class UptoRail(Permit2Rail):
 
 def _as_permit2_entry(entry: UptoAcceptEntry) -> Any:
     """The entry as the Permit2 rail's checks read it (the same asset, payTo, chain)."""
-    from .._models import ExactAcceptEntry
+    from .._protocol.models import ExactAcceptEntry
 
     data = entry.to_wire()
     data["scheme"] = "exact"

@@ -21,8 +21,8 @@ Heavy imports happen inside the commands, so `x402-eur --help` stays fast.
 
 Layout: `_arguments` (the parser), `_commands` (the paying commands), `_render` (what they
 print), `_common` (state file, options, bodies); the budget grammar, amounts, state path
-and environment are `x402_client._frontend`'s, shared with the MCP server. The sandbox and its
-demo are a distribution of their own (`x402-eur-sandbox serve|demo`).
+and environment are `x402_client._frontend.common`'s, shared with the MCP server. The
+sandbox and its demo are a distribution of their own (`x402-eur-sandbox serve|demo`).
 
 Exit codes: 0 success; 1 an error (network, configuration, a port in use, a payment that
 could not be finished); 2 a usage mistake (a bad option, a file named on the command line
@@ -40,7 +40,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from .._frontend import one_line as _one_line
+from .._frontend.common import one_line as _one_line
 
 # `_parser`, `_url` and `_environment_help` are re-exported for the tests.
 from ._arguments import _environment_help as _environment_help

@@ -7,8 +7,8 @@ import argparse
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from .. import _frontend
 from ..__version__ import __version__
+from .._frontend import common as _frontend
 from . import _commands, _reference
 from ._common import _UsageError
 

@@ -10,8 +10,8 @@ from contextlib import AbstractContextManager
 from datetime import datetime, timezone
 from typing import IO, TYPE_CHECKING, Any
 
-from .. import _frontend
-from .._frontend import one_line as _one_line
+from .._frontend import common as _frontend
+from .._frontend.common import one_line as _one_line
 from ._common import (
     _close_state,
     _mistake,
@@ -45,7 +45,7 @@ if TYPE_CHECKING:
     import httpx
 
     from .._options import PaymentOptions
-    from .._sqlite import JournalRecord
+    from .._state.sqlite_store import JournalRecord
 
 # --- fetch ---------------------------------------------------------------------------------
 
@@ -121,7 +121,7 @@ async def _fetch_into(
     import httpx
 
     from .. import X402Error, with_eur_payment
-    from .._http import default_ssl_context
+    from .._state.http import default_ssl_context
 
     method, body = what
     since = datetime.now(timezone.utc)
@@ -162,7 +162,7 @@ async def _fetch_into(
 
 async def _latest_unfinished(options: PaymentOptions, since: datetime) -> str | None:
     """The journal id of the newest unfinished payment made since `since`, if any."""
-    from .._state import state_of
+    from .._state.shared import state_of
 
     journal = state_of(options).journal
     if journal is None:
@@ -198,9 +198,9 @@ def _report_response(
 async def _quote(args: argparse.Namespace) -> int:
     import httpx
 
-    from .._http import default_ssl_context
-    from .._quote import quote_payment
-    from .._transport import with_eur_payment
+    from .._adapters.httpx_async import with_eur_payment
+    from .._flow.quote import quote_payment
+    from .._state.http import default_ssl_context
 
     body = _request_body(args)
     method = args.method or ("POST" if body is not None else "GET")
@@ -258,7 +258,7 @@ async def _payments(args: argparse.Namespace) -> int:
     finally:
         store.close()
     if args.json:
-        from .._amounts import format_amount
+        from .._protocol.amounts import format_amount
 
         for record in records:
             # the amount written the same way on every rail (the journal keeps 6 decimals
@@ -316,9 +316,9 @@ async def _find_record(args: argparse.Namespace) -> JournalRecord:
 async def _resume(args: argparse.Namespace) -> int:
     import httpx
 
-    from .._http import default_ssl_context
-    from .._recovery import recover_payment
-    from .._transport import with_eur_payment
+    from .._adapters.httpx_async import with_eur_payment
+    from .._flow.recovery import recover_payment
+    from .._state.http import default_ssl_context
 
     record = await _find_record(args)
     body = _request_body(args)

@@ -12,12 +12,12 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
-from .. import _frontend
-from .._redact import safe_url
+from .._frontend import common as _frontend
+from .._protocol.redact import safe_url
 
 if TYPE_CHECKING:
     from .._options import PaymentOptions
-    from .._sqlite import SqliteStore
+    from .._state.sqlite_store import SqliteStore
 
 
 class _UsageError(Exception):
@@ -54,7 +54,7 @@ def _open_state(args: argparse.Namespace, options: PaymentOptions) -> None:
 
 
 def _close_state(options: PaymentOptions | None) -> None:
-    from .._state import state_of
+    from .._state.shared import state_of
 
     # Only a state already opened: opening one here, to close it, could fail all over again.
     if options is not None and getattr(options, "_state", None) is not None:
@@ -64,8 +64,8 @@ def _close_state(options: PaymentOptions | None) -> None:
 def _open_store(args: argparse.Namespace, path: Path) -> SqliteStore:
     import sqlite3
 
-    from .._exceptions import ConfigurationError
-    from .._sqlite import SqliteStore
+    from .._protocol.errors import ConfigurationError
+    from .._state.sqlite_store import SqliteStore
 
     try:
         return SqliteStore(path)
@@ -78,7 +78,7 @@ def _open_store(args: argparse.Namespace, path: Path) -> SqliteStore:
 
 
 def _confirm(intent: Any) -> bool:
-    from .._amounts import format_money
+    from .._protocol.amounts import format_money
 
     sys.stderr.write(
         f"Pay {format_money(intent.amount, intent.currency)} ({intent.rail}) to "

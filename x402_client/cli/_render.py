@@ -11,11 +11,11 @@ from collections.abc import Iterator, Sequence
 from decimal import Decimal
 from typing import IO, TYPE_CHECKING, Any
 
-from .._redact import safe_url
+from .._protocol.redact import safe_url
 
 if TYPE_CHECKING:
-    from .._exceptions import X402Error
-    from .._sqlite import JournalRecord
+    from .._protocol.errors import X402Error
+    from .._state.sqlite_store import JournalRecord
 
 
 class _Out:
@@ -74,7 +74,7 @@ def _grid(headers: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence
 
 
 def _money(amount: Decimal | None, currency: str | None, symbol: str | None = None) -> str:
-    from .._amounts import format_money
+    from .._protocol.amounts import format_money
 
     if amount is None:
         return "?"
@@ -133,7 +133,7 @@ def _next_step(exc: X402Error, journaled: bool) -> str | None:
 def _failure_text(args: Any, exc: X402Error) -> str:
     """What failed, in the words of someone at a shell: a payment declined at the
     `--confirm` prompt is said so, not as the Python hook that refused it."""
-    from .._exceptions import PaymentRejectedByHook
+    from .._protocol.errors import PaymentRejectedByHook
 
     if (
         isinstance(exc, PaymentRejectedByHook)

@@ -46,19 +46,19 @@ Layout: `_tools` (the tools over one paying client), `_schemas` (how MCP describ
 `_results` (bodies, budgets and errors with their recovery), `_http_guard` (Host, Origin
 and bearer checks), `_server` (the MCP server and its transports), `_command` (the
 options and the checks before serving). Budgets, amounts, hosts, origins and the state
-file are read as the command line reads them (`x402_client._frontend`).
+file are read as the command line reads them (`x402_client._frontend.common`).
 """
 
 from __future__ import annotations
 
-from .._budget_spec import parse_budget, parse_budgets
-from .._frontend import (
+from .._frontend.common import (
     ALLOW_HOSTS_ENV,
     ALLOW_ORIGIN_ENV,
     BUDGET_ENV,
     MIN_TOKEN_LENGTH,
     TOKEN_ENV,
 )
+from .._protocol.budget_spec import parse_budget, parse_budgets
 from ._command import configure_parser, run
 from ._http_guard import require_bearer, require_own_host
 from ._results import ToolError

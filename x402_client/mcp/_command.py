@@ -8,20 +8,20 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
-from .. import _frontend
-from .._budget_spec import CURRENCIES
-from .._frontend import (
+from .._frontend import common as _frontend
+from .._frontend.common import (
     ALLOW_HOSTS_ENV,
     ALLOW_ORIGIN_ENV,
     BUDGET_ENV,
     TOKEN_ENV,
     argument_type,
 )
+from .._protocol.budget_spec import CURRENCIES
 from ._tools import DEFAULT_MAX_BODY_BYTES
 
 if TYPE_CHECKING:
-    from .._budget import Budget
     from .._options import PaymentOptions
+    from .._protocol.budgets import Budget
 
 __all__ = ["configure_parser", "run"]
 
@@ -248,7 +248,7 @@ async def run(args: argparse.Namespace) -> int:
     try:
         return await _serve(args, options, token)
     finally:
-        from .._state import state_of
+        from .._state.shared import state_of
 
         if options.state_path is not None:
             state_of(options).close()

@@ -10,14 +10,14 @@ from collections.abc import Sequence
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-from .._amounts import format_amount
+from .._protocol.amounts import format_amount
 
 if TYPE_CHECKING:
-    from .._budget import BudgetReport
-    from .._exceptions import RecoveryAdvice, X402Error
-    from .._ledger import LedgerEntry
     from .._options import PaymentOptions
-    from .._types import PaymentReceipt
+    from .._protocol.budgets import BudgetReport
+    from .._protocol.errors import RecoveryAdvice, X402Error
+    from .._protocol.ledger import LedgerEntry
+    from .._protocol.types import PaymentReceipt
 
 __all__ = ["ToolError"]
 
@@ -86,7 +86,7 @@ def _body_json(
 
 
 def _budget_json(report: BudgetReport, options: PaymentOptions) -> dict[str, Any]:
-    from .._budget_spec import window_text
+    from .._protocol.budget_spec import window_text
 
     budgets = [
         {
@@ -186,7 +186,7 @@ def _recovery_json(advice: RecoveryAdvice) -> dict[str, Any]:
 
 
 def _x402_error_json(exc: X402Error) -> dict[str, Any]:
-    from .._exceptions import (
+    from .._protocol.errors import (
         BridgeResumeRefused,
         BridgeTransferFailed,
         PaymentAPIError,
@@ -230,7 +230,7 @@ def _error_json(exc: BaseException) -> dict[str, Any]:
     """The `error` object of a tool error: what happened, whether money moved, how to recover."""
     import httpx
 
-    from .._exceptions import X402Error
+    from .._protocol.errors import X402Error
 
     if isinstance(exc, ToolError):
         return {

@@ -11,8 +11,8 @@ import sys
 from collections.abc import Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .._frontend import TOKEN_ENV
-from .._redact import redact_secrets, redact_urls, secrets_of
+from .._frontend.common import TOKEN_ENV
+from .._protocol.redact import redact_secrets, redact_urls, secrets_of
 from ._http_guard import require_bearer, require_own_host
 from ._schemas import TOOLS
 from ._tools import PaymentTools
@@ -30,7 +30,7 @@ logger = logging.getLogger("x402_client.mcp")
 
 
 def _instructions(options: PaymentOptions) -> str:
-    from .._amounts import format_money
+    from .._protocol.amounts import format_money
 
     limits = [budget.name + ("" if budget.window else " in total") for budget in options.budgets]
     caps = ", ".join(
@@ -168,8 +168,8 @@ async def serve(args: argparse.Namespace, options: PaymentOptions, token: str | 
     """Serve the tools over stdio, or streamable HTTP with `--http`, until stopped."""
     import httpx
 
-    from .._http import default_ssl_context
-    from .._transport import with_eur_payment
+    from .._adapters.httpx_async import with_eur_payment
+    from .._state.http import default_ssl_context
 
     secrets = secrets_of(options) + ([token] if token else [])
     with _logging_to_stderr(args.log_level, secrets):

@@ -9,8 +9,8 @@ from collections.abc import Awaitable, Callable, Mapping
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-from .. import _frontend
-from .._redact import redact_secrets, safe_url, secrets_of
+from .._frontend import common as _frontend
+from .._protocol.redact import redact_secrets, safe_url, secrets_of
 from ._results import (
     ToolError,
     _add_payments_made,
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     import httpx
 
     from .._options import PaymentOptions
-    from .._types import PaymentReceipt
+    from .._protocol.types import PaymentReceipt
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "PaymentTools"]
 
@@ -146,7 +146,7 @@ class PaymentTools:
     ) -> dict[str, Any]:
         import httpx
 
-        from .._request import EXTENSION
+        from .._flow.request import EXTENSION
 
         settings = _request_settings(max_amount, proof, resume_transaction_code)
         try:
@@ -164,9 +164,9 @@ class PaymentTools:
 
     async def _send(self, request: httpx.Request, where: str) -> dict[str, Any]:
         """`fetch`'s result for `request`: the status, the body (bounded) and the receipt."""
-        from .._exceptions import X402Error
-        from .._request import RECEIPT_EXTENSION
-        from .._types import PaymentReceipt
+        from .._flow.request import RECEIPT_EXTENSION
+        from .._protocol.errors import X402Error
+        from .._protocol.types import PaymentReceipt
 
         try:
             response = await self.client.send(request, stream=True)
@@ -206,7 +206,7 @@ class PaymentTools:
     async def quote(self, url: str, method: str = "GET") -> dict[str, Any]:
         import httpx
 
-        from .._quote import quote_payment
+        from .._flow.quote import quote_payment
 
         where = f"{method} {safe_url(url)}"
         try:
@@ -220,8 +220,8 @@ class PaymentTools:
         return _frontend.quote_json(quote)
 
     async def payments(self, limit: int = 20) -> dict[str, Any]:
-        from .._amounts import format_amount
-        from .._transport import payment_ledger
+        from .._adapters.httpx_async import payment_ledger
+        from .._protocol.amounts import format_amount
 
         entries = payment_ledger(self.options).entries()
         listed = []
@@ -234,7 +234,7 @@ class PaymentTools:
         return {"payments": listed, "count": len(entries)}
 
     async def budget(self) -> dict[str, Any]:
-        from .._quote import budget_status
+        from .._flow.quote import budget_status
 
         return _budget_json(await budget_status(self.options), self.options)
 
@@ -261,7 +261,7 @@ def _log_fetched(where: str, status: int, paid: Any) -> None:
 
 
 def _log_failure(tool: str, where: str, exc: BaseException) -> None:
-    from .._exceptions import X402Error
+    from .._protocol.errors import X402Error
 
     if isinstance(exc, X402Error):
         moved = {False: "no money moved", True: "money moved", None: "money may have moved"}

@@ -1,0 +1,273 @@
+"""Asking what a resource costs without paying, and what the budgets have left.
+
+```python
+quote = await quote_payment(client, "https://merchant.example/paid")
+for entry in quote.entries:
+    print(entry.index, entry.amount, entry.currency, entry.payable, entry.reason)
+
+report = await budget_status(client)
+for status in report:
+    print(status.budget.key, status.spent, status.remaining)
+for currency in report.currencies:      # every currency the client can pay
+    print(currency.currency, currency.max_amount_per_payment, currency.budgeted, currency.note)
+```
+
+A quote is the pure selection policy (`_policy.select`) applied to the merchant's 402,
+with the client's own options, caps and budget headroom: for each entry, whether this
+client would pay it and, if not, why. Nothing is paid and nothing but the resource is
+requested (no RPC read, no facilitator call), so an entry marked payable may still turn
+out unpayable when the client prepares it (a balance too low, an RPC down).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Mapping, Sequence
+from decimal import Decimal
+from typing import Any
+
+import httpx
+
+from .._options import PaymentOptions
+from .._protocol.amounts import money_of
+from .._protocol.budgets import BudgetReport
+from .._protocol.errors import ConfigurationError
+from .._protocol.policy import Selection, select
+from .._protocol.rail_interface import RequestSettings
+from .._protocol.redact import safe_url
+from .._protocol.types import PaymentIntent
+from .._state.shared import state_of
+from .payer import Payer
+from .request import EXTENSION
+
+__all__ = ["Quote", "QuoteEntry", "budget_status", "quote_payment", "quote_response"]
+
+
+@dataclasses.dataclass(frozen=True)
+class QuoteEntry:
+    """One `accepts` entry: the intent (when readable), and whether it would be paid.
+
+    `reason` is a `SkipReason` value (`"over_cap"`, `"expired"`, ...) and `message` the
+    sentence behind it, when the entry is not payable. `first` marks the entry the client
+    would try first.
+    """
+
+    index: int
+    accept: Mapping[str, Any]
+    intent: PaymentIntent | None
+    payable: bool
+    reason: str | None = None
+    message: str | None = None
+    first: bool = False
+
+    @property
+    def amount(self) -> Decimal | None:
+        return self.intent.amount if self.intent is not None else None
+
+    @property
+    def currency(self) -> str | None:
+        return self.intent.currency if self.intent is not None else None
+
+    @property
+    def money(self) -> str | None:
+        """The price as the library writes money (`0.10 EUR (EURQ)`), when readable."""
+        intent = self.intent
+        return (
+            None
+            if intent is None
+            else money_of(intent.amount, intent.currency, intent.asset_symbol)
+        )
+
+    def __repr__(self) -> str:
+        verdict = ("payable, first" if self.first else "payable") if self.payable else "not payable"
+        what = f"{self.money} on {self.intent.rail} {self.intent.network}" if self.intent else None
+        why = f"{self.reason}: {self.message}" if self.reason and self.message else self.reason
+        details = ", ".join(d for d in (what, why) if d)
+        return f"QuoteEntry(#{self.index} {verdict}" + (f": {details})" if details else ")")
+
+    def row(self) -> dict[str, object]:
+        """One row of a quote's table."""
+        intent = self.intent
+        return {
+            "#": self.index,
+            "payable": ("yes, first" if self.first else "yes") if self.payable else "no",
+            "price": self.money or "",
+            "rail": intent.rail if intent else "",
+            "network": intent.network if intent else str(self.accept.get("network", "")),
+            "pay to": intent.pay_to if intent else str(self.accept.get("payTo", "")),
+            "why not": self.message or self.reason or "",
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        intent = self.intent
+        return {
+            "index": self.index,
+            "payable": self.payable,
+            "first": self.first,
+            "reason": self.reason,
+            "message": self.message,
+            "scheme": intent.scheme if intent else self.accept.get("scheme"),
+            "network": intent.network if intent else self.accept.get("network"),
+            "rail": intent.rail if intent else None,
+            "asset": intent.asset_symbol if intent else self.accept.get("asset"),
+            "amount": str(intent.amount) if intent else None,
+            "currency": intent.currency if intent else None,
+            "payTo": intent.pay_to if intent else self.accept.get("payTo"),
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class Quote:
+    """What a resource costs: `status_code` 402 with `entries`, or another status (free)."""
+
+    url: str
+    status_code: int
+    entries: list[QuoteEntry]
+    error: str | None = None
+
+    @property
+    def free(self) -> bool:
+        return self.status_code != 402
+
+    @property
+    def payable(self) -> list[QuoteEntry]:
+        return [e for e in self.entries if e.payable]
+
+    def __repr__(self) -> str:
+        head = f"Quote({safe_url(self.url)}: {self.status_code}"
+        if self.free:
+            return f"{head}, free)"
+        if self.error is not None:
+            return f"{head}, unreadable: {self.error})"
+        first = next((e for e in self.entries if e.first), None)
+        shown = f"{len(self.entries)} entries, {len(self.payable)} payable"
+        if first is not None and first.intent is not None:
+            shown += f"; first #{first.index}: {first.money} on {first.intent.rail}"
+        return f"{head}, {shown})"
+
+    def _repr_html_(self) -> str:
+        from .._protocol.display import fields_table, rows_table
+
+        title = f"{safe_url(self.url)}: {self.status_code}"
+        if self.free or self.error is not None or not self.entries:
+            return fields_table(title, [("free", self.free), ("error", self.error)])
+        return rows_table(title, [entry.row() for entry in self.entries])
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready dict; the URL's credentials redacted (`safe_url`)."""
+        return {
+            "url": safe_url(self.url),
+            "status": self.status_code,
+            "free": self.free,
+            "error": self.error,
+            "entries": [e.to_json() for e in self.entries],
+        }
+
+
+def _payer_of(source: httpx.AsyncClient | PaymentOptions) -> tuple[Payer, bool]:
+    """The payer to describe entries with, and whether we made it (and must close it)."""
+    if isinstance(source, PaymentOptions):
+        return Payer(source), True
+    transport = getattr(source, "_transport", None)
+    payer = getattr(transport, "payer", None)
+    if not isinstance(payer, Payer):
+        raise ConfigurationError("this client has no payment handling: call with_eur_payment first")
+    return payer, False
+
+
+def quote_response(
+    response: httpx.Response,
+    options: PaymentOptions | httpx.AsyncClient,
+    *,
+    headroom: Mapping[str, Decimal] | None = None,
+    now: float | None = None,
+) -> Quote:
+    """The quote for a 402 `response` you already have (read it first: `response.read()`).
+
+    `headroom` defaults to no budget limit: use `quote_payment` to count the budgets.
+    Every dialect is read: the euro gates' 402 body, the standard x402 v1 body and the v2
+    `PAYMENT-REQUIRED` header.
+    """
+    from .._protocol.dialects import read_challenge
+    from .._protocol.errors import InvalidChallenge
+
+    url = str(response.request.url) if response._request is not None else ""
+    if response.status_code != 402:
+        return Quote(url, response.status_code, [])
+    payer, _ = _payer_of(options)
+    try:
+        challenge = read_challenge(
+            response.content, response.headers, limit=payer.options.max_body_bytes
+        )
+    except InvalidChallenge as exc:
+        return Quote(url, 402, [], error=str(exc))
+    selection = select(
+        challenge.accepts,
+        rails=payer.describers,
+        options=payer.options,
+        settings=RequestSettings(),
+        headroom=headroom or {},
+        now=time.time() if now is None else now,
+        resource=url,
+        parse=challenge.parse_entry,
+        rail_problem=challenge.rail_problem,
+    )
+    entries = _entries(challenge.accepts, selection)
+    # A payer made here for `options` opened nothing: `describe` does no I/O.
+    return Quote(url, 402, [entries[i] for i in sorted(entries)])
+
+
+def _entries(accepts: Sequence[Any], selection: Selection) -> dict[int, QuoteEntry]:
+    """One quote entry per `accepts` entry, by index: the payable ones as the first rail
+    that would pay them, the others with their reason."""
+    entries: dict[int, QuoteEntry] = {}
+    for position, candidate in enumerate(selection.candidates):
+        if candidate.index in entries:
+            continue  # the entry's next rail (a chain-A entry: the bridge after the wallet)
+        entries[candidate.index] = QuoteEntry(
+            candidate.index,
+            accepts[candidate.index],
+            candidate.intent,
+            payable=True,
+            first=position == 0,
+        )
+    for skipped in selection.skipped:
+        if skipped.index in entries:
+            continue  # payable by another rail, or already explained
+        raw = accepts[skipped.index]
+        entries[skipped.index] = QuoteEntry(
+            skipped.index,
+            raw if isinstance(raw, Mapping) else {"value": raw},
+            skipped.intent,
+            payable=False,
+            reason=skipped.reason.value,
+            message=skipped.message,
+        )
+    return entries
+
+
+async def quote_payment(
+    client: httpx.AsyncClient,
+    url: str,
+    method: str = "GET",
+    **request_kwargs: Any,
+) -> Quote:
+    """Ask `url` what it costs with `client` (a paying client), paying nothing."""
+    payer, _ = _payer_of(client)
+    extensions = dict(request_kwargs.pop("extensions", None) or {})
+    extensions[EXTENSION] = {"pay": False}
+    response = await client.request(method, url, extensions=extensions, **request_kwargs)
+    await response.aread()
+    budgets = payer.state.budgets
+    headroom = await budgets.headroom() if budgets.budgets else {}
+    return quote_response(response, client, headroom=headroom)
+
+
+async def budget_status(source: httpx.AsyncClient | PaymentOptions) -> BudgetReport:
+    """Each budget of the options behind `source` with what it spent and what remains (a
+    list of `BudgetStatus`) and, in `.currencies`, every currency the options can pay with
+    its per-payment cap and whether a budget covers it: once a budget is set, a currency
+    that none covers is not paid."""
+    options = source if isinstance(source, PaymentOptions) else _payer_of(source)[0].options
+    return await state_of(options).budgets.status()

@@ -1,0 +1,153 @@
+"""Delivering a proof: what to do after each answer to the paid retry. No I/O.
+
+`Delivery` is a small state machine: the driver (`_payer`) sends the request with
+`X-PAYMENT`, feeds the machine what happened (`failed_in_transit`, `answered`), and gets a
+`Decision` back:
+
+| what happened                                     | decision                           |
+|---------------------------------------------------|------------------------------------|
+| not sent (connect refused / timeout), retries left | `RETRY` after a short wait        |
+| lost in transit after sending                     | `UNKNOWN`: the merchant may have it |
+| 402 "not confirmed (status: Open)", attempts left | `RETRY` with backoff (same proof)  |
+| 402 "not confirmed", attempts used up             | `NOT_CONFIRMED`                    |
+| 402 "already used" / "expired"                    | `PAY_FRESH` (the payer: once)      |
+| the same after a 5xx (our proof may be consumed)  | `UNKNOWN`: never pay again         |
+| the same after a layer below re-sent the request  | `UNKNOWN`: never pay again         |
+| 402 with any other reason                         | `REFUSED`                          |
+| 5xx, retries left / used up                       | `RETRY` (same proof) / `UNKNOWN`   |
+| 2xx, or a redirect (3xx)                          | `SERVED`                           |
+| any other answer (429, 409, 404, ...)             | `NOT_DELIVERED`: paid, not served  |
+
+A proof is only ever re-sent, never replaced by a second payment, except on `PAY_FRESH`,
+which holds only while every send of the proof is one the client made and saw answered. A
+layer below the payment (a transport or adapter that retries) may send the paid request
+again on its own; the driver counts the sends that really went out (`sent`), and once
+there were more of them than the client made, one of the unseen answers may have consumed
+the proof: an "already used" is then no licence to pay again.
+A redirect counts as served here; when the caller's client follows it, the answer it
+leads to decides in the end (`_payer`: a later hop that fails un-delivers the payment).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+
+from .challenge import VerifierReason, classify_reason
+
+__all__ = ["Decision", "Delivery", "Step"]
+
+
+class Step(enum.Enum):
+    RETRY = "retry"
+    SERVED = "served"
+    PAY_FRESH = "pay_fresh"
+    REFUSED = "refused"
+    NOT_CONFIRMED = "not_confirmed"
+    UNKNOWN = "unknown"
+    NOT_DELIVERED = "not_delivered"
+
+
+@dataclasses.dataclass(frozen=True)
+class Decision:
+    step: Step
+    #: Seconds to wait before a `RETRY`.
+    wait: float = 0.0
+    #: The merchant's reason (402 answers) or what went wrong (`UNKNOWN`).
+    reason: str | None = None
+
+
+@dataclasses.dataclass
+class Delivery:
+    """The state of delivering one proof. `resend=True` for a proof paid earlier."""
+
+    confirmation_attempts: int = 8
+    confirmation_wait: float = 0.1
+    confirmation_max_wait: float = 2.0
+    merchant_error_retries: int = 2
+    resend: bool = False
+    sends: int = 0
+    not_confirmed: int = 0
+    merchant_errors: int = 0
+    connect_failures: int = 0
+    last_reason: str | None = None
+    #: Sends of the paid request that a layer below the payment made on its own.
+    sent_below: int = 0
+    #: Once the merchant may have consumed the proof (it answered 5xx, or a layer below
+    #: re-sent the request), a later "already used" is no reason to pay again: it may mean
+    #: our own earlier delivery.
+    maybe_consumed: bool = False
+
+    def sending(self) -> None:
+        self.sends += 1
+
+    def sent(self, times: int) -> None:
+        """The paid request went out `times` times in all so far (counted where it is
+        written, below every layer): more than the client's own sends means a layer below
+        re-sent it, and an answer the client never saw may have consumed the proof."""
+        below = times - self.sends
+        if below > self.sent_below:
+            self.sent_below = below
+            self.maybe_consumed = True
+
+    def failed_in_transit(self, *, never_sent: bool, error: str) -> Decision:
+        never_sent = never_sent and not self.sent_below
+        if never_sent and self.connect_failures < self.merchant_error_retries:
+            self.connect_failures += 1
+            return Decision(Step.RETRY, wait=0.2 * self.connect_failures)
+        return Decision(
+            Step.UNKNOWN,
+            reason=f"the paid request failed in transit ({error}); the merchant may have the "
+            "proof; re-sending it is safe",
+        )
+
+    def answered(self, status: int, reason: str | None = None) -> Decision:
+        """The merchant answered `status` (`reason`: the `error` of a 402 body)."""
+        if status == 402:
+            self.last_reason = reason
+            kind = classify_reason(reason)
+            if kind is VerifierReason.NOT_CONFIRMED:
+                self.not_confirmed += 1
+                if self.not_confirmed < self.confirmation_attempts:
+                    wait = min(
+                        self.confirmation_max_wait,
+                        self.confirmation_wait * 2 ** (self.not_confirmed - 1),
+                    )
+                    return Decision(Step.RETRY, wait=wait, reason=reason)
+                return Decision(Step.NOT_CONFIRMED, reason=reason)
+            if kind in (VerifierReason.USED, VerifierReason.EXPIRED):
+                if self.maybe_consumed:
+                    return Decision(Step.UNKNOWN, reason=self._consumed(reason))
+                return Decision(Step.PAY_FRESH, reason=reason)
+            return Decision(Step.REFUSED, reason=reason or "402 without a reason")
+        if status >= 500:
+            self.maybe_consumed = True
+            if self.merchant_errors < self.merchant_error_retries:
+                self.merchant_errors += 1
+                return Decision(Step.RETRY, wait=0.2 * self.merchant_errors)
+            return Decision(
+                Step.UNKNOWN,
+                reason=f"the merchant answered {status} to the paid request; re-sending the "
+                "proof is safe",
+            )
+        if 200 <= status < 400:
+            return Decision(Step.SERVED)
+        return Decision(
+            Step.NOT_DELIVERED,
+            reason=f"the merchant answered {status} to the paid request instead of the resource",
+        )
+
+    def _consumed(self, reason: str | None) -> str:
+        if self.sent_below:
+            times = self.sends + self.sent_below
+            return (
+                f"the merchant says {reason!r}, but the paid request went out {times} times "
+                "while the client sent it "
+                f"{'once' if self.sends == 1 else f'{self.sends} times'}: a layer below the "
+                "payment (a retrying transport or adapter) re-sent it, and an answer the client "
+                "never saw may have consumed the proof. Not paying again."
+            )
+        return (
+            f"the merchant says {reason!r} after an earlier attempt failed on its side; it "
+            "may have consumed the proof. Not paying again."
+        )

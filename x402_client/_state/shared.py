@@ -1,0 +1,109 @@
+"""What every client built from one `PaymentOptions` shares: budgets, ledger, nonce locks.
+
+Limits the user sets must hold for everything the user builds from them, so this state
+belongs to the options object, not to a client or a transport: three clients made from one
+`PaymentOptions(budgets=[Budget("0.10")])` share one 0.10 budget, re-installing payment on
+a client keeps it, and an agent that builds a client per task still has one budget. The
+scope is this process (and, with `RedisBudgetStore`, every process on that Redis).
+
+Everything here is safe to use from several threads and event loops at once (a sync client
+in one thread, an async one in another): the ledger and the in-memory budget store use
+thread locks, and `KeyedLocks` is a lock that any event loop can wait on.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import AsyncIterator, Hashable
+from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
+
+import anyio
+
+from .._protocol.ledger import PaymentLedger
+from .budget_stores import Budgets
+
+if TYPE_CHECKING:
+    from .._options import PaymentOptions
+    from .sqlite_store import SqliteStore
+
+__all__ = ["KeyedLocks", "PaymentState", "state_of"]
+
+_CREATE = threading.Lock()
+
+
+class KeyedLocks:
+    """One mutual-exclusion lock per key, usable from any thread and any event loop.
+
+    An `anyio.Lock` belongs to one event loop; these are thread locks taken without
+    blocking the loop (polled every 2 ms while contended), so a sync client driven from
+    its own loop thread and an async client share them. Contention is rare: only two
+    payments from the same EVM owner and token wait for each other.
+    """
+
+    def __init__(self) -> None:
+        self._guard = threading.Lock()
+        self._locks: dict[Hashable, threading.Lock] = {}
+
+    @asynccontextmanager
+    async def hold(self, key: Hashable) -> AsyncIterator[None]:
+        with self._guard:
+            lock = self._locks.setdefault(key, threading.Lock())
+        # A thread lock has no event to wait on from an event loop: poll it.
+        while not lock.acquire(blocking=False):  # noqa: ASYNC110
+            await anyio.sleep(0.002)
+        try:
+            yield
+        finally:
+            lock.release()
+
+
+class PaymentState:
+    """The budgets, ledger, journal and locks of one `PaymentOptions` object.
+
+    With `options.state_path`, a `SqliteStore` on that file is the payment journal and,
+    unless `budget_store` names another store, the budget store: budgets then hold across
+    restarts and across the processes of the machine. It is closed when the options object
+    is garbage-collected, or with `close()`.
+    """
+
+    def __init__(self, options: PaymentOptions) -> None:
+        self.owner = id(options)
+        self.ledger: PaymentLedger = (
+            options.ledger if options.ledger is not None else PaymentLedger()
+        )
+        self.journal: SqliteStore | None = None
+        if options.state_path is not None:
+            from .sqlite_store import SqliteStore
+
+            self.journal = SqliteStore(options.state_path)
+            weakref.finalize(options, self.journal.close)
+        store = options.budget_store if options.budget_store is not None else self.journal
+        caps = options.max_amount_per_payment
+        currencies = {currency: caps.get(currency) for currency in options.currencies}
+        self.budgets = Budgets(options.budgets, store, currencies)
+        self.locks = KeyedLocks()
+
+    def close(self) -> None:
+        """Close the state file, if any: the options can no longer pay after this."""
+        if self.journal is not None:
+            self.journal.close()
+
+    def __repr__(self) -> str:
+        return f"PaymentState({self.ledger!r}, budgets={len(self.budgets.budgets)})"
+
+
+def state_of(options: PaymentOptions) -> PaymentState:
+    """The shared state of `options`, made on first use.
+
+    A copy of the options (`model_copy`) gets its own state: its budgets may differ.
+    """
+    state = options._state
+    if state is None or state.owner != id(options):
+        with _CREATE:
+            state = options._state
+            if state is None or state.owner != id(options):
+                state = PaymentState(options)
+                options._state = state
+    return state
