@@ -35,9 +35,9 @@ if TYPE_CHECKING:
     from ._adapters.mcp_session import PaidToolResult, with_eur_payment_mcp
     from ._adapters.requests_session import PaymentAdapter, payment_settings
     from ._chain_a_options import ChainAOptions
+    from ._flow.payment import EXTENSION, RECEIPT_EXTENSION
     from ._flow.quote import Quote, QuoteEntry, budget_status, quote_payment, quote_response
     from ._flow.recovery import Recovery, recover_payment, recover_payments, unfinished_payments
-    from ._flow.request import EXTENSION, RECEIPT_EXTENSION
     from ._flow.resume import resume_bridge_payment
     from ._options import EvmOptions, PaymentOptions
     from ._protocol.amounts import (
@@ -105,7 +105,7 @@ _EXPORTS = {
     "encode_proof": "._protocol.proof",
     "EvmOptions": "._options",
     "ChainAOptions": "._chain_a_options",
-    "EXTENSION": "._flow.request",
+    "EXTENSION": "._flow.payment",
     "format_amount": "._protocol.amounts",
     "format_money": "._protocol.amounts",
     "from_atomic": "._protocol.amounts",
@@ -138,7 +138,7 @@ _EXPORTS = {
     "quote_payment_sync": "._adapters.httpx_sync",
     "quote_response": "._flow.quote",
     "QuoteEntry": "._flow.quote",
-    "RECEIPT_EXTENSION": "._flow.request",
+    "RECEIPT_EXTENSION": "._flow.payment",
     "recover_payment": "._flow.recovery",
     "recover_payment_sync": "._adapters.httpx_sync",
     "recover_payments": "._flow.recovery",

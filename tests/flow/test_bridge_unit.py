@@ -17,11 +17,10 @@ from x402_client import (
     PaymentOutcomeUnknown,
     decode_proof,
 )
-from x402_client._flow.payer import Payer
+from x402_client._flow.payment import Payer
 from x402_client._flow.resume import resume_bridge_payment
-from x402_client._protocol.challenge import parse_accept
 from x402_client._protocol.errors import PaymentAPIError
-from x402_client._protocol.models import ExactAcceptEntry
+from x402_client._protocol.models import ExactAcceptEntry, parse_accept
 from x402_client._protocol.provider import TransactionRecord
 from x402_client._protocol.secret import SecretStr
 from x402_client._protocol.types import PaymentIntent

@@ -14,7 +14,7 @@ process only, the function that runs at that step:
 | `before-call` | before `pay_payment_request` | before `pay_blockchain_address` | before `_sign` |
 | `after-call`  | after it returned         | after it returned             | after `_sign`  |
 | `wait`        | -                         | after the first `get_transaction` | -         |
-| `proof`       | at `Payer._deliver`       | at `Payer._deliver`           | at `Payer._deliver` |
+| `proof`       | at the deliver state      | at the deliver state          | at the deliver state |
 | `delivery...` | nothing here: the parent kills this process while the merchant holds the paid request |
 
 (`chain-a`, paying from the payer's own chain-A wallet: around `_Wallet.sign`, the signing
@@ -52,7 +52,7 @@ import anyio
 import httpx
 
 from x402_client import Asset, Budget, PaymentOptions, with_eur_payment
-from x402_client._flow.payer import Payer
+from x402_client._flow import payment as payment_flow
 from x402_client._state.payment_api import PaymentAPI
 
 
@@ -139,7 +139,8 @@ def _arm(rail: str, step: str, config: dict[str, Any]) -> None:
         # The first lookup answered (the transfer is still on its way): die mid-wait.
         _kill_around(PaymentAPI, "get_transaction", before=False)
     elif step == "proof":
-        _kill_around(Payer, "_deliver", before=True)
+        # The payment's deliver state: the proof exists and is about to be sent.
+        _kill_around(payment_flow, "_deliver", before=True)
     elif not step.startswith("delivery"):
         raise SystemExit(f"unknown step {step!r}")
 

@@ -26,7 +26,7 @@ from x402_client import (
     SpenderMismatch,
     with_eur_payment,
 )
-from x402_client._protocol.proof import b64_json_decode
+from x402_client._protocol.exact_json import b64_json_decode
 from x402_client._rails.evm import permit_proof, permit_typed_data
 from x402_eur_sandbox import Price, Sandbox
 

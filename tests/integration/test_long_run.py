@@ -39,7 +39,7 @@ import pytest
 
 from tests.factories import euro_intent
 from x402_client import Budget, PaymentOptions, PaymentTransport
-from x402_client._flow.payer import Payer
+from x402_client._flow.payment import Payer
 from x402_client._protocol.ledger import DEFAULT_MAX_ENTRIES, PaymentLedger
 from x402_client._protocol.types import PaymentIntent
 from x402_client._state.budget_stores import InMemoryBudgetStore
@@ -257,6 +257,12 @@ async def test_twenty_thousand_payments_keep_memory_flat(quiet_logs: None) -> No
         await run.until(WARM)
         warm = _checkpoint(run.done, state)
         await run.until(PAYMENTS - TRACED)
+        # Objects made under tracing in memory freed before it (the interpreter's free
+        # lists hand it back) are not traced; the ledger's window would free such memory
+        # for a while and make later payments look as if they grew. So the window is
+        # emptied and a full collection empties the free lists before tracing starts.
+        state.ledger._entries.clear()
+        gc.collect()
         tracemalloc.start()
         try:
             await run.until(PAYMENTS - TRACED // 3)
@@ -379,5 +385,5 @@ def test_ledger_entries_are_slotted_and_steps_are_tuples() -> None:
     # by the collection after the one that untracked its items).
     gc.collect()
     gc.collect()
-    assert not gc.is_tracked(entry._steps)
-    assert not any(gc.is_tracked(step) for step in entry._steps)
+    assert not gc.is_tracked(entry.trail)
+    assert not any(gc.is_tracked(step) for step in entry.trail)

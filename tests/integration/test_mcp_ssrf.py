@@ -225,7 +225,7 @@ class _Context:
 async def test_a_facilitator_on_a_refused_address_is_never_asked(serve):
     pytest.importorskip("eth_account", reason="the EVM rail needs the evm extra")
     from x402_client import EvmOptions, PaymentOptions
-    from x402_client._protocol.challenge import parse_accept
+    from x402_client._protocol.models import parse_accept
     from x402_client._rails.evm import EvmPermitRail, classify_evm_extra
     from x402_client._state.netguard import DestinationGuard
 

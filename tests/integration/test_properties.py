@@ -29,9 +29,15 @@ from x402_client import (
     with_eur_payment,
 )
 from x402_client._protocol.amounts import AmountError, parse_amount, parse_atomic, to_atomic
-from x402_client._protocol.challenge import InvalidEntry, parse_accept, parse_payment_required
-from x402_client._protocol.models import EuroAcceptEntry, ExactAcceptEntry, PaymentProof
-from x402_client._protocol.proof import ProofError
+from x402_client._protocol.challenge import parse_payment_required
+from x402_client._protocol.exact_json import ProofError
+from x402_client._protocol.models import (
+    EuroAcceptEntry,
+    ExactAcceptEntry,
+    InvalidEntry,
+    PaymentProof,
+    parse_accept,
+)
 from x402_client._protocol.provider import (
     find_transaction,
     provider_errors,

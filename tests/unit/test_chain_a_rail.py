@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from x402_client import ChainAOptions, ConfigurationError, PaymentOptions
-from x402_client._flow.payer import Payer
+from x402_client._flow.payment import Payer
 from x402_client._protocol.policy import SkipReason, select
 from x402_client._protocol.rail_interface import RequestSettings, proves
 from x402_client._rails.chain_a import (

@@ -19,17 +19,10 @@ from x402_client import (
     PaymentOutcomeUnknown,
     PaymentVerificationFailed,
 )
-from x402_client._flow.deliver import (
-    PayFresh,
-    _Delivering,
-    failure_reason,
-    receipt_of,
-    settlement_of,
-)
-from x402_client._flow.payer import Payer
+from x402_client._flow.payment import Delivering, LogicalRequest, Payer, PayFresh, delivering
 from x402_client._protocol.delivery import Decision, Delivery, Step
-from x402_client._protocol.rail_interface import Paid
-from x402_client._protocol.types import PaymentIntent
+from x402_client._protocol.settlement import failure_reason, receipt_of, settlement_of
+from x402_client._protocol.types import Paid, PaymentIntent
 
 # (status, the 402's reason) -> the step a fresh delivery takes
 ANSWERS = [
@@ -84,16 +77,13 @@ RE_SENDS = [
 def test_already_used_after_a_re_send_below_is_never_a_licence_to_pay(reads: list[int], step: Step):
     machine = Delivery(merchant_error_retries=2)
     (count,) = reads
-    machine.sending()
-    machine.sent(count)
-    assert machine.answered(402, "Payment request already used").step is step
+    assert machine.answered(402, "Payment request already used", sent=count).step is step
 
 
 def test_a_connect_error_after_a_re_send_below_is_not_never_sent():
     machine = Delivery(merchant_error_retries=2)
-    machine.sending()
-    machine.sent(2)
-    assert machine.failed_in_transit(never_sent=True, error="ConnectError").step is Step.UNKNOWN
+    decision = machine.failed_in_transit(never_sent=True, error="ConnectError", sent=2)
+    assert decision.step is Step.UNKNOWN
 
 
 INTENT = PaymentIntent(
@@ -109,7 +99,7 @@ INTENT = PaymentIntent(
 )
 
 
-def _delivering(*, moves_first: bool, resend: bool) -> _Delivering:
+def _delivering(*, moves_first: bool, resend: bool) -> Delivering:
     request = httpx.Request("GET", "https://merchant.example/paid")
     paid = Paid(proof="the-proof", payment_request_code="pr_1")
     made = receipt_of(INTENT, paid, datetime(2026, 1, 1, tzinfo=timezone.utc), 1)
@@ -119,7 +109,15 @@ def _delivering(*, moves_first: bool, resend: bool) -> _Delivering:
         api_url="https://api.example",
         confirmation_attempts=3,
     )
-    return _Delivering(request, request, INTENT, paid, made, options, moves_first, resend)
+
+    async def send(request: httpx.Request) -> httpx.Response:
+        raise AssertionError("nothing is sent")
+
+    guard = LogicalRequest(request)
+    return delivering(
+        guard, request, b"", send, INTENT, paid,
+        options=options, moves_first=moves_first, made=made, resend=resend,
+    )  # fmt: skip
 
 
 # (step, money moves before the proof, a re-sent proof) -> (what the caller gets, money_moved,

@@ -17,7 +17,8 @@ from eth_utils.address import to_checksum_address
 from x402_client import EvmOptions, PaymentOptions
 from x402_client._protocol.assets import Asset
 from x402_client._protocol.models import EuroAcceptEntry, ExactAcceptEntry
-from x402_client._protocol.rail_interface import Paid, RequestSettings
+from x402_client._protocol.rail_interface import RequestSettings
+from x402_client._protocol.types import Paid
 from x402_client._rails.eip3009 import (
     V1_NETWORKS,
     DigestSigner,
@@ -254,12 +255,8 @@ def test_describe_never_raises_on_odd_extras() -> None:
 # --- prepare and pay ---------------------------------------------------------------------
 
 
-async def test_prepare_does_nothing() -> None:
-    rail = _rail()
-    entry = _entry()
-    intent = rail.describe(entry, "r")
-    assert not isinstance(intent, str)
-    assert await rail.prepare(entry, intent) is None
+def test_nothing_is_read_before_signing() -> None:
+    assert _rail().prepare is None  # no RPC: the nonce is random, the facilitator checks
 
 
 async def _pay(rail: Eip3009Rail, entry: ExactAcceptEntry) -> Paid:

@@ -13,9 +13,8 @@ from eth_account import Account
 from eth_account.messages import encode_typed_data
 
 from x402_client import EvmOptions, PaymentOptions, decode_proof
-from x402_client._flow.payer import Payer
-from x402_client._protocol.challenge import parse_accept
-from x402_client._protocol.models import EvmPermitExtra, SupportedKinds
+from x402_client._flow.payment import Payer
+from x402_client._protocol.models import EvmPermitExtra, SupportedKinds, parse_accept
 from x402_client._rails.evm import (
     EvmPermitRail,
     classify_evm_extra,

@@ -52,8 +52,8 @@ def test_the_scan_sees_a_long_function_and_its_reason():
 def test_the_scan_covers_every_module_of_the_client():
     names = {path.relative_to(PACKAGE).as_posix() for path in _modules()}
     assert {
-        "_flow/payer.py",
-        "_flow/deliver.py",
+        "_flow/payment.py",
+        "_flow/resend.py",
         "_protocol/policy.py",
         "_rails/bridge.py",
     } <= names

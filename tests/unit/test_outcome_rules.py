@@ -11,7 +11,7 @@ from x402_client import (
     PaymentOutcomeUnknown,
     PaymentVerificationFailed,
 )
-from x402_client._flow.record import outcome_of, refused_money_moved
+from x402_client._protocol.delivery import outcome_of, refused_money_moved
 
 CANCELLED = BaseException("cancelled")  # an interruption: not an error of ours
 UNTYPED = RuntimeError("disk full")

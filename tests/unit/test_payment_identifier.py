@@ -175,7 +175,7 @@ PERMIT = {
 
 def _selection(required: bool | None, selector: Any = None) -> Any:
     from x402_client import Asset, EvmOptions, PaymentOptions
-    from x402_client._flow.payer import Payer
+    from x402_client._flow.payment import Payer
     from x402_client._protocol.policy import select
     from x402_client._protocol.rail_interface import RequestSettings
 

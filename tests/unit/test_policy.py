@@ -15,7 +15,7 @@ from x402_client import (
     NoSatisfiableOption,
     PaymentOptions,
 )
-from x402_client._flow.payer import Payer
+from x402_client._flow.payment import Payer
 from x402_client._protocol.delivery import Delivery, Step
 from x402_client._protocol.policy import EXPIRY_SKEW, SkipReason, no_candidate_error, select
 from x402_client._protocol.rail_interface import RequestSettings

@@ -3,7 +3,7 @@
 The euro proof and the payment-API body are written with f-strings (a paid request spends
 no time building models for them); these properties pin them to `encode_proof` and
 `_json.dumps`, for any strings and amounts the wire can carry. So are the shared JSON
-decoder (`_json.loads`) and the settled receipt (`Payer._receipt`).
+decoder (`_json.loads`) and the settled receipt (`receipt_of`).
 """
 
 from __future__ import annotations
@@ -22,12 +22,11 @@ from hypothesis import strategies as st
 
 from tests.factories import euro_intent
 from x402_client import decode_proof, encode_proof
-from x402_client._flow.payer import Payer
 from x402_client._protocol import exact_json as _json
 from x402_client._protocol.models import EuroPayload, PaymentProof
-from x402_client._protocol.rail_interface import Paid
 from x402_client._protocol.secret import SecretStr
-from x402_client._protocol.types import PaymentReceipt
+from x402_client._protocol.settlement import receipt_of
+from x402_client._protocol.types import Paid, PaymentReceipt
 from x402_client._rails.euro import euro_proof
 from x402_client._state.payment_api import PaymentAPI, payment_request_body
 
@@ -155,11 +154,11 @@ def test_receipt_with_settlement_keeps_every_field() -> None:
         payer="0xpayer",
     )
     at = datetime(2026, 11, 22, tzinfo=timezone.utc)
-    base = Payer._receipt(intent, paid, at, 3)
+    base = receipt_of(intent, paid, at, 3)
     settlement = {"success": True, "transaction": "0xabc"}
-    made = Payer._receipt(intent, paid, base.paid_at, base.payments, settlement)
+    made = receipt_of(intent, paid, base.paid_at, base.payments, settlement)
     assert made == dataclasses.replace(base, settlement=settlement, tx_hash="0xabc")
     assert made.proof == base.proof  # not compared by ==, checked on its own
     untouched = {f.name for f in dataclasses.fields(PaymentReceipt)} - {"settlement", "tx_hash"}
     assert all(getattr(made, name) == getattr(base, name) for name in untouched)
-    assert Payer._receipt(intent, paid, at, 3, {"success": True}).tx_hash is None
+    assert receipt_of(intent, paid, at, 3, {"success": True}).tx_hash is None

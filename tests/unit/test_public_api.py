@@ -158,12 +158,12 @@ def test_with_eur_payment_needs_an_httpx_client() -> None:
 
 
 def test_per_request_settings_are_validated() -> None:
-    from x402_client._flow.request import _parse_settings
+    from x402_client._flow.payment import parse_settings
 
     with pytest.raises(ConfigurationError):
-        _parse_settings({"pay": "no"})
+        parse_settings({"pay": "no"})
     with pytest.raises(ConfigurationError):
-        _parse_settings({"typo": 1})
-    assert _parse_settings({"max_amount_per_payment": {"usd": "0.5"}}).limits == {
+        parse_settings({"typo": 1})
+    assert parse_settings({"max_amount_per_payment": {"usd": "0.5"}}).limits == {
         "USD": Decimal("0.5")
     }

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from x402_client import EvmOptions, PaymentOptions
-from x402_client._flow.payer import Payer
+from x402_client._flow.payment import Payer
 from x402_client._protocol.policy import select
 from x402_client._protocol.rail_interface import RequestSettings
 from x402_client._rails import build_rails

@@ -16,12 +16,11 @@ from eth_account.messages import encode_typed_data
 from eth_utils.crypto import keccak
 
 from x402_client import Budget, EvmOptions, PaymentOptions
-from x402_client._flow.deliver import receipt_of, settled_amount_of, settled_atomic
 from x402_client._protocol.assets import Asset
 from x402_client._protocol.dialects import challenge_of
 from x402_client._protocol.models import ExactAcceptEntry, UptoAcceptEntry
-from x402_client._protocol.rail_interface import Paid
-from x402_client._protocol.types import PaymentIntent
+from x402_client._protocol.settlement import receipt_of, settled_amount_of, settled_atomic
+from x402_client._protocol.types import Paid, PaymentIntent
 from x402_client._rails._evm_signing import checksum_address
 from x402_client._rails.permit2 import Permit2Rail
 from x402_client._rails.upto import (

@@ -8,25 +8,24 @@ import pytest
 
 from x402_client import InvalidChallenge, decode_proof, encode_proof
 from x402_client._protocol.challenge import (
-    InvalidEntry,
     VerifierReason,
     classify_reason,
-    parse_accept,
     parse_failure_body,
     parse_payment_required,
 )
-from x402_client._protocol.exact_json import JSONError, dumps, loads
+from x402_client._protocol.exact_json import JSONError, ProofError, dumps, loads
 from x402_client._protocol.models import (
     BridgePayload,
     EuroAcceptEntry,
     EvmPermitPayload,
     ExactAcceptEntry,
+    InvalidEntry,
     PaymentProof,
     SettlementRequest,
     SettlementResult,
     VerificationResult,
+    parse_accept,
 )
-from x402_client._protocol.proof import ProofError
 
 EURO = {
     "scheme": "euro",

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     # `PaymentOptions(...)` do not need.
     import requests
 
-    from .._flow.payer import Payer
+    from .._flow.payment import Payer
     from .httpx_sync import SyncPaymentTransport
 
 __all__ = [
@@ -51,26 +51,15 @@ def install_boundary(client: httpx.AsyncClient) -> None:
     an error raised above the payment transport (httpx's own redirect handling, a body
     read by `send`, an event hook) after a payment reaches the caller as the truthful
     "money moved" error (`Payer.conclude`). Installed once per client."""
-    from .._flow.request import LogicalRequest
+    from .._flow.payment import Boundary, LogicalRequest
 
     send = client.send
     if getattr(send, "_x402_boundary", False):
         return
 
     async def bounded_send(request: httpx.Request, *args: Any, **kwargs: Any) -> httpx.Response:
-        guard = LogicalRequest.begin(request)
-        try:
+        async with Boundary(LogicalRequest.begin(request)):
             return await send(request, *args, **kwargs)
-        except Exception as exc:
-            payer = guard.payer
-            if payer is None:
-                raise
-            error = await payer.conclude(guard, exc)
-            if error is exc:
-                raise
-            raise error from exc
-        finally:
-            guard.end()
 
     bounded_send._x402_boundary = True  # type: ignore[attr-defined]
     object.__setattr__(client, "send", bounded_send)
@@ -96,14 +85,14 @@ class PaymentTransport(httpx.AsyncBaseTransport):
         *,
         payer: Payer | None = None,
     ) -> None:
-        from .._flow.payer import Payer
-        from .._flow.request import LogicalRequest
+        from .._flow.payment import Boundary, LogicalRequest, Payer
 
         if transport is None:
             transport = httpx.AsyncHTTPTransport(verify=default_ssl_context())
         self._transport = transport
         self._payer = payer if payer is not None else Payer(coerce_options(options))
         self._guard_of = LogicalRequest.of
+        self._boundary = Boundary
         self._retired: list[Payer] = []
 
     def __repr__(self) -> str:
@@ -129,7 +118,9 @@ class PaymentTransport(httpx.AsyncBaseTransport):
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         guard = self._guard_of(request)
-        try:
+        # The truth boundary, unless the client's own `send` holds it (then it also covers
+        # what httpx raises above this transport).
+        async with self._boundary(guard, outermost=False):
             response = await self._transport.handle_async_request(request)
             if response.status_code != 402:
                 if not guard.receipts:
@@ -138,16 +129,6 @@ class PaymentTransport(httpx.AsyncBaseTransport):
             return await self._payer.handle_402(
                 guard, request, response, self._transport.handle_async_request
             )
-        except Exception as exc:
-            # The truth boundary, unless the client's own `send` holds it (then it also
-            # covers what httpx raises above this transport).
-            payer = guard.payer
-            if guard.bounded or payer is None:
-                raise
-            error = await payer.conclude(guard, exc)
-            if error is exc:
-                raise
-            raise error from exc
 
     async def aclose(self) -> None:
         await self._transport.aclose()
@@ -257,7 +238,7 @@ def with_eur_payment(
 
         return install_requests(client, resolved)  # type: ignore[arg-type]
     assert isinstance(client, (httpx.AsyncClient, httpx.Client))
-    from .._flow.payer import Payer
+    from .._flow.payment import Payer
 
     payer = Payer(resolved)
     if isinstance(client, httpx.Client):

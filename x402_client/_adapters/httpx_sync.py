@@ -41,9 +41,8 @@ from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 import anyio
 import httpx
 
-from .._flow.payer import Payer
+from .._flow.payment import EXTENSION, Boundary, LogicalRequest, Payer
 from .._flow.quote import Quote, quote_response
-from .._flow.request import EXTENSION, LogicalRequest
 from .._flow.resume import resumed_request
 from .._options import PaymentOptions, coerce_options
 from .._protocol.budgets import BudgetReport
@@ -449,21 +448,14 @@ class SyncPaymentTransport(httpx.BaseTransport):
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         driver = self._driver
         guard = LogicalRequest.of(request)
-        try:
+        # The truth boundary, unless the client's own `send` holds it.
+        with Boundary(guard, outermost=False, conclude=driver.conclude):
             response = self._transport.handle_request(request)
             if response.status_code != 402:
                 if not guard.receipts:
                     return guard.finish_hop(response)
                 return driver.answered(guard, request, response)
             return driver.handle_402(guard, request, response, self._transport)
-        except Exception as exc:
-            # The truth boundary, unless the client's own `send` holds it.
-            if guard.bounded or guard.payer is None:
-                raise
-            error = driver.conclude(guard, exc)
-            if error is exc:
-                raise
-            raise error from exc
 
     def close(self) -> None:
         self._transport.close()
@@ -505,21 +497,14 @@ def _install_boundary(client: httpx.Client, driver: _Driver) -> None:
     if getattr(send, "_x402_boundary", False):
         return
 
+    def conclude(guard: LogicalRequest, exc: Exception) -> BaseException:
+        transport = client._transport
+        current = transport._driver if isinstance(transport, SyncPaymentTransport) else driver
+        return current.conclude(guard, exc)
+
     def bounded_send(request: httpx.Request, *args: Any, **kwargs: Any) -> httpx.Response:
-        guard = LogicalRequest.begin(request)
-        try:
+        with Boundary(LogicalRequest.begin(request), conclude=conclude):
             return send(request, *args, **kwargs)
-        except Exception as exc:
-            if guard.payer is None:
-                raise
-            transport = client._transport
-            current = transport._driver if isinstance(transport, SyncPaymentTransport) else driver
-            error = current.conclude(guard, exc)
-            if error is exc:
-                raise
-            raise error from exc
-        finally:
-            guard.end()
 
     bounded_send._x402_boundary = True  # type: ignore[attr-defined]
     object.__setattr__(client, "send", bounded_send)

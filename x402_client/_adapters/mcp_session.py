@@ -57,13 +57,19 @@ except ImportError as _missing:  # pragma: no cover - exercised in a subprocess
 
 from pydantic import ConfigDict, Field
 
-from .._flow.payer import Payer
-from .._flow.request import EXTENSION, RECEIPT_EXTENSION, LogicalRequest, _parse_settings
+from .._flow.payment import (
+    EXTENSION,
+    RECEIPT_EXTENSION,
+    Boundary,
+    LogicalRequest,
+    Payer,
+    parse_settings,
+)
 from .._options import PaymentOptions, coerce_options
 from .._protocol import exact_json as _json
 from .._protocol.dialects import PAYMENT_REQUIRED, PAYMENT_SIGNATURE, X_PAYMENT
 from .._protocol.errors import ConfigurationError, X402Error
-from .._protocol.proof import ProofError, b64_json_decode
+from .._protocol.exact_json import ProofError, b64_json_decode
 from .._protocol.types import PaymentReceipt
 
 __all__ = [
@@ -228,7 +234,7 @@ class _ToolCalls:
         requirements; a free tool's result comes back untouched. `x402`: this call's
         settings, what `extensions={"x402": ...}` is to an httpx request."""
         if x402 is not None:
-            _parse_settings(x402)  # a mistake is said before anything is sent
+            parse_settings(x402)  # a mistake is said before anything is sent
         call = _ToolCall(name, arguments, args, kwargs)
         extensions: dict[str, Any] = {_CALL: call}
         if x402 is not None:
@@ -251,15 +257,13 @@ class _ToolCalls:
         guard = LogicalRequest.begin(request)
         payer = Payer(self.options)
         try:
-            answer = await payer.handle_402(guard, request, first, self.send)
-        except Exception as exc:
-            _say_tool_error(exc)
-            error = await payer.conclude(guard, exc)
-            if error is exc:
-                raise
-            raise error from exc
+            async with Boundary(guard):
+                try:
+                    answer = await payer.handle_402(guard, request, first, self.send)
+                except Exception as exc:
+                    _say_tool_error(exc)
+                    raise
         finally:
-            guard.end()
             await payer.aclose()
         return _paid(answer.extensions.get(_RESULT), answer.extensions.get(RECEIPT_EXTENSION))
 

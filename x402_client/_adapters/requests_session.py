@@ -71,8 +71,15 @@ except ImportError as _missing:  # pragma: no cover - exercised in a subprocess
         "pip install 'x402-eur[requests]'"
     ) from _missing
 
-from .._flow.payer import Payer
-from .._flow.request import EXTENSION, GUARD, RECEIPT_EXTENSION, LogicalRequest, _parse_settings
+from .._flow.payment import (
+    EXTENSION,
+    GUARD,
+    RECEIPT_EXTENSION,
+    Boundary,
+    LogicalRequest,
+    Payer,
+    parse_settings,
+)
 from .._options import PaymentOptions, coerce_options
 from .._protocol.errors import ConfigurationError, X402Error
 from .httpx_sync import ADAPTER_SETTINGS, SyncPaymentTransport, _Driver
@@ -499,6 +506,15 @@ class _Send:
     session: requests.Session
     guard: LogicalRequest | None = None
     driver: _Driver | None = None
+    #: Its truth boundary, which learns the guard when the first hop makes it.
+    boundary: Boundary = dataclasses.field(init=False)
+
+    def __post_init__(self) -> None:
+        self.boundary = Boundary(None, conclude=self._conclude)
+
+    def _conclude(self, guard: LogicalRequest, exc: Exception) -> BaseException:
+        return exc if self.driver is None else self.driver.conclude(guard, exc)
+
     #: The adapter of this send (or of its current hop) has not run yet.
     open: bool = True
     #: `resolve_redirects` is about to send this request's next hop.
@@ -527,7 +543,7 @@ def payment_settings(settings: Mapping[str, Any]) -> Iterator[None]:
     The keys are checked on entry (`ConfigurationError` for an unknown one). Each logical
     request started in the block takes them at its first hop; its redirect hops keep them.
     """
-    _parse_settings(settings)
+    parse_settings(settings)
     token = ADAPTER_SETTINGS.set(dict(settings))
     try:
         yield
@@ -620,7 +636,7 @@ class PaymentAdapter(requests.adapters.BaseAdapter):
             settings = ADAPTER_SETTINGS.get()
             if settings is not None:
                 outgoing.extensions[EXTENSION] = settings
-            current.guard = LogicalRequest.begin(outgoing)
+            current.guard = current.boundary.guard = LogicalRequest.begin(outgoing)
             current.driver = self._transport._driver
         else:
             outgoing.extensions[GUARD] = current.guard
@@ -677,25 +693,19 @@ def _install_boundary(session: requests.Session) -> None:
         current = _Send(session)
         token = _CURRENT.set(current)
         try:
-            return send(request, **kwargs)
+            with current.boundary:
+                return send(request, **kwargs)
         except Exception as exc:
             # The caller gets the error instead of these answers: let go of their bodies.
             for answer in current.answers:
                 with contextlib.suppress(Exception):
                     answer.close()
-            guard, driver = current.guard, current.driver
-            if guard is None or driver is None or guard.payer is None:
-                error: BaseException = exc
-            else:
-                error = driver.conclude(guard, exc)
-            out = requests_error(error, request)
+            out = requests_error(exc, request)
             if out is exc:
                 raise
             raise out from out.__cause__
         finally:
             _CURRENT.reset(token)
-            if current.guard is not None:
-                current.guard.end()
 
     def bounded_redirects(*args: Any, **kwargs: Any) -> Iterator[Any]:
         current = _CURRENT.get()

@@ -38,8 +38,7 @@ from .._protocol.rail_interface import RequestSettings
 from .._protocol.redact import safe_url
 from .._protocol.types import PaymentIntent
 from .._state.shared import state_of
-from .payer import Payer
-from .request import EXTENSION
+from .payment import EXTENSION, Payer
 
 __all__ = ["Quote", "QuoteEntry", "budget_status", "quote_payment", "quote_response"]
 

@@ -85,15 +85,15 @@ from .._protocol.errors import (
     PaymentVerificationFailed,
     X402Error,
 )
+from .._protocol.exact_json import ProofError, b64_json_decode
 from .._protocol.models import EuroPayload, PaymentProof
 from .._protocol.policy import EXPIRY_SKEW
-from .._protocol.proof import ProofError, b64_json_decode, encode_proof
+from .._protocol.proof import encode_proof
 from .._protocol.redact import redact_urls, strip_redacted
 from .._state.payment_api import PaymentAPI
 from .._state.shared import PaymentState, state_of
 from .._state.sqlite_store import JournalRecord, SqliteStore
-from .payer import Payer
-from .request import EXTENSION
+from .payment import EXTENSION, Payer
 
 if TYPE_CHECKING:
     from .._chain_a_options import ChainAOptions
@@ -760,7 +760,7 @@ async def reconcile_settlement(
 
 
 async def _reconciled(state: PaymentState, rail: MeteredRail, record: JournalRecord) -> Recovery:
-    from .record import book_journaled, settlement_step
+    from .._protocol.settlement import settlement_step
 
     try:
         decoded = b64_json_decode(record.proof or "")
@@ -773,7 +773,7 @@ async def _reconciled(state: PaymentState, rail: MeteredRail, record: JournalRec
     if check.status == "unverified" and not check.final:
         return Recovery(record, "pending", f"still held at the maximum: {check.detail}")
     _, detail, settled = settlement_step(record.intent, check)
-    await book_journaled(state, record, "settled", detail, settled)
+    await state.book_settlement(record, "settled", detail, settled)
     entry = state.ledger.find(record.proof) if record.proof else None
     if entry is not None and settled is not None:
         entry.settled_amount = settled  # this process's ledger too, when it made the payment

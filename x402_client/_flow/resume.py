@@ -32,7 +32,7 @@ from typing import Any
 import httpx
 
 from .._protocol.errors import ConfigurationError, PaymentOutcomeUnknown
-from .request import EXTENSION
+from .payment import EXTENSION
 
 __all__ = ["resume_bridge_payment"]
 

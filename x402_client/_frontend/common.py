@@ -262,10 +262,10 @@ def payment_options(*, from_env: bool = True, **overrides: Any) -> PaymentOption
 
 
 def payment_record(request: httpx.Request) -> Any:
-    """The record of the payment `request` made (or was making), or None."""
-    from .._flow.request import GUARD
+    """The payment `request` made (or was making), or None."""
+    from .._flow.payment import GUARD
 
-    return getattr(request.extensions.get(GUARD), "record", None)
+    return getattr(request.extensions.get(GUARD), "payment", None)
 
 
 def paid_symbol(response: httpx.Response) -> str | None:

@@ -9,14 +9,17 @@ from __future__ import annotations
 import enum
 from collections.abc import Sequence
 from decimal import Decimal
-from typing import Any
 
 from pydantic import ValidationError
 
 from . import exact_json as _json
 from .amounts import from_atomic
 from .errors import InvalidChallenge
-from .models import EuroAcceptEntry, ExactAcceptEntry, PaymentRequired, UptoAcceptEntry
+from .models import (
+    ExactAcceptEntry,
+    PaymentRequired,
+    first_error,
+)
 from .types import PaymentIntent, Rail
 
 __all__ = [
@@ -26,13 +29,10 @@ __all__ = [
     "EURO_ASSET",
     "EVM_NETWORKS",
     "PROVIDER_NETWORK",
-    "AcceptEntry",
-    "InvalidEntry",
     "VerifierReason",
     "classify_reason",
     "exact_amount",
     "exact_intent",
-    "parse_accept",
     "parse_failure_body",
     "parse_payment_required",
     "prefer_order",
@@ -47,18 +47,6 @@ CHAIN_A_ASSETS = {"2768422954": "EURQ", "2768603795": "USDQ"}
 #: What each asset counts against in limits and budgets: euros and dollars never mix.
 CURRENCY_OF = {"EURO": "EUR", "EURQ": "EUR", "USDQ": "USD"}
 
-AcceptEntry = EuroAcceptEntry | ExactAcceptEntry | UptoAcceptEntry
-
-
-class InvalidEntry(ValueError):
-    """One accept entry that could not be read; the others may still be payable."""
-
-
-def _first_error(exc: ValidationError) -> str:
-    err = exc.errors()[0]
-    where = ".".join(str(p) for p in err["loc"]) or "body"
-    return f"{where}: {err['msg']}"
-
 
 def parse_payment_required(body: bytes) -> PaymentRequired:
     """Parse a 402 body; anything but a well-formed x402 version 2 body is `InvalidChallenge`."""
@@ -72,26 +60,8 @@ def parse_payment_required(body: bytes) -> PaymentRequired:
         return PaymentRequired.model_validate(data)
     except ValidationError as exc:
         raise InvalidChallenge(
-            f"402 body is not a valid x402 challenge ({_first_error(exc)})"
+            f"402 body is not a valid x402 challenge ({first_error(exc)})"
         ) from None
-
-
-def parse_accept(raw: Any) -> AcceptEntry | None:
-    """Parse one accept entry: `None` for a scheme this client does not know."""
-    if not isinstance(raw, dict):
-        raise InvalidEntry("entry is not an object")
-    scheme = raw.get("scheme")
-    model: type[EuroAcceptEntry] | type[ExactAcceptEntry]
-    if scheme == "euro":
-        model = EuroAcceptEntry
-    elif scheme == "exact":
-        model = ExactAcceptEntry
-    else:
-        return None
-    try:
-        return model.model_validate(raw)
-    except ValidationError as exc:
-        raise InvalidEntry(_first_error(exc)) from None
 
 
 def exact_intent(

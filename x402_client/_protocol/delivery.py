@@ -1,8 +1,8 @@
 """Delivering a proof: what to do after each answer to the paid retry. No I/O.
 
-`Delivery` is a small state machine: the driver (`_payer`) sends the request with
-`X-PAYMENT`, feeds the machine what happened (`failed_in_transit`, `answered`), and gets a
-`Decision` back:
+`Delivery` is a small state machine: the driver (`_flow.payment`) sends the request with
+the proof, feeds the machine what happened (`failed_in_transit`, `answered`, each with how
+many times the request really went out), and gets a `Decision` back:
 
 | what happened                                     | decision                           |
 |---------------------------------------------------|------------------------------------|
@@ -21,7 +21,7 @@
 A proof is only ever re-sent, never replaced by a second payment, except on `PAY_FRESH`,
 which holds only while every send of the proof is one the client made and saw answered. A
 layer below the payment (a transport or adapter that retries) may send the paid request
-again on its own; the driver counts the sends that really went out (`sent`), and once
+again on its own; the driver counts the sends that really went out (`sent=`), and once
 there were more of them than the client made, one of the unseen answers may have consumed
 the proof: an "already used" is then no licence to pay again.
 A redirect counts as served here; when the caller's client follows it, the answer it
@@ -34,8 +34,10 @@ import dataclasses
 import enum
 
 from .challenge import VerifierReason, classify_reason
+from .errors import PaymentOutcomeUnknown, X402Error
+from .ledger import Outcome
 
-__all__ = ["Decision", "Delivery", "Step"]
+__all__ = ["Decision", "Delivery", "Step", "outcome_of", "refused_money_moved"]
 
 
 class Step(enum.Enum):
@@ -78,19 +80,22 @@ class Delivery:
     #: our own earlier delivery.
     maybe_consumed: bool = False
 
-    def sending(self) -> None:
+    def _sent(self, sent: int | None) -> None:
+        """One of the client's sends ended. `sent`: how many times the paid request went
+        out in all so far, counted where it is written, below every layer (None: not
+        counted). More than the client's own sends means a layer below re-sent it, and an
+        answer the client never saw may have consumed the proof."""
         self.sends += 1
-
-    def sent(self, times: int) -> None:
-        """The paid request went out `times` times in all so far (counted where it is
-        written, below every layer): more than the client's own sends means a layer below
-        re-sent it, and an answer the client never saw may have consumed the proof."""
-        below = times - self.sends
+        below = 0 if sent is None else sent - self.sends
         if below > self.sent_below:
             self.sent_below = below
             self.maybe_consumed = True
 
-    def failed_in_transit(self, *, never_sent: bool, error: str) -> Decision:
+    def failed_in_transit(
+        self, *, never_sent: bool, error: str, sent: int | None = None
+    ) -> Decision:
+        """A send failed before an answer (`never_sent`: before it left this process)."""
+        self._sent(sent)
         never_sent = never_sent and not self.sent_below
         if never_sent and self.connect_failures < self.merchant_error_retries:
             self.connect_failures += 1
@@ -101,8 +106,11 @@ class Delivery:
             "proof; re-sending it is safe",
         )
 
-    def answered(self, status: int, reason: str | None = None) -> Decision:
+    def answered(
+        self, status: int, reason: str | None = None, *, sent: int | None = None
+    ) -> Decision:
         """The merchant answered `status` (`reason`: the `error` of a 402 body)."""
+        self._sent(sent)
         if status == 402:
             self.last_reason = reason
             kind = classify_reason(reason)
@@ -151,3 +159,44 @@ class Delivery:
             f"the merchant says {reason!r} after an earlier attempt failed on its side; it "
             "may have consumed the proof. Not paying again."
         )
+
+
+# --- what an attempt's ending means for the money -----------------------------------------
+
+
+def outcome_of(
+    exc: BaseException | None,
+    *,
+    rail_called: bool,
+    proved: bool,
+    moves_first: bool,
+) -> Outcome:
+    """The ledger outcome of an attempt that ended with `exc` (None: it ended without an
+    error, having proved):
+
+    - before the rail is called nothing can have moved: `failed`, and the reservation is
+      released (whatever went wrong, an untyped error included);
+    - the rail was called but no proof exists: `failed` when the rail says so with a typed
+      error, `unknown` when it may have paid (a lost answer, an interruption on a rail whose
+      money moves before the proof);
+    - a proof exists: `paid` on rails where the proof means the money moved (euro, bridge),
+      `unknown` on rails where the merchant moves it with the proof and did not serve (an
+      EVM authorization that was not settled stays spendable until it expires).
+
+    Only `failed` gives the reservation back."""
+    if not rail_called:
+        return "failed"
+    if not proved:
+        if isinstance(exc, PaymentOutcomeUnknown):
+            return "unknown"
+        if isinstance(exc, X402Error):
+            return "failed"
+        return "unknown" if moves_first else "failed"
+    return "paid" if moves_first else "unknown"
+
+
+def refused_money_moved(moves_first: bool) -> bool | None:
+    """What a refused proof says of the money: moved on rails that pay before the proof;
+    may have on rails where the merchant settles a signed authorization (it stays valid
+    until it expires, whatever the merchant said)."""
+    return True if moves_first else None

@@ -38,11 +38,11 @@ from typing import Any
 from pydantic import ValidationError
 
 from . import exact_json as _json
-from .challenge import AcceptEntry, InvalidEntry, parse_accept
 from .errors import InvalidChallenge
-from .models import ExactAcceptEntry, UptoAcceptEntry
+from .exact_json import ProofError, b64_json_decode
+from .models import AcceptEntry, ExactAcceptEntry, InvalidEntry, UptoAcceptEntry, parse_accept
 from .payment_id import PAYMENT_IDENTIFIER, is_valid_payment_id, payment_id_of
-from .proof import ProofError, b64_json_decode, encode_proof
+from .proof import encode_proof
 
 __all__ = [
     "PAYMENT_IDENTIFIER",
@@ -91,6 +91,23 @@ class Challenge:
     error: str | None = None
     resource: Mapping[str, Any] | None = None
     extensions: Mapping[str, Any] | None = None
+    #: Each entry as the client's models read it (`parse_entry`), read once: the model,
+    #: None for a scheme the client does not know, or why it could not be read.
+    entries: tuple[AcceptEntry | InvalidEntry | None, ...] = dataclasses.field(
+        init=False, repr=False, compare=False
+    )
+    #: The merchant requires the `payment-identifier` extension (`payment_identifier`).
+    payment_id_required: bool = dataclasses.field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "entries", tuple(self._read(raw) for raw in self.accepts))
+        object.__setattr__(self, "payment_id_required", self.payment_identifier is True)
+
+    def _read(self, raw: Any) -> AcceptEntry | InvalidEntry | None:
+        try:
+            return self.parse_entry(raw)
+        except InvalidEntry as exc:
+            return exc
 
     @property
     def payment_identifier(self) -> bool | None:

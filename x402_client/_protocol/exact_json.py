@@ -9,11 +9,24 @@ written out again; nothing in x402 nests that deep);
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 from decimal import Decimal
 from typing import Any
 
-__all__ = ["MAX_DEPTH", "JSONError", "dumps", "loads", "number", "string"]
+__all__ = [
+    "MAX_DEPTH",
+    "MAX_PROOF_CHARS",
+    "JSONError",
+    "ProofError",
+    "b64_json_decode",
+    "b64url",
+    "dumps",
+    "loads",
+    "number",
+    "string",
+]
 
 #: The deepest nesting of arrays and objects `loads` accepts.
 MAX_DEPTH = 64
@@ -143,3 +156,37 @@ def dumps(value: Any) -> bytes:
     if type(value) in (dict, list, tuple) and _plain(value):
         return _PLAIN_ENCODER.encode(value).encode()
     return _encode(value).encode()
+
+
+# --- the base64 forms JSON travels in (proofs, settlement and PAYMENT-REQUIRED headers) -------
+
+
+# A proof is a few hundred bytes; anything far larger is not a proof.
+MAX_PROOF_CHARS = 16_384
+
+
+class ProofError(ValueError):
+    """Not a decodable X-PAYMENT value."""
+
+
+def b64url(raw: bytes) -> str:
+    """base64url without padding: the form every `X-PAYMENT` value is emitted in."""
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode("ascii")
+
+
+def b64_json_decode(value: str | bytes, *, limit: int = MAX_PROOF_CHARS) -> Any:
+    """Decode base64url (padded or not) or standard base64 of JSON."""
+    text = value.decode("ascii", "replace") if isinstance(value, bytes) else value
+    text = text.strip()
+    if not text or len(text) > limit:
+        raise ProofError("empty or oversized base64 value")
+    normalized = text.replace("-", "+").replace("_", "/").rstrip("=")
+    normalized += "=" * (-len(normalized) % 4)
+    try:
+        raw = base64.b64decode(normalized, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise ProofError(f"not base64: {exc}") from None
+    try:
+        return loads(raw)
+    except JSONError as exc:
+        raise ProofError(str(exc)) from None

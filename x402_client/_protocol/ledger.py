@@ -78,7 +78,7 @@ class LedgerEntry:
     Kept cheap for the garbage collector, since the ledger holds a thousand of them: the
     steps are plain tuples of a timestamp and two strings (which CPython stops tracking),
     turned into `LedgerStep`s with datetimes only when read (`steps`, `started_at`,
-    `finished_at`).
+    `finished_at`). The payment flow appends to `trail` as each step happens.
     """
 
     intent: PaymentIntent
@@ -94,8 +94,9 @@ class LedgerEntry:
     #: An `upto` payment: what moved of the authorized maximum (the intent's amount), once
     #: the client read it from the chain (never the merchant's claim).
     settled_amount: Decimal | None = None
-    #: `(time.time(), step, detail)`, oldest first.
-    _steps: tuple[tuple[float, str, str], ...] = dataclasses.field(default=(), repr=False)
+    #: `(time.time(), step, detail)`, oldest first (an `intent` step's detail is written
+    #: when it is read).
+    trail: tuple[tuple[float, str, str], ...] = dataclasses.field(default=(), repr=False)
     _started: float = dataclasses.field(default_factory=time.time, repr=False)
     _finished: float | None = dataclasses.field(default=None, repr=False)
 
@@ -109,7 +110,13 @@ class LedgerEntry:
     @property
     def steps(self) -> tuple[LedgerStep, ...]:
         """Oldest first; a tuple (exactly sized, never shared mutable state)."""
-        return tuple(LedgerStep(_utc(at), step, detail) for at, step, detail in self._steps)
+        return tuple(self._read(at, step, detail) for at, step, detail in self.trail)
+
+    def _read(self, at: float, step: str, detail: str) -> LedgerStep:
+        if step == "intent" and not detail:
+            intent = self.intent
+            detail = f"{format_money(intent.amount, intent.currency)} to {intent.pay_to}"
+        return LedgerStep(_utc(at), step, detail)
 
     @property
     def started_at(self) -> datetime:
@@ -120,7 +127,7 @@ class LedgerEntry:
         return None if self._finished is None else _utc(self._finished)
 
     def step(self, step: str, detail: str = "") -> None:
-        self._steps = (*self._steps, (time.time(), step, detail))
+        self.trail = (*self.trail, (time.time(), step, detail))
 
     def finish(self, outcome: Outcome, *, error: str | None = None) -> None:
         self.outcome = outcome
@@ -203,8 +210,7 @@ class PaymentLedger:
         return rows_table(f"{len(rows)} payments", rows)
 
     def open(self, intent: PaymentIntent) -> LedgerEntry:
-        entry = LedgerEntry(intent=intent)
-        entry.step("intent", f"{format_money(intent.amount, intent.currency)} to {intent.pay_to}")
+        entry = LedgerEntry(intent=intent, trail=((time.time(), "intent", ""),))
         with self._lock:
             entries = self._entries
             entries.append(entry)

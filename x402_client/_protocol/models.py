@@ -23,6 +23,7 @@ from pydantic import (
     PlainSerializer,
     Strict,
     StrictBool,
+    ValidationError,
     field_validator,
 )
 
@@ -30,6 +31,7 @@ from .amounts import parse_amount, parse_atomic
 
 __all__ = [
     "X402_VERSION",
+    "AcceptEntry",
     "BridgePayload",
     "ChainADirectPayload",
     "CreatePaymentRequest",
@@ -39,6 +41,7 @@ __all__ = [
     "EvmPermitExtra",
     "EvmPermitPayload",
     "ExactAcceptEntry",
+    "InvalidEntry",
     "PaymentProof",
     "PaymentRequired",
     "PaymentRequirements",
@@ -50,6 +53,8 @@ __all__ = [
     "UptoAcceptEntry",
     "VerificationResult",
     "VerifyRequest",
+    "first_error",
+    "parse_accept",
 ]
 
 X402_VERSION = 2
@@ -99,7 +104,6 @@ JsonAmount = Annotated[Decimal, BeforeValidator(_json_amount)]
 WireUint = Annotated[int, BeforeValidator(_uint_text), PlainSerializer(str)]
 
 _ADDRESS_RE = re.compile(r"\A0x[0-9a-fA-F]{40}\Z")
-_CODE_RE = re.compile(r"\A[A-Za-z0-9_\-.:]{1,128}\Z")
 
 
 class _Wire(BaseModel):
@@ -141,16 +145,12 @@ class EuroAcceptEntry(_Wire):
     asset: WireStr
     amount: WireAmount
     pay_to: WireStr = Field(alias="payTo")
-    payment_request_code: WireStr = Field(alias="paymentRequestCode")
+    #: A `pr_` code of at most 128 characters (letters, digits, `_` `-` `.` `:`).
+    payment_request_code: WireStr = Field(
+        alias="paymentRequestCode", pattern=r"^pr_[A-Za-z0-9_\-.:]{0,125}$"
+    )
     expires_at: WireInt | None = Field(default=None, alias="expiresAt")
     facilitator: WireStr | None = None
-
-    @field_validator("payment_request_code")
-    @classmethod
-    def _pr_code(cls, value: str) -> str:
-        if not value.startswith("pr_") or not _CODE_RE.match(value):
-            raise ValueError("paymentRequestCode must be a `pr_` code")
-        return value
 
 
 class ExactAcceptEntry(_Wire):
@@ -330,3 +330,34 @@ class SupportedKinds(_Wire):
     client's)."""
 
     kinds: list[SupportedKind]
+
+
+AcceptEntry = EuroAcceptEntry | ExactAcceptEntry | UptoAcceptEntry
+
+
+class InvalidEntry(ValueError):
+    """One accept entry that could not be read; the others may still be payable."""
+
+
+def first_error(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    where = ".".join(str(p) for p in err["loc"]) or "body"
+    return f"{where}: {err['msg']}"
+
+
+def parse_accept(raw: Any) -> AcceptEntry | None:
+    """Parse one accept entry: `None` for a scheme this client does not know."""
+    if not isinstance(raw, dict):
+        raise InvalidEntry("entry is not an object")
+    scheme = raw.get("scheme")
+    model: type[EuroAcceptEntry] | type[ExactAcceptEntry]
+    if scheme == "euro":
+        model = EuroAcceptEntry
+    elif scheme == "exact":
+        model = ExactAcceptEntry
+    else:
+        return None
+    try:
+        return model.model_validate(raw)
+    except ValidationError as exc:
+        raise InvalidEntry(first_error(exc)) from None

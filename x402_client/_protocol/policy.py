@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 from .amounts import format_amount
 from .budgets import uncovered_currency
-from .challenge import AcceptEntry, InvalidEntry, parse_accept, prefer_order
+from .challenge import prefer_order
 from .errors import (
     AmountLimitExceeded,
     BudgetExceeded,
@@ -47,7 +47,7 @@ from .errors import (
     NoSatisfiableOption,
     X402Error,
 )
-from .models import EuroAcceptEntry
+from .models import AcceptEntry, EuroAcceptEntry, InvalidEntry, parse_accept
 from .rail_interface import ANY_CURRENCY, Describer, NotForThisRail
 from .types import PaymentIntent
 
@@ -182,7 +182,7 @@ def _describe(
     why_not: list[str] = []
     found: list[tuple[Describer, PaymentIntent]] = []
     for rail in rails:
-        if resuming and not rail.resumes_transactions:
+        if entry.scheme not in rail.schemes or (resuming and not rail.resumes_transactions):
             continue
         described = rail.describe(entry, resource)
         if isinstance(described, PaymentIntent):
@@ -190,6 +190,15 @@ def _describe(
         elif not isinstance(described, NotForThisRail) and described not in why_not:
             why_not.append(described)
     return found or "; ".join(why_not) or None
+
+
+def _read(
+    parse: Callable[[Any], AcceptEntry | None], raw: Any
+) -> AcceptEntry | InvalidEntry | None:
+    try:
+        return parse(raw)
+    except InvalidEntry as exc:
+        return exc
 
 
 def select(
@@ -203,13 +212,15 @@ def select(
     resource: str,
     parse: Callable[[Any], AcceptEntry | None] = parse_accept,
     rail_problem: Callable[[Any], str | None] | None = None,
+    entries: Sequence[AcceptEntry | InvalidEntry | None] | None = None,
 ) -> Selection:
     """The payable candidates of a 402, in the order to try them, and why the rest are not.
 
-    `parse` reads one raw entry in the 402's dialect (`_dialects.Challenge.parse_entry`);
-    `rail_problem` says why a rail must not pay this 402 at all
-    (`_dialects.Challenge.rail_problem`): its entries go to the other rails, or are skipped
-    with that reason.
+    `parse` reads one raw entry in the 402's dialect (`_dialects.Challenge.parse_entry`),
+    unless `entries` has them read already (`Challenge.entries`: the model, None for an
+    unknown scheme, or why it could not be read); `rail_problem` says why a rail must not
+    pay this 402 at all (`_dialects.Challenge.rail_problem`): its entries go to the other
+    rails, or are skipped with that reason.
     """
     resuming = settings.resume_transaction_code is not None
     limits = _Limits(options, settings, headroom, now, resuming)
@@ -217,10 +228,9 @@ def select(
     skipped: list[SkippedEntry] = []
     readable = 0
     for index, raw in enumerate(accepts):
-        try:
-            entry = parse(raw)
-        except InvalidEntry as exc:
-            skipped.append(SkippedEntry(index, SkipReason.MALFORMED, f"malformed: {exc}"))
+        entry = _read(parse, raw) if entries is None else entries[index]
+        if isinstance(entry, InvalidEntry):
+            skipped.append(SkippedEntry(index, SkipReason.MALFORMED, f"malformed: {entry}"))
             continue
         readable += 1
         if entry is None:

@@ -12,9 +12,8 @@ from contextlib import AbstractAsyncContextManager
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from .challenge import AcceptEntry
-from .dialects import X_PAYMENT
-from .types import PaymentIntent
+from .models import AcceptEntry
+from .types import Paid, PaymentIntent
 
 if TYPE_CHECKING:
     from .._options import PaymentOptions
@@ -28,7 +27,6 @@ __all__ = [
     "MeteredRail",
     "NotForThisRail",
     "Note",
-    "Paid",
     "Rail",
     "RailContext",
     "RequestSettings",
@@ -111,25 +109,6 @@ class RequestSettings:
 
 
 @dataclasses.dataclass(frozen=True)
-class Paid:
-    """The outcome of paying: the X-PAYMENT value and the codes that identify the payment.
-
-    A rail of the standard x402 world yields `payload` (the scheme's payload object) and
-    leaves `proof` empty: the payer frames it in the dialect the 402 spoke (`_dialects`),
-    which decides the header and its encoding.
-    """
-
-    proof: str = dataclasses.field(repr=False)
-    payment_request_code: str | None = None
-    transaction_code: str | None = None
-    blockchain_tx_id: str | None = None
-    payer: str | None = None
-    payload: Mapping[str, Any] | None = dataclasses.field(default=None, repr=False)
-    #: The request header that carries `proof`.
-    header: str = X_PAYMENT
-
-
-@dataclasses.dataclass(frozen=True)
 class SettlementCheck:
     """What the chain says of an `upto` authorization: `settled` (`atomic` moved, at most
     the authorized maximum, in `block`), `void` (its deadline passed with its nonce unused:
@@ -164,6 +143,8 @@ class Describer(Protocol):
     """The pure half of a rail (`Rail.describe`): what the selection asks about an entry."""
 
     name: str
+    #: The schemes of the entries it describes: the selection asks it of no other entry.
+    schemes: frozenset[str]
     #: Only such rails are considered while resuming an earlier payment.
     resumes_transactions: bool
 
@@ -172,6 +153,8 @@ class Describer(Protocol):
 
 class Rail(Protocol):
     name: str
+    #: The schemes of the entries it describes: the selection asks it of no other entry.
+    schemes: frozenset[str]
     #: True when the proof exists only after money moved (euro, bridge); False when the
     #: merchant moves the money with the proof (EVM permit).
     money_moves_before_proof: bool
@@ -188,12 +171,10 @@ class Rail(Protocol):
         an entry of another kind, else `unpayable(...)` with every blocker. No I/O."""
         ...
 
-    async def prepare(self, entry: AcceptEntry, intent: PaymentIntent) -> str | None:
-        """Checks that need I/O (a balance, the facilitator's spender): a reason, or None.
-
-        May raise a `PaymentRefused` when the entry must not be paid by anyone.
-        """
-        ...
+    #: Checks that need I/O (a balance, the facilitator's spender), for the candidate about
+    #: to be paid: a reason it cannot be paid, or None. May raise a `PaymentRefused` when
+    #: the entry must not be paid by anyone. None on a rail that needs no I/O to know.
+    prepare: Callable[[AcceptEntry, PaymentIntent], Awaitable[str | None]] | None
 
     def pay(
         self,

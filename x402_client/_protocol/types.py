@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from .redact import resource_repr, safe_url
 
-__all__ = ["PaymentIntent", "PaymentReceipt", "Rail"]
+__all__ = ["Paid", "PaymentIntent", "PaymentReceipt", "Rail"]
 
 Rail = Literal["euro", "evm-permit", "bridge", "eip3009", "permit2", "upto", "chain-a"]
 
@@ -137,8 +137,8 @@ class PaymentReceipt:
     def payment_identifier(self) -> str | None:
         """The x402 `payment-identifier` the proof carried, if any."""
         # These load pydantic, which the receipt's module does not: only when asked.
+        from .exact_json import ProofError, b64_json_decode
         from .payment_id import payment_id_of
-        from .proof import ProofError, b64_json_decode
 
         try:
             decoded = b64_json_decode(self.proof)
@@ -183,3 +183,23 @@ def _amount_text(amount: Decimal | None) -> str | None:
     from .amounts import format_amount
 
     return None if amount is None else format_amount(amount)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Paid:
+    """The outcome of paying: the X-PAYMENT value and the codes that identify the payment.
+
+    A rail of the standard x402 world yields `payload` (the scheme's payload object) and
+    leaves `proof` empty: the payer frames it in the dialect the 402 spoke (`_dialects`),
+    which decides the header and its encoding.
+    """
+
+    proof: str = dataclasses.field(repr=False)
+    payment_request_code: str | None = None
+    transaction_code: str | None = None
+    blockchain_tx_id: str | None = None
+    payer: str | None = None
+    payload: Mapping[str, Any] | None = dataclasses.field(default=None, repr=False)
+    #: The request header that carries `proof` (the euro gates' `X-PAYMENT` unless the
+    #: dialect framing it says otherwise: `_protocol.dialects`).
+    header: str = "X-PAYMENT"

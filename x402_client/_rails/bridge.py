@@ -41,13 +41,7 @@ import httpx
 
 from .._options import PaymentOptions
 from .._protocol.amounts import format_amount
-from .._protocol.challenge import (
-    CHAIN_A_ASSETS,
-    CHAIN_A_NETWORK,
-    AcceptEntry,
-    exact_amount,
-    exact_intent,
-)
+from .._protocol.challenge import CHAIN_A_ASSETS, CHAIN_A_NETWORK, exact_amount, exact_intent
 from .._protocol.errors import (
     BridgeResumeRefused,
     BridgeTransferFailed,
@@ -55,19 +49,18 @@ from .._protocol.errors import (
     PaymentOutcomeUnknown,
 )
 from .._protocol.events import PaymentProgress, Stage
-from .._protocol.models import BridgePayload, ExactAcceptEntry, PaymentProof
+from .._protocol.models import AcceptEntry, BridgePayload, ExactAcceptEntry, PaymentProof
 from .._protocol.proof import encode_proof
 from .._protocol.provider import FAILED_STATUSES, TransactionRecord
 from .._protocol.rail_interface import (
     Note,
     NotForThisRail,
-    Paid,
     RailContext,
     RequestSettings,
     no_note,
     unpayable,
 )
-from .._protocol.types import PaymentIntent
+from .._protocol.types import Paid, PaymentIntent
 from . import managed_account_settings
 
 if TYPE_CHECKING:
@@ -327,10 +320,14 @@ class _Reporter:
 
 class BridgeRail:
     name = "bridge"
+    #: The schemes of the entries it describes (the selection asks no other rail).
+    schemes = frozenset({"exact"})
     #: The EURO leaves the account before the proof exists.
     money_moves_before_proof = True
     frames_own_proof = True
     resumes_transactions = True
+    #: Nothing to check before paying: the payment API says what it refuses.
+    prepare = None
     #: The payload fields of this rail's proofs (a re-sent proof is this rail's if it has one).
     proof_fields = frozenset({"transactionCode"})
 
@@ -359,9 +356,6 @@ class BridgeRail:
                 f"bridge payment for {symbol} on {CHAIN_A_NETWORK}", blockers, settings
             )
         return exact_intent(entry, rail="bridge", symbol="EURQ", resource=resource)
-
-    async def prepare(self, entry: AcceptEntry, intent: PaymentIntent) -> str | None:
-        return None
 
     @asynccontextmanager
     async def pay(

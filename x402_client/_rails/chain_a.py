@@ -57,22 +57,22 @@ import httpx
 
 from .._protocol import exact_json as _json
 from .._protocol.amounts import format_amount, from_atomic
-from .._protocol.challenge import CHAIN_A_ASSETS, CHAIN_A_NETWORK, AcceptEntry, exact_intent
+from .._protocol.challenge import CHAIN_A_ASSETS, CHAIN_A_NETWORK, exact_intent
 from .._protocol.errors import PaymentFailed
+from .._protocol.exact_json import ProofError, b64_json_decode
 from .._protocol.lookup import Answer, http_answer, unanswered
-from .._protocol.models import ChainADirectPayload, ExactAcceptEntry, PaymentProof
-from .._protocol.proof import ProofError, b64_json_decode, encode_proof
+from .._protocol.models import AcceptEntry, ChainADirectPayload, ExactAcceptEntry, PaymentProof
+from .._protocol.proof import encode_proof
 from .._protocol.rail_interface import (
     Note,
     NotForThisRail,
-    Paid,
     RailContext,
     RequestSettings,
     no_note,
     unpayable,
 )
 from .._protocol.redact import endpoint_url, private_endpoints
-from .._protocol.types import PaymentIntent
+from .._protocol.types import Paid, PaymentIntent
 from .._state.http import default_ssl_context
 
 if TYPE_CHECKING:
@@ -461,6 +461,8 @@ class ChainARail:
     """
 
     name = "chain-a"
+    #: The schemes of the entries it describes (the selection asks no other rail).
+    schemes = frozenset({"exact"})
     #: The proof is a signed transaction: the merchant's facilitator submits it.
     money_moves_before_proof = False
     #: `pay` yields the finished X-PAYMENT value (`Paid.proof`).

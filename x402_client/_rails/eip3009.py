@@ -43,18 +43,16 @@ from types import MappingProxyType
 from typing import Any
 
 from .._protocol.assets import Asset, find_asset
-from .._protocol.challenge import AcceptEntry
-from .._protocol.models import ExactAcceptEntry
+from .._protocol.models import AcceptEntry, ExactAcceptEntry
 from .._protocol.rail_interface import (
     Note,
     NotForThisRail,
-    Paid,
     RailContext,
     RequestSettings,
     no_note,
     unpayable,
 )
-from .._protocol.types import PaymentIntent
+from .._protocol.types import Paid, PaymentIntent
 from .._protocol.types import Rail as RailName
 from . import EIP712_DOMAIN, setting
 from ._evm_signing import ADDRESS_RE as _ADDRESS_RE
@@ -364,6 +362,11 @@ class Eip3009Rail:
     """
 
     name = "eip3009"
+    #: Nothing to read before signing: the nonce is random and the facilitator checks
+    #: the balance.
+    prepare = None
+    #: The schemes of the entries it describes (the selection asks no other rail).
+    schemes = frozenset({"exact"})
     #: The proof is a signed authorization: the merchant's facilitator moves the money.
     money_moves_before_proof = False
     frames_own_proof = False
@@ -402,10 +405,6 @@ class Eip3009Rail:
             what = f"EIP-3009 transfer for {label[:20] or 'a token'} on {entry.network[:40]}"
             return unpayable(what, blockers, settings)
         return token_intent(entry, asset, resource)
-
-    async def prepare(self, entry: AcceptEntry, intent: PaymentIntent) -> str | None:
-        # Nothing to read: the nonce is random and the facilitator checks the balance.
-        return None
 
     @asynccontextmanager
     async def pay(

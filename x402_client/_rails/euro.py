@@ -5,23 +5,26 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
 
 from .._protocol import exact_json as _json
-from .._protocol.challenge import CURRENCY_OF, EURO_ASSET, PROVIDER_NETWORK, AcceptEntry
+from .._protocol.challenge import CURRENCY_OF, EURO_ASSET, PROVIDER_NETWORK
 from .._protocol.errors import PaymentOutcomeUnknown
-from .._protocol.models import X402_VERSION, EuroAcceptEntry
-from .._protocol.proof import b64url
+from .._protocol.exact_json import b64url
+from .._protocol.models import X402_VERSION, AcceptEntry, EuroAcceptEntry
 from .._protocol.rail_interface import (
     Note,
     NotForThisRail,
-    Paid,
     RailContext,
     RequestSettings,
     no_note,
     unpayable,
 )
-from .._protocol.types import PaymentIntent
+from .._protocol.types import Paid, PaymentIntent
 from . import managed_account_settings
+
+if TYPE_CHECKING:
+    from .._state.payment_api import PaymentAPI
 
 __all__ = ["EuroRail", "euro_proof"]
 
@@ -41,12 +44,19 @@ def euro_proof(scheme: str, network: str, payment_request_code: str) -> str:
 
 class EuroRail:
     name = "euro"
+    #: The schemes of the entries it describes (the selection asks no other rail).
+    schemes = frozenset({"euro"})
     money_moves_before_proof = True
     frames_own_proof = True
     resumes_transactions = False
+    #: Nothing to check before paying: the payment API says what it refuses.
+    prepare = None
 
     def __init__(self, context: RailContext) -> None:
         self._context = context
+        #: What the options leave unset of the managed account (options never change).
+        self._missing = managed_account_settings(context.options)
+        self._api: PaymentAPI | None = None
 
     def describe(self, entry: AcceptEntry, resource: str) -> PaymentIntent | str:
         if not isinstance(entry, EuroAcceptEntry):
@@ -54,7 +64,7 @@ class EuroRail:
         blockers = []
         if entry.network != PROVIDER_NETWORK or entry.asset != EURO_ASSET:
             blockers.append(f"only {EURO_ASSET} on {PROVIDER_NETWORK} is paid")
-        settings = managed_account_settings(self._context.options)
+        settings = self._missing
         if settings:
             blockers.append("it pays from the account of api_key, from_account and api_url")
         if blockers or settings:
@@ -73,9 +83,6 @@ class EuroRail:
             accept=entry.to_wire(),
         )
 
-    async def prepare(self, entry: AcceptEntry, intent: PaymentIntent) -> str | None:
-        return None
-
     @asynccontextmanager
     async def pay(
         self,
@@ -89,7 +96,9 @@ class EuroRail:
         assert options.from_account is not None
         proof = euro_proof(entry.scheme, entry.network, entry.payment_request_code)
         try:
-            transaction_code = await self._context.payment_api().pay_payment_request(
+            if self._api is None:
+                self._api = self._context.payment_api()
+            transaction_code = await self._api.pay_payment_request(
                 from_account=options.from_account,
                 payment_request_code=entry.payment_request_code,
                 amount=entry.amount,
@@ -100,14 +109,15 @@ class EuroRail:
             # through, "not confirmed" if it did not.
             exc.proof = proof
             raise
-        if transaction_code:
-            # Journaled now: a process that dies before the proof step keeps the code.
-            await note(transaction_code=transaction_code)
-        yield Paid(
+        paid = Paid(
             proof=proof,
             payment_request_code=entry.payment_request_code,
             transaction_code=transaction_code,
         )
+        if transaction_code:
+            # Journaled now: a process that dies before the proof step keeps the code.
+            await note(transaction_code=transaction_code)
+        yield paid
 
 
 def build(context: RailContext) -> EuroRail | None:

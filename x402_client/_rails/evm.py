@@ -46,9 +46,10 @@ from pydantic import ValidationError
 from .._options import EvmOptions
 from .._protocol import exact_json as _json
 from .._protocol.amounts import format_amount, from_atomic
-from .._protocol.challenge import EVM_NETWORKS, AcceptEntry, exact_intent
+from .._protocol.challenge import EVM_NETWORKS, exact_intent
 from .._protocol.errors import PaymentFailed, SpenderMismatch
 from .._protocol.models import (
+    AcceptEntry,
     EvmPermitExtra,
     EvmPermitPayload,
     ExactAcceptEntry,
@@ -60,14 +61,13 @@ from .._protocol.proof import encode_proof
 from .._protocol.rail_interface import (
     Note,
     NotForThisRail,
-    Paid,
     RailContext,
     RequestSettings,
     no_note,
     unpayable,
 )
 from .._protocol.redact import endpoint_url, guard_library_logs
-from .._protocol.types import PaymentIntent
+from .._protocol.types import Paid, PaymentIntent
 from .._state.http import BodyTooLarge, default_ssl_context, read_bounded
 from . import EIP712_DOMAIN, setting
 from ._evm_signing import check_chain_id
@@ -203,6 +203,8 @@ class PermitsOff:
     would take, and pays nothing."""
 
     name = "evm-permit"
+    #: The schemes of the entries it describes (the selection asks no other rail).
+    schemes = frozenset({"exact"})
     resumes_transactions = False
 
     def __init__(self) -> None:
@@ -411,6 +413,8 @@ class EvmPermitRail:
     """
 
     name = "evm-permit"
+    #: The schemes of the entries it describes (the selection asks no other rail).
+    schemes = frozenset({"exact"})
     #: The proof is a signed permit: no money moves until the merchant settles it.
     money_moves_before_proof = False
     frames_own_proof = True

@@ -40,20 +40,18 @@ import httpx
 
 from .._protocol.amounts import format_amount
 from .._protocol.assets import find_asset
-from .._protocol.challenge import AcceptEntry
 from .._protocol.errors import ConfigurationError
-from .._protocol.models import ExactAcceptEntry, UptoAcceptEntry
+from .._protocol.models import AcceptEntry, ExactAcceptEntry, UptoAcceptEntry
 from .._protocol.rail_interface import (
     Note,
     NotForThisRail,
-    Paid,
     RailContext,
     RequestSettings,
     no_note,
     unpayable,
 )
 from .._protocol.redact import endpoint_url, private_endpoints
-from .._protocol.types import PaymentIntent
+from .._protocol.types import Paid, PaymentIntent
 from .._state.http import default_ssl_context
 from . import setting
 from ._evm_signing import (
@@ -409,6 +407,8 @@ class Permit2Rail:
     """
 
     name = "permit2"
+    #: The schemes of the entries it describes (the selection asks no other rail).
+    schemes = frozenset({"exact"})
     #: The proof is a signed permit: the merchant's facilitator moves the money.
     money_moves_before_proof = False
     #: The v2 frame (`accepted`, `resource`) is the flow's to add.

@@ -42,19 +42,17 @@ from typing import Any
 
 import httpx
 
-from .._protocol.challenge import AcceptEntry
-from .._protocol.models import UptoAcceptEntry
+from .._protocol.models import AcceptEntry, UptoAcceptEntry
 from .._protocol.rail_interface import (
     Note,
     NotForThisRail,
-    Paid,
     RailContext,
     RequestSettings,
     SettlementCheck,
     no_note,
     unpayable,
 )
-from .._protocol.types import PaymentIntent
+from .._protocol.types import Paid, PaymentIntent
 from ._evm_signing import (
     ADDRESS_RE,
     address_word,
@@ -370,6 +368,8 @@ class UptoRail(Permit2Rail):
     """
 
     name = "upto"
+    #: The schemes of the entries it describes (the selection asks no other rail).
+    schemes = frozenset({"upto"})
     money_moves_before_proof = False
     frames_own_proof = False
     resumes_transactions = False

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import logging
 import threading
 import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
+
+import anyio
 
 from .._protocol.amounts import (
     AmountError,
@@ -42,6 +45,8 @@ if TYPE_CHECKING:
     from .._protocol.types import PaymentIntent
 
 __all__ = ["Budgets", "InMemoryBudgetStore", "RedisBudgetStore", "Reservation"]
+
+logger = logging.getLogger("x402_client")
 
 
 class InMemoryBudgetStore:
@@ -391,6 +396,27 @@ class Budgets:
                 now.append(Reservation(budget, rid))
             await self.store.release(budget.key, reservation.id)
         return now
+
+    async def give_back(
+        self, held: Sequence[Reservation], authorized: Decimal, settled: Decimal, id: str
+    ) -> Sequence[Reservation]:
+        """The budgets keep `settled` of the `authorized` amount `held` and give back the rest;
+        the reservations now held. A budget store that fails keeps the maximum, and says so in
+        the log (the money moved: never an error)."""
+        if settled >= authorized or not held:
+            return held
+        try:
+            with anyio.CancelScope(shield=True):
+                kept = await self.settle(held, authorized, settled)
+        except Exception as exc:
+            logger.error(
+                "x402: the budget store could not give back the unsettled rest of payment %s "
+                "(%s); the authorized maximum stays counted",
+                id,
+                type(exc).__name__,
+            )
+            return held
+        return kept
 
     async def release(self, held: Sequence[Reservation]) -> None:
         for reservation in held:

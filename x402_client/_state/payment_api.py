@@ -75,7 +75,7 @@ def payment_request_body(from_account: str, payment_request_code: str, amount: D
     "toType": "PaymentRequestCode", "paymentTo", "amount"}` (the amount a JSON number)."""
     return (
         f'{{"paymentFrom":{_json.string(from_account)},"toType":"PaymentRequestCode",'
-        f'"paymentTo":{_json.string(payment_request_code)},"amount":{_json.number(amount)}}}'
+        f'"paymentTo":{_json.string(payment_request_code)},"amount":{amount:f}}}'
     ).encode()
 
 
@@ -137,18 +137,21 @@ def transaction_list(body: Any) -> TransactionList:
 
 class _KeyedTransport(httpx.AsyncBaseTransport):
     """Sets `X-API-KEY` on each request while the inner transport writes it, and removes
-    it when that returns or fails. The key is read from its `SecretStr` straight into the
-    headers: no local of this frame, nor of its callers, holds it."""
+    it when that returns or fails. The key goes from this transport straight into the
+    headers: no local of this frame, nor of its callers, holds it; the transport's repr
+    hides it, like a `SecretStr`'s."""
+
+    __slots__ = ("_inner", "_key")
 
     def __init__(self, inner: httpx.AsyncBaseTransport, api_key: SecretStr) -> None:
         self._inner = inner
-        self._key = api_key
+        self._key = api_key.get_secret_value()
 
     def __repr__(self) -> str:
         return "_KeyedTransport(X-API-KEY=**********)"
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        request.headers["X-API-KEY"] = self._key.get_secret_value()
+        request.headers["X-API-KEY"] = self._key
         try:
             return await self._inner.handle_async_request(request)
         except httpx.RequestError as exc:

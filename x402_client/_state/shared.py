@@ -13,11 +13,12 @@ thread locks, and `KeyedLocks` is a lock that any event loop can wait on.
 
 from __future__ import annotations
 
+import logging
 import threading
 import weakref
 from collections.abc import AsyncIterator, Hashable
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import anyio
 
@@ -25,10 +26,14 @@ from .._protocol.ledger import PaymentLedger
 from .budget_stores import Budgets
 
 if TYPE_CHECKING:
-    from .._options import PaymentOptions
-    from .sqlite_store import SqliteStore
+    from decimal import Decimal
 
-__all__ = ["KeyedLocks", "PaymentState", "state_of"]
+    from .._options import PaymentOptions
+    from .sqlite_store import JournalRecord, SqliteStore
+
+__all__ = ["NULL_JOURNAL", "KeyedLocks", "NullJournal", "PaymentState", "state_of"]
+
+logger = logging.getLogger("x402_client")
 
 _CREATE = threading.Lock()
 
@@ -59,6 +64,28 @@ class KeyedLocks:
             lock.release()
 
 
+class NullJournal:
+    """The journal of options without a state file: nothing is written."""
+
+    async def open_payment(self, *, id: str | None = None, **_: Any) -> str:
+        return id or ""
+
+    async def update_payment(self, id: str, **facts: Any) -> None:
+        return None
+
+    async def finish_payment(self, id: str, outcome: Any, **_: Any) -> None:
+        return None
+
+    async def mark_unrecoverable(self, id: str, reason: str) -> None:
+        return None
+
+
+NULL_JOURNAL = NullJournal()
+
+
+NULL_JOURNAL = NullJournal()
+
+
 class PaymentState:
     """The budgets, ledger, journal and locks of one `PaymentOptions` object.
 
@@ -84,6 +111,31 @@ class PaymentState:
         currencies = {currency: caps.get(currency) for currency in options.currencies}
         self.budgets = Budgets(options.budgets, store, currencies)
         self.locks = KeyedLocks()
+
+    async def book_settlement(
+        self, row: JournalRecord, step: str, detail: str, settled: Decimal | None
+    ) -> None:
+        """Book an `upto` settlement on its journal row (a re-sent proof, recovery): the step,
+        then the budgets keep `settled` of the reservations the row holds and give back the
+        rest. Never raises: a failure is logged and the maximum stays counted."""
+        from .budget_stores import Reservation
+
+        journal = self.journal
+        if journal is None:
+            return
+        try:
+            with anyio.CancelScope(shield=True):
+                await journal.update_payment(row.id, step=step, detail=detail)
+                if settled is not None:
+                    budgets = {budget.key: budget for budget in self.budgets.budgets}
+                    held = [Reservation(budgets[k], r) for k, r in row.reservations if k in budgets]
+                    await self.budgets.give_back(held, row.amount, settled, row.id)
+        except Exception as exc:
+            logger.error(
+                "x402: an upto payment's settlement could not be booked (%s); the authorized "
+                "maximum stays counted",
+                type(exc).__name__,
+            )
 
     def close(self) -> None:
         """Close the state file, if any: the options can no longer pay after this."""

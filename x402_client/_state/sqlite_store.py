@@ -402,8 +402,8 @@ class JournalRecord:
         if not self.proof:
             return None
         # These load pydantic, which opening a journal does not: only when asked.
+        from .._protocol.exact_json import ProofError, b64_json_decode
         from .._protocol.payment_id import payment_id_of
-        from .._protocol.proof import ProofError, b64_json_decode
 
         try:
             decoded = b64_json_decode(self.proof)

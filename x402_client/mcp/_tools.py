@@ -146,7 +146,7 @@ class PaymentTools:
     ) -> dict[str, Any]:
         import httpx
 
-        from .._flow.request import EXTENSION
+        from .._flow.payment import EXTENSION
 
         settings = _request_settings(max_amount, proof, resume_transaction_code)
         try:
@@ -164,7 +164,7 @@ class PaymentTools:
 
     async def _send(self, request: httpx.Request, where: str) -> dict[str, Any]:
         """`fetch`'s result for `request`: the status, the body (bounded) and the receipt."""
-        from .._flow.request import RECEIPT_EXTENSION
+        from .._flow.payment import RECEIPT_EXTENSION
         from .._protocol.errors import X402Error
         from .._protocol.types import PaymentReceipt
 
