@@ -97,7 +97,15 @@ def flows(*, suspend: bool) -> tuple[Any, HandWritten, _lean.Stats, _lean.Stats]
     transport: Any = sdk._transport  # the payment transport `with_eur_payment` mounted
     payer = transport.payer
     # Set before the first payment, so the payer never builds its own (socket) client.
-    payer._api = PaymentAPI(API_URL, payer.options.api_key, transport=api)
+    paying = payer.options
+    payer._api = PaymentAPI(
+        API_URL,
+        paying.api_key,
+        timeout=paying.payment_api_timeout,
+        max_body_bytes=paying.max_body_bytes,
+        max_connections=paying.payment_api_max_connections,
+        transport=api,
+    )
     return sdk, floor, served, paid
 
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 from decimal import Decimal
 from typing import Any
 
+from x402_client._options import PaymentOptions
+from x402_client._protocol.delivery import Delivery
 from x402_client._protocol.types import PaymentIntent
 
 
@@ -27,3 +29,15 @@ def euro_intent(
     }
     values.update(fields)
     return PaymentIntent(**values)
+
+
+def delivery(**rules: Any) -> Delivery:
+    """A fresh delivery of one proof under the options' rules: their defaults, or `rules`
+    (`merchant_error_retries=1`, ...) instead, as the payer builds it."""
+    options = PaymentOptions(**rules)
+    return Delivery(
+        confirmation_attempts=options.confirmation_attempts,
+        confirmation_wait=options.confirmation_wait,
+        confirmation_max_wait=options.confirmation_max_wait,
+        merchant_error_retries=options.merchant_error_retries,
+    )

@@ -25,6 +25,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import IO, Any
 
+from ._options import PaymentOptions
 from ._protocol.events import PaymentProgress
 
 __all__ = ["ProgressDisplay", "bridge_progress_display"]
@@ -32,6 +33,9 @@ __all__ = ["ProgressDisplay", "bridge_progress_display"]
 #: `(on_progress, display)`: the callback for `PaymentOptions(on_progress=...)` and the context
 #: manager that shows the display while a request runs.
 ProgressDisplay = tuple[Callable[[PaymentProgress], None], AbstractContextManager[None]]
+
+#: The bar's length for an event that names no deadline: the options' default one.
+_DEADLINE: float = PaymentOptions.model_fields["bridge_deadline"].default
 
 
 def _describe(event: PaymentProgress) -> str:
@@ -118,7 +122,7 @@ def _rich_display(console: Any) -> ProgressDisplay:
         live.show()
         key = event.resource
         task = tasks.get(key)
-        total = event.deadline or 300.0
+        total = event.deadline or _DEADLINE
         if task is None or event.stage == "paying":
             task = progress.add_task(_describe(event), total=total, status="")
             tasks[key] = task

@@ -441,7 +441,14 @@ async def _get_transaction(status: int, body: bytes) -> Any:
     def handler(request: httpx.Request) -> httpx.Response:
         return httpx.Response(status, content=body)
 
-    api = PaymentAPI("http://127.0.0.1:9", SecretStr("key"), transport=httpx.MockTransport(handler))
+    api = PaymentAPI(
+        "http://127.0.0.1:9",
+        SecretStr("key"),
+        timeout=30.0,
+        max_body_bytes=64 * 1024,
+        max_connections=1,
+        transport=httpx.MockTransport(handler),
+    )
     try:
         return await api.get_transaction("QP1")
     finally:

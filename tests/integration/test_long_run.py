@@ -245,7 +245,14 @@ async def test_twenty_thousand_payments_keep_memory_flat(quiet_logs: None) -> No
     merchant, api = _Merchant(), _PaymentAPI()
     options = _options("http://127.0.0.1:9")
     assert options.api_url is not None and options.api_key is not None
-    lean = PaymentAPI(options.api_url, options.api_key, transport=httpx.MockTransport(api.handle))
+    lean = PaymentAPI(
+        options.api_url,
+        options.api_key,
+        timeout=options.payment_api_timeout,
+        max_body_bytes=options.max_body_bytes,
+        max_connections=options.payment_api_max_connections,
+        transport=httpx.MockTransport(api.handle),
+    )
     payer = Payer(options)
     payer.payment_api = lambda: lean  # type: ignore[method-assign]
     transport = PaymentTransport(httpx.MockTransport(merchant.handle), payer=payer)

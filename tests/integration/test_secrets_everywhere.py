@@ -198,7 +198,13 @@ async def test_no_frame_on_a_payment_api_error_path_holds_the_api_key(serve) -> 
             # busy machine needs, so that its own error path is the one taken.
             timeout = 0.5 if case == "timeout" else 30.0
             for name, call in calls.items():
-                api = PaymentAPI(url, SecretStr(API_KEY), timeout=timeout)
+                api = PaymentAPI(
+                    url,
+                    SecretStr(API_KEY),
+                    timeout=timeout,
+                    max_body_bytes=64 * 1024,
+                    max_connections=1,
+                )
                 try:
                     await call(api)
                 except Exception as exc:

@@ -13,6 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
+from tests.factories import delivery
 from x402_client import (
     PaymentNotConfirmed,
     PaymentOptions,
@@ -20,7 +21,7 @@ from x402_client import (
     PaymentVerificationFailed,
 )
 from x402_client._flow.payment import Delivering, LogicalRequest, Payer, PayFresh, delivering
-from x402_client._protocol.delivery import Decision, Delivery, Step
+from x402_client._protocol.delivery import Decision, Step
 from x402_client._protocol.settlement import failure_reason, receipt_of, settlement_of
 from x402_client._protocol.types import Paid, PaymentIntent
 
@@ -44,7 +45,7 @@ ANSWERS = [
 
 @pytest.mark.parametrize(("status", "reason", "step"), ANSWERS)
 def test_each_answer_decides_one_step(status: int, reason: str | None, step: Step):
-    assert Delivery().answered(status, reason).step is step
+    assert delivery().answered(status, reason).step is step
 
 
 # (answers in order) -> the last step: the rules remember what came before
@@ -58,7 +59,7 @@ SEQUENCES = [
 
 @pytest.mark.parametrize(("answers", "step"), SEQUENCES)
 def test_sequences_of_answers(answers: list[tuple[int, str | None]], step: Step):
-    machine = Delivery(confirmation_attempts=2, merchant_error_retries=2)
+    machine = delivery(confirmation_attempts=2, merchant_error_retries=2)
     decision = None
     for status, reason in answers:
         decision = machine.answered(status, reason)
@@ -75,13 +76,13 @@ RE_SENDS = [
 
 @pytest.mark.parametrize(("reads", "step"), RE_SENDS)
 def test_already_used_after_a_re_send_below_is_never_a_licence_to_pay(reads: list[int], step: Step):
-    machine = Delivery(merchant_error_retries=2)
+    machine = delivery(merchant_error_retries=2)
     (count,) = reads
     assert machine.answered(402, "Payment request already used", sent=count).step is step
 
 
 def test_a_connect_error_after_a_re_send_below_is_not_never_sent():
-    machine = Delivery(merchant_error_retries=2)
+    machine = delivery(merchant_error_retries=2)
     decision = machine.failed_in_transit(never_sent=True, error="ConnectError", sent=2)
     assert decision.step is Step.UNKNOWN
 

@@ -444,6 +444,52 @@ def test_equality() -> None:
         hash(PaymentOptions())
 
 
+# --- defaults: declared once, on the options ---------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("taker", "options"),
+    [
+        (
+            "x402_client._protocol.delivery:Delivery",
+            {
+                "confirmation_attempts": "confirmation_attempts",
+                "confirmation_wait": "confirmation_wait",
+                "confirmation_max_wait": "confirmation_max_wait",
+                "merchant_error_retries": "merchant_error_retries",
+            },
+        ),
+        (
+            "x402_client._rails.bridge:PollPolicy",
+            {
+                "first_interval": "bridge_poll_interval",
+                "max_interval": "bridge_poll_max_interval",
+                "deadline": "bridge_deadline",
+            },
+        ),
+        (
+            "x402_client._state.payment_api:PaymentAPI",
+            {
+                "timeout": "payment_api_timeout",
+                "max_body_bytes": "max_body_bytes",
+                "max_connections": "payment_api_max_connections",
+            },
+        ),
+    ],
+)
+def test_what_runs_under_an_option_has_no_default_of_its_own(
+    taker: str, options: dict[str, str]
+) -> None:
+    # A second default would drift from the option's: the caller passes the option's value.
+    import importlib
+
+    module, name = taker.split(":")
+    parameters = inspect.signature(getattr(importlib.import_module(module), name)).parameters
+    for parameter, option in options.items():
+        assert option in PaymentOptions.model_fields
+        assert parameters[parameter].default is inspect.Parameter.empty, parameter
+
+
 # --- the typed signature matches the options --------------------------------------------------
 
 

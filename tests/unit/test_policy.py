@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+from tests.factories import delivery
 from x402_client import (
     AmountLimitExceeded,
     BudgetExceeded,
@@ -16,7 +17,7 @@ from x402_client import (
     PaymentOptions,
 )
 from x402_client._flow.payment import Payer
-from x402_client._protocol.delivery import Delivery, Step
+from x402_client._protocol.delivery import Step
 from x402_client._protocol.policy import EXPIRY_SKEW, SkipReason, no_candidate_error, select
 from x402_client._protocol.rail_interface import RequestSettings
 
@@ -136,26 +137,26 @@ def test_the_error_for_an_unpaid_402_names_the_deciding_limit(accepts, headroom,
 
 
 def test_served_at_once():
-    assert Delivery().answered(200).step is Step.SERVED
+    assert delivery().answered(200).step is Step.SERVED
 
 
 def test_not_confirmed_backs_off_then_gives_up():
-    machine = Delivery(confirmation_attempts=4, confirmation_wait=0.1, confirmation_max_wait=0.3)
+    machine = delivery(confirmation_attempts=4, confirmation_wait=0.1, confirmation_max_wait=0.3)
     waits = [machine.answered(402, "Payment not confirmed (status: Open)") for _ in range(4)]
     assert [d.step for d in waits] == [Step.RETRY] * 3 + [Step.NOT_CONFIRMED]
     assert [d.wait for d in waits[:3]] == [0.1, 0.2, 0.3]
 
 
 def test_used_or_expired_pays_fresh_unless_the_merchant_may_have_consumed_the_proof():
-    assert Delivery().answered(402, "Payment request already used").step is Step.PAY_FRESH
-    assert Delivery().answered(402, "Payment request expired").step is Step.PAY_FRESH
-    machine = Delivery(merchant_error_retries=1)
+    assert delivery().answered(402, "Payment request already used").step is Step.PAY_FRESH
+    assert delivery().answered(402, "Payment request expired").step is Step.PAY_FRESH
+    machine = delivery(merchant_error_retries=1)
     assert machine.answered(503).step is Step.RETRY
     assert machine.answered(402, "Payment request already used").step is Step.UNKNOWN
 
 
 def test_server_errors_are_retried_with_the_same_proof_then_unknown():
-    machine = Delivery(merchant_error_retries=2)
+    machine = delivery(merchant_error_retries=2)
     assert [machine.answered(500).step for _ in range(3)] == [
         Step.RETRY,
         Step.RETRY,
@@ -164,16 +165,16 @@ def test_server_errors_are_retried_with_the_same_proof_then_unknown():
 
 
 def test_transit_failures():
-    machine = Delivery(merchant_error_retries=1)
+    machine = delivery(merchant_error_retries=1)
     assert machine.failed_in_transit(never_sent=True, error="ConnectError").step is Step.RETRY
     assert machine.failed_in_transit(never_sent=True, error="ConnectError").step is Step.UNKNOWN
-    assert Delivery().failed_in_transit(never_sent=False, error="ReadError").step is Step.UNKNOWN
+    assert delivery().failed_in_transit(never_sent=False, error="ReadError").step is Step.UNKNOWN
 
 
 def test_any_other_402_is_a_refusal_with_the_reason():
-    decision = Delivery().answered(402, "Invalid signature")
+    decision = delivery().answered(402, "Invalid signature")
     assert (decision.step, decision.reason) == (Step.REFUSED, "Invalid signature")
-    assert Delivery().answered(402, None).reason == "402 without a reason"
+    assert delivery().answered(402, None).reason == "402 without a reason"
 
 
 def test_skip_reason_values_are_stable():

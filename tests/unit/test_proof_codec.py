@@ -77,7 +77,14 @@ def test_payment_call_is_what_the_client_would_build() -> None:
 
     for base in ("http://127.0.0.1:8000", "http://127.0.0.1:8000/api", "https://p.test/v1/"):
         on_the_wire.clear()
-        api = PaymentAPI(base, SecretStr("the-key"), transport=httpx.MockTransport(handler))
+        api = PaymentAPI(
+            base,
+            SecretStr("the-key"),
+            timeout=30.0,
+            max_body_bytes=64 * 1024,
+            max_connections=1,
+            transport=httpx.MockTransport(handler),
+        )
         expected = api._client.build_request(
             "POST",
             "/transaction/payment",

@@ -30,8 +30,9 @@ def test_one_context_per_process_and_per_trust_env() -> None:
 
 
 def test_the_payment_api_and_default_transports_use_it() -> None:
-    first = PaymentAPI("http://127.0.0.1:9", SecretStr("sk_test_ssl"))
-    second = PaymentAPI("http://127.0.0.1:9", SecretStr("sk_test_ssl"))
+    limits = {"timeout": 30.0, "max_body_bytes": 64 * 1024, "max_connections": 1}
+    first = PaymentAPI("http://127.0.0.1:9", SecretStr("sk_test_ssl"), **limits)
+    second = PaymentAPI("http://127.0.0.1:9", SecretStr("sk_test_ssl"), **limits)
     assert _context_of(first._transport._inner) is default_ssl_context()
     assert _context_of(second._transport._inner) is default_ssl_context()
     assert _context_of(PaymentTransport(options=OPTIONS)._transport) is default_ssl_context()

@@ -551,6 +551,7 @@ class _Recovering:
             options.api_key,
             timeout=options.payment_api_timeout,
             max_body_bytes=options.max_body_bytes,
+            max_connections=options.payment_api_max_connections,
         )
         try:
             listing = await api.list_transactions()

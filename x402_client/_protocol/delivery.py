@@ -59,14 +59,19 @@ class Decision:
     reason: str | None = None
 
 
-@dataclasses.dataclass
+@dataclasses.dataclass(kw_only=True)
 class Delivery:
-    """The state of delivering one proof. `resend=True` for a proof paid earlier."""
+    """The state of delivering one proof. `resend=True` for a proof paid earlier.
 
-    confirmation_attempts: int = 8
-    confirmation_wait: float = 0.1
-    confirmation_max_wait: float = 2.0
-    merchant_error_retries: int = 2
+    The rules it runs under are the options' (`PaymentOptions.confirmation_attempts`,
+    `confirmation_wait`, `confirmation_max_wait`, `merchant_error_retries`): the caller
+    passes them.
+    """
+
+    confirmation_attempts: int
+    confirmation_wait: float
+    confirmation_max_wait: float
+    merchant_error_retries: int
     resend: bool = False
     sends: int = 0
     not_confirmed: int = 0

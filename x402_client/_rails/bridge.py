@@ -94,12 +94,13 @@ class PollPolicy:
 
     The first lookup is immediate; then waits of `first_interval`, doubling up to
     `max_interval`, clipped so that the last lookup happens at `deadline` (seconds after
-    the wait began). `log_every` spaces the INFO lines of a long wait.
+    the wait began), each from the options (`from_options`). `log_every` spaces the INFO
+    lines of a long wait.
     """
 
-    first_interval: float = 0.5
-    max_interval: float = 3.0
-    deadline: float = 300.0
+    first_interval: float
+    max_interval: float
+    deadline: float
     log_every: float = 10.0
 
     @classmethod

@@ -167,16 +167,18 @@ class _KeyedTransport(httpx.AsyncBaseTransport):
 
 
 class PaymentAPI:
-    """The payment API calls the client makes, read leniently (`_provider`)."""
+    """The payment API calls the client makes, read leniently (`_provider`). Its limits
+    are the options' (`payment_api_timeout`, `max_body_bytes`,
+    `payment_api_max_connections`)."""
 
     def __init__(
         self,
         api_url: str,
         api_key: SecretStr,
         *,
-        timeout: float = 30.0,
-        max_body_bytes: int = 64 * 1024,
-        max_connections: int = 100,
+        timeout: float,
+        max_body_bytes: int,
+        max_connections: int,
         transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.api_url = api_url
