@@ -34,12 +34,11 @@ if TYPE_CHECKING:
     )
     from ._adapters.mcp_session import PaidToolResult, with_eur_payment_mcp
     from ._adapters.requests_session import PaymentAdapter, payment_settings
-    from ._chain_a_options import ChainAOptions
     from ._flow.payment import EXTENSION, RECEIPT_EXTENSION
     from ._flow.quote import Quote, QuoteEntry, budget_status, quote_payment, quote_response
     from ._flow.recovery import Recovery, recover_payment, recover_payments, unfinished_payments
     from ._flow.resume import resume_bridge_payment
-    from ._options import EvmOptions, PaymentOptions
+    from ._options import ChainAOptions, EvmOptions, PaymentOptions
     from ._protocol.amounts import (
         format_amount,
         format_money,
@@ -104,7 +103,7 @@ _EXPORTS = {
     "DestinationRefused": "._protocol.errors",
     "encode_proof": "._protocol.proof",
     "EvmOptions": "._options",
-    "ChainAOptions": "._chain_a_options",
+    "ChainAOptions": "._options",
     "EXTENSION": "._flow.payment",
     "format_amount": "._protocol.amounts",
     "format_money": "._protocol.amounts",

@@ -283,9 +283,45 @@ def test_a_key_whose_halves_do_not_match_is_refused_before_signing():
 
 
 def test_the_chain_a_variables_are_listed_with_the_others():
-    from x402_client._chain_a_options import CHAIN_A_ENV_VARS
     from x402_client._options import ENV_VARS
 
-    assert {f"chain_a_{name}": (var,) for name, var in CHAIN_A_ENV_VARS.items()} == {
-        name: variables for name, variables in ENV_VARS.items() if name.startswith("chain_a_")
+    assert {name: variables for name, variables in ENV_VARS.items() if "chain_a" in name} == {
+        "chain_a_private_key": ("X402_EUR_CHAIN_A_PRIVATE_KEY",),
+        "chain_a_mnemonic": ("X402_EUR_CHAIN_A_MNEMONIC",),
+        "chain_a_algod_url": ("X402_EUR_CHAIN_A_ALGOD_URL",),
+        "chain_a_algod_token": ("X402_EUR_CHAIN_A_ALGOD_TOKEN",),
+        "chain_a_indexer_url": ("X402_EUR_CHAIN_A_INDEXER_URL",),
     }
+
+
+def test_chain_a_options_are_options_like_the_others():
+    # Declared like PaymentOptions' own: camelCase keys, bounds, "did you mean", copies
+    # that are validated, immutable, and no secret or node URL path in any repr.
+    options = ChainAOptions.model_validate(
+        {
+            "privateKey": KEY,
+            "algodUrl": NODE + "/",
+            "algodToken": "tok_secret_9",
+            "roundSeconds": "3",
+        }
+    )
+    assert options.algod_url == NODE and options.round_seconds == 3.0
+    assert (
+        options.algod_token is not None and options.algod_token.get_secret_value() == "tok_secret_9"
+    )
+    assert options.model_copy(update={"timeout": 5}).timeout == 5.0
+    assert options.model_dump(by_alias=True)["algodUrl"] == NODE
+    for text in (repr(options), str(options), repr(PaymentOptions(chain_a=options))):
+        assert KEY not in text and "tok_secret_9" not in text and "v2key" not in text
+    with pytest.raises(AttributeError):
+        options.timeout = 1.0  # type: ignore[misc]
+    for values, message in (
+        ({"round_seconds": 0}, "round_seconds: Input should be greater than 0"),
+        ({"timeout": "soon"}, "timeout: Input should be a valid number"),
+        ({"algod_urll": NODE}, "algod_urll: unknown option; did you mean 'algod_url'?"),
+    ):
+        with pytest.raises(ConfigurationError) as caught:
+            ChainAOptions(**{"private_key": KEY, "algod_url": NODE, **values})
+        assert str(caught.value).startswith(f"invalid ChainAOptions: {message}")
+    with pytest.raises(ConfigurationError, match="chain_a: Input should be a valid dictionary"):
+        PaymentOptions(chain_a="wallet")  # type: ignore[arg-type]

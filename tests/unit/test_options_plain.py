@@ -8,6 +8,7 @@ import dataclasses
 import inspect
 import pathlib
 import pickle
+import re
 import weakref
 from decimal import Decimal
 
@@ -17,6 +18,7 @@ import x402_client._options as options_module
 from x402_client import (
     Asset,
     Budget,
+    ChainAOptions,
     ConfigurationError,
     EvmOptions,
     InMemoryBudgetStore,
@@ -490,37 +492,96 @@ def test_what_runs_under_an_option_has_no_default_of_its_own(
         assert parameters[parameter].default is inspect.Parameter.empty, parameter
 
 
-# --- the typed signature matches the options --------------------------------------------------
+# --- the signature: made from the declarations ---------------------------------------------------
 
 
-def _typed_init(cls: type) -> ast.FunctionDef:
-    tree = ast.parse(inspect.getsource(options_module))
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ClassDef) and node.name == cls.__name__:
-            for branch in node.body:
-                if isinstance(branch, ast.If) and ast.unparse(branch.test) == "TYPE_CHECKING":
-                    for item in branch.body:
-                        if isinstance(item, ast.FunctionDef) and item.name == "__init__":
-                            return item
-    raise AssertionError(f"no typed __init__ for {cls.__name__}")
-
-
-@pytest.mark.parametrize("cls", [PaymentOptions, EvmOptions])
-def test_the_typed_init_lists_every_option_with_its_default(cls: type) -> None:
-    init = _typed_init(cls)
-    names = [a.arg for a in init.args.kwonlyargs]
-    assert names == list(cls.model_fields)  # type: ignore[attr-defined]
-    assert init.args.kwarg is not None and init.args.kwarg.arg == "aliases"
-    for name, default in zip(names, init.args.kw_defaults, strict=True):
-        field = cls.model_fields[name]  # type: ignore[attr-defined]
-        if default is None:
-            assert field.is_required(), name
-            continue
-        try:
-            value = ast.literal_eval(default)
-        except ValueError:  # a name or an expression: compared by eye
-            continue
-        if value is not Ellipsis:
-            assert value == field.get_default(), name
+@pytest.mark.parametrize("cls", [PaymentOptions, EvmOptions, ChainAOptions])
+def test_help_lists_every_option_as_a_keyword_with_its_default(cls: type) -> None:
     parameters = inspect.signature(cls).parameters
     assert list(parameters) == [*cls.model_fields, "aliases"]  # type: ignore[attr-defined]
+    for name, field in cls.model_fields.items():  # type: ignore[attr-defined]
+        if field.is_required():
+            assert parameters[name].default is inspect.Parameter.empty, name
+        else:
+            assert parameters[name].default == field.get_default(), name
+
+
+def test_no_options_class_writes_its_init_by_hand() -> None:
+    # Type checkers make `__init__` from the declarations (PEP 681): a hand-written one,
+    # even under TYPE_CHECKING, would list every option a second time.
+    tree = ast.parse(inspect.getsource(options_module))
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and node.name in (
+            "PaymentOptions",
+            "EvmOptions",
+            "ChainAOptions",
+        ):
+            inits = [
+                f.name
+                for f in ast.walk(node)
+                if isinstance(f, ast.FunctionDef) and f.name == "__init__"
+            ]
+            assert inits == [], node.name
+    assert hasattr(options_module._Options, "__dataclass_transform__")
+
+
+#: Calls a type checker must accept, and mistakes it must flag (`# flags: <error code>`).
+TYPED_CALLS = """
+from decimal import Decimal
+
+from x402_client import Budget, ChainAOptions, EvmOptions, PaymentOptions
+from x402_client._protocol.secret import SecretStr
+
+options = PaymentOptions(
+    api_key="sk_test_1",
+    from_account="ACC_1",
+    max_amount_per_payment="0.50",
+    budgets=["5.00/24h", Budget("2", currency="USD")],
+    evm={"private_key": "11" * 32, "rpc_urls": {137: "https://rpc.example"}},
+    chain_a=ChainAOptions(mnemonic="abandon " * 25, algod_url="https://node.example"),
+    state_path="state.db",
+    prefer="euro",
+    confirmation_wait=1,
+)
+cap: dict[str, Decimal] = options.max_amount_per_payment
+key: SecretStr | None = options.api_key
+evm: EvmOptions | None = options.evm
+PaymentOptions(max_amount="0.50")  # flags: call-arg
+PaymentOptions(max_candidates="3")  # flags: arg-type
+PaymentOptions(evm=EvmOptions(rpc_urls={}))  # flags: call-arg
+ChainAOptions(mnemonic="abandon " * 25, algodUrl="https://node.example")  # flags: call-arg
+options.max_candidates = 5  # flags: misc
+wrong: str = options.max_candidates  # flags: assignment
+"""
+
+
+@pytest.mark.slow  # mypy checks the package first (about 40 s without its cache)
+def test_type_checkers_see_each_option_as_a_keyword_of_the_type_it_takes(
+    tmp_path: pathlib.Path,
+) -> None:
+    from mypy import api
+
+    root = pathlib.Path(__file__).resolve().parents[2]
+    snippet = tmp_path / "typed_calls.py"
+    snippet.write_text(TYPED_CALLS)
+    out, err, _ = api.run(
+        [
+            str(snippet),
+            "--config-file",
+            str(root / "pyproject.toml"),
+            "--cache-dir",
+            str(root / ".mypy_cache"),
+            "--no-error-summary",
+            "--show-error-codes",
+        ]
+    )
+    flagged = {
+        (int(line), code)
+        for line, code in re.findall(r"^[^:\n]+:(\d+): error: .*\[([\w-]+)\]$", out, re.M)
+    }
+    expected = {
+        (number, found.group(1))
+        for number, text in enumerate(TYPED_CALLS.splitlines(), start=1)
+        if (found := re.search(r"# flags: ([\w-]+)", text))
+    }
+    assert flagged == expected, out + err

@@ -96,7 +96,7 @@ from .._state.sqlite_store import JournalRecord, SqliteStore
 from .payment import EXTENSION, Payer
 
 if TYPE_CHECKING:
-    from .._chain_a_options import ChainAOptions
+    from .._options import ChainAOptions
     from .._protocol.provider import TransactionRecord
     from .._protocol.rail_interface import MeteredRail
 

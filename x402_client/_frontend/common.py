@@ -311,8 +311,8 @@ _ENV_ABOUT = {
     "api_url": "the payment API (https://, or http:// on loopback)",
     "max_amount_per_payment": "cap per payment, in every currency (--max-amount wins)",
     "evm_private_key": "the key that signs EVM permits (hex)",
-    "evm_rpc_url_1": "RPC URL(s) of chain 1, comma-separated",
-    "evm_rpc_url_137": "RPC URL(s) of chain 137, comma-separated",
+    "evm_rpc_urls_1": "RPC URL(s) of chain 1, comma-separated",
+    "evm_rpc_urls_137": "RPC URL(s) of chain 137, comma-separated",
     "assets": "tokens to pay standard x402 exact entries in, comma-separated, each\n"
     "      CHAIN:ADDRESS:SYMBOL:CURRENCY[:DECIMALS] (CURRENCY EUR or USD, DECIMALS\n"
     "      default 6), e.g. 8453:0x...:EURC:EUR:6",

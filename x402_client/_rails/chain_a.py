@@ -76,7 +76,7 @@ from .._protocol.types import Paid, PaymentIntent
 from .._state.http import default_ssl_context
 
 if TYPE_CHECKING:
-    from .._chain_a_options import ChainAOptions
+    from .._options import ChainAOptions
 
 __all__ = [
     "CHAIN_A_EXTRA_MISSING",

@@ -190,7 +190,7 @@ def describe_permit(
     if rpc_urls is not None and chain_id not in rpc_urls:
         blockers.append(f"no RPC URL configured for chain {chain_id}")
     if rpc_urls is None or chain_id not in rpc_urls:
-        settings.append(setting(f"evm_rpc_url_{chain_id}"))
+        settings.append(setting(f"evm_rpc_urls_{chain_id}"))
     if not installed:
         blockers.append(EVM_EXTRA_MISSING)
     if blockers or settings or not isinstance(extra, EvmPermitExtra):

@@ -157,5 +157,6 @@ def state_of(options: PaymentOptions) -> PaymentState:
             state = options._state
             if state is None or state.owner != id(options):
                 state = PaymentState(options)
-                options._state = state
+                # The options are immutable; their state is a cache made on first use.
+                object.__setattr__(options, "_state", state)
     return state

@@ -183,7 +183,7 @@ def _budgets(args: argparse.Namespace) -> list[Budget]:
 
 def _token(args: argparse.Namespace) -> str | None:
     """The bearer token of `--http`, after checking that the endpoint may serve with it."""
-    from .._options import _is_loopback
+    from .._options import is_loopback
 
     token = os.environ.get(TOKEN_ENV) or None
     if token is not None and (problem := _frontend.token_problem(token)):
@@ -191,7 +191,7 @@ def _token(args: argparse.Namespace) -> str | None:
     if args.http is None:
         return token
     host = args.http[0]
-    if not _is_loopback(host) and not args.allow_remote:
+    if not is_loopback(host) and not args.allow_remote:
         raise _Refusal(
             f"refusing to serve on {host}: not a loopback address, and whoever reaches "
             f"the endpoint spends your budget; add --allow-remote, with {TOKEN_ENV} set"
