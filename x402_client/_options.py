@@ -20,6 +20,11 @@ from those lines:
 Unknown keys are an error with a "did you mean", so that a typo in a limit cannot silently
 leave the default in force. Secrets are `SecretStr`: they print as `**********`, and no
 error message shows a value given (it may be a secret).
+
+Every entry that takes options (`with_eur_payment`, `PaymentTransport`,
+`SyncPaymentTransport`, `PaymentAdapter`, `with_eur_payment_mcp`) reads them with
+`coerce_options`: a `PaymentOptions`, a mapping of its keys, or None, which means
+`PaymentOptions.from_env()` everywhere.
 """
 
 from __future__ import annotations
@@ -763,6 +768,10 @@ class PaymentOptions(_Options):
     options = PaymentOptions(api_key="...", from_account="ACC_...", api_url="https://...",
                              max_amount_per_payment="0.50")
     ```
+
+    Every entry that takes options (`with_eur_payment`, `PaymentTransport`,
+    `SyncPaymentTransport`, `PaymentAdapter`, `with_eur_payment_mcp`) takes these, a
+    mapping of their keys, or None for `PaymentOptions.from_env()`.
     """
 
     #: The managed account's API key (a secret: printed as `**********`).
@@ -902,7 +911,7 @@ class PaymentOptions(_Options):
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> Self:
         """Options from the environment (`ENV_VARS`; `environ` instead of `os.environ`);
-        keyword arguments win.
+        keyword arguments win. What every entry that takes options does with None.
 
         `X402_EUR_API_KEY`, `X402_EUR_ACCOUNT`, `X402_EUR_API_URL`,
         `X402_EUR_MAX_AMOUNT_PER_PAYMENT` (one amount: the cap of every currency), and for
@@ -951,11 +960,13 @@ ENV_VARS: Mapping[str, tuple[str, ...]] = MappingProxyType(_variables(PaymentOpt
 
 
 def coerce_options(options: PaymentOptions | Mapping[str, Any] | None) -> PaymentOptions:
-    """A `PaymentOptions` from itself, a mapping of the same keys, or None (no payment means)."""
+    """The options an entry pays with: `options` itself, a mapping of its keys (snake_case
+    or camelCase), or None: `PaymentOptions.from_env()`. Every entry that takes options
+    reads them here, so None means the environment everywhere."""
     if isinstance(options, PaymentOptions):
         return options
     if options is None:
-        return PaymentOptions()
+        return PaymentOptions.from_env()
     if not isinstance(options, Mapping):
         raise ConfigurationError(
             f"options must be PaymentOptions or a mapping, not {type(options).__name__}"

@@ -2,7 +2,9 @@
 
 import subprocess
 import sys
+from collections.abc import Callable
 from decimal import Decimal
+from typing import Any
 
 import httpx
 import pytest
@@ -17,6 +19,7 @@ from x402_client import (
     X402Error,
     with_eur_payment,
 )
+from x402_client._protocol.secret import SecretStr
 
 
 def test_all_is_sorted_and_complete() -> None:
@@ -167,3 +170,111 @@ def test_per_request_settings_are_validated() -> None:
     assert parse_settings({"max_amount_per_payment": {"usd": "0.5"}}).limits == {
         "USD": Decimal("0.5")
     }
+
+
+# --- None means the environment at every entry ------------------------------------------------
+
+#: The managed account, as `PaymentOptions.from_env()` reads it.
+ENVIRONMENT = {
+    "X402_EUR_API_KEY": "sk_from_the_environment",
+    "X402_EUR_ACCOUNT": "ACC_ENV",
+    "X402_EUR_API_URL": "https://api.example",
+}
+
+
+class _ToolSession:
+    """What `with_eur_payment_mcp` needs of an MCP client session: `call_tool`."""
+
+    async def call_tool(self, name: str, arguments: Any = None, **kwargs: Any) -> Any:
+        raise AssertionError("no tool is called")
+
+
+def _through(entry: str, options: Any) -> tuple[PaymentOptions, Callable[[], None]]:
+    """The options `entry` pays with when given `options` (`...`: none given), and how to
+    close what it built."""
+    import requests
+
+    from x402_client import PaymentAdapter, SyncPaymentTransport, with_eur_payment_mcp
+
+    given = () if options is ... else (options,)
+    if entry == "PaymentTransport":
+        transport = PaymentTransport(httpx.AsyncHTTPTransport(), *given)
+        return transport.options, lambda: None
+    if entry == "SyncPaymentTransport":
+        sync = SyncPaymentTransport(httpx.HTTPTransport(), *given)
+        return sync.options, sync.close
+    if entry == "PaymentAdapter":
+        adapter = PaymentAdapter(requests.adapters.HTTPAdapter(), *given)
+        return adapter.options, adapter.close
+    if entry == "with_eur_payment(httpx.Client)":
+        client = with_eur_payment(httpx.Client(), *given)
+        return client._transport.options, client.close  # type: ignore[attr-defined]
+    if entry == "with_eur_payment(httpx.AsyncClient)":
+        async_client = with_eur_payment(httpx.AsyncClient(), *given)
+        return async_client._transport.options, lambda: None  # type: ignore[attr-defined]
+    if entry == "with_eur_payment(requests.Session)":
+        session = with_eur_payment(requests.Session(), *given)
+        return session.get_adapter("https://merchant.example").options, session.close  # type: ignore[attr-defined]
+    tools = _ToolSession()
+    if entry == "with_eur_payment(MCP session)":
+        with_eur_payment(tools, *given)
+    else:
+        with_eur_payment_mcp(tools, *given)
+    return tools.call_tool.options, lambda: None  # type: ignore[attr-defined]
+
+
+ENTRIES = [
+    "PaymentTransport",
+    "SyncPaymentTransport",
+    "PaymentAdapter",
+    "with_eur_payment(httpx.Client)",
+    "with_eur_payment(httpx.AsyncClient)",
+    "with_eur_payment(requests.Session)",
+    "with_eur_payment(MCP session)",
+    "with_eur_payment_mcp",
+]
+
+
+@pytest.fixture
+def environment(monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    from x402_client._options import ENV_VARS
+
+    for variables in ENV_VARS.values():
+        for variable in variables:
+            monkeypatch.delenv(variable, raising=False)
+    for variable, value in ENVIRONMENT.items():
+        monkeypatch.setenv(variable, value)
+    return ENVIRONMENT
+
+
+@pytest.mark.parametrize("given", [None, ...], ids=["None", "none given"])
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_none_reads_the_environment_at_every_entry(
+    entry: str, given: None, environment: dict[str, str]
+) -> None:
+    options, close = _through(entry, given)
+    try:
+        assert options.api_key == SecretStr(environment["X402_EUR_API_KEY"])
+        assert (options.from_account, options.api_url) == ("ACC_ENV", "https://api.example")
+    finally:
+        close()
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_a_mapping_is_the_options_it_names_not_the_environment(
+    entry: str, environment: dict[str, str]
+) -> None:
+    options, close = _through(entry, {"from_account": "ACC_GIVEN"})
+    try:
+        assert (options.api_key, options.from_account) == (None, "ACC_GIVEN")
+    finally:
+        close()
+
+
+@pytest.mark.parametrize("entry", ENTRIES)
+def test_none_without_a_usable_environment_names_the_variables(
+    entry: str, environment: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("X402_EUR_API_URL")
+    with pytest.raises(ConfigurationError, match="X402_EUR_API_URL is not set"):
+        _through(entry, None)

@@ -74,8 +74,10 @@ class PaymentTransport(httpx.AsyncBaseTransport):
         response = await client.get("https://merchant.example/paid")
     ```
 
-    Responses other than 402 pass through untouched and unread, streams included.
-    Closing the transport closes the wrapped one.
+    `options` is a `PaymentOptions`, a mapping of its keys, or None (or none given) for
+    `PaymentOptions.from_env()`, as for `with_eur_payment`. Responses other than 402 pass
+    through untouched and unread, streams included. Closing the transport closes the
+    wrapped one.
     """
 
     def __init__(
@@ -201,10 +203,10 @@ def with_eur_payment(
     `mcp.Client`: anything with `call_tool`) pays its paid tool calls, as
     `with_eur_payment_mcp` does (`docs/mcp-payments.md`).
 
-    `options` is a `PaymentOptions` or a mapping with the same keys (snake_case or the
-    spec's camelCase); None reads `PaymentOptions.from_env()`. The client's transport and
-    each of its mounts are wrapped by one `PaymentTransport` (`SyncPaymentTransport`
-    for an `httpx.Client`) sharing one payer.
+    `options` is a `PaymentOptions` or a mapping of its keys; None (or none given) reads
+    `PaymentOptions.from_env()`, as every entry does. The client's transport and each of
+    its mounts are wrapped by one `PaymentTransport` (`SyncPaymentTransport` for an
+    `httpx.Client`) sharing one payer.
 
     Calling it again on the same client does not wrap twice: it replaces the options of
     the installed transports (in-flight requests finish with the old ones).
@@ -232,7 +234,7 @@ def with_eur_payment(
             "with_eur_payment needs an httpx.AsyncClient or an httpx.Client (or a "
             f"requests.Session, or an MCP client session), not {type(client).__name__}"
         )
-    resolved = PaymentOptions.from_env() if options is None else coerce_options(options)
+    resolved = coerce_options(options)
     if is_session:
         from .requests_session import install as install_requests  # loaded by requests users only
 

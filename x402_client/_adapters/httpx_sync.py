@@ -392,10 +392,11 @@ class SyncPaymentTransport(httpx.BaseTransport):
         response = client.get("https://merchant.example/paid")
     ```
 
-    The same payments, limits, errors and receipts as `PaymentTransport`. Responses other
-    than 402 pass through untouched and unread, in the caller's thread. A 402 is paid on a
-    private event loop (one thread, started on the first 402); closing the transport stops
-    it and closes the wrapped transport.
+    The same options (a `PaymentOptions`, a mapping of its keys, or None for
+    `PaymentOptions.from_env()`), payments, limits, errors and receipts as
+    `PaymentTransport`. Responses other than 402 pass through untouched and unread, in the
+    caller's thread. A 402 is paid on a private event loop (one thread, started on the
+    first 402); closing the transport stops it and closes the wrapped transport.
     """
 
     def __init__(

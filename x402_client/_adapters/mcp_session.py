@@ -312,7 +312,7 @@ def with_eur_payment_mcp(
 
     Calling it again on the same session replaces the options.
     """
-    resolved = PaymentOptions.from_env() if options is None else coerce_options(options)
+    resolved = coerce_options(options)
     installed = getattr(session, _INSTALLED, None)
     if isinstance(installed, _ToolCalls):
         installed.options = resolved

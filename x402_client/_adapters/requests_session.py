@@ -555,9 +555,11 @@ class PaymentAdapter(requests.adapters.BaseAdapter):
     """A requests adapter that answers x402 challenges, over the session's own adapter.
 
     `with_eur_payment(session, options)` mounts one over each adapter of the session,
-    sharing one payer (one private payment loop). Everything that is not a 402 is the
-    wrapped adapter's answer, untouched and unread, in the caller's thread. Closing it (or
-    the session) stops the payment loop and closes the wrapped adapter.
+    sharing one payer (one private payment loop). Built yourself, it takes `options` as
+    every entry does: a `PaymentOptions`, a mapping of its keys, or None for
+    `PaymentOptions.from_env()`. Everything that is not a 402 is the wrapped adapter's
+    answer, untouched and unread, in the caller's thread. Closing it (or the session)
+    stops the payment loop and closes the wrapped adapter.
     """
 
     def __init__(
