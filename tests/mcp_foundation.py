@@ -27,9 +27,9 @@ from typing import IO
 
 import anyio
 import anyio.abc
-import pytest
 
 from tests import tls_bundle
+from tests.needs import missing
 from tests.x402_foundation import TOKEN_NAME, TOKEN_VERSION, FoundationStack
 
 __all__ = [
@@ -108,13 +108,13 @@ def build_environment() -> tuple[Path, str | None]:
 
 
 def foundation_mcp_python() -> Path:
-    """The Python of the foundation's MCP server environment, built on first use. Skips
-    the calling test, with the reason, only when the environment cannot be built."""
+    """The Python of the foundation's MCP server environment, built on first use. When it
+    cannot be built, the calling test is skipped with the reason (under CI, it fails)."""
     python, problem = build_environment()
     if problem is not None:
-        pytest.skip(
+        missing(
             "the x402 foundation's MCP server environment could not be built from "
-            f"{REQUIREMENTS.name}: {problem}"
+            f"{REQUIREMENTS.name} (make test-environments): {problem}"
         )
     return python
 

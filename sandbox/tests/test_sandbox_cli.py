@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.needs import require
 from x402_eur_sandbox import __version__
 
 SANDBOX = [sys.executable, "-m", "x402_eur_sandbox.cli"]
@@ -345,7 +346,7 @@ def test_everyday_mistakes_get_a_short_answer_and_no_traceback(args, code, says,
 
 @pytest.mark.slow
 def test_serve_with_the_chain_a_wallet_makes_x402_eur_pay_from_it() -> None:
-    pytest.importorskip("algosdk")  # the client's chain-a extra
+    require("algosdk", "pip install 'x402-eur[chain-a]'")
     with running_sandbox("--chain-a-wallet") as (process, out):
         for service in ("chain-A node", "chain-A facilitator", "chain-A payer wallet"):
             assert service in out, out
@@ -366,7 +367,7 @@ def test_serve_with_the_chain_a_wallet_makes_x402_eur_pay_from_it() -> None:
 
 
 def test_serve_with_svm_prints_the_solana_chain_its_mints_and_its_payer() -> None:
-    pytest.importorskip("solders", reason="--svm needs the `svm` extra")
+    require("solders", "pip install 'x402-eur-sandbox[svm]'")
     with running_sandbox("--svm") as (process, out):
         rpc = re.search(r"^Solana JSON-RPC +(http://127\.0\.0\.1:\d+) *$", out, re.M)
         assert rpc is not None

@@ -4,6 +4,9 @@ Every answer is parsed by `solders.rpc.responses`, the Solana SDK's own types fo
 real RPC's answers: a shape the real RPC would not give fails to parse. Transactions are
 built and signed here with `solders`, sent over HTTP, and land in the Solana VM."""
 
+# The imports of solders follow the check that it is installed.
+# ruff: noqa: E402
+
 from __future__ import annotations
 
 import base64
@@ -16,7 +19,9 @@ from typing import Any
 import httpx
 import pytest
 
-pytest.importorskip("solders", reason="the Solana sandbox needs the `svm` extra")
+from tests.needs import require
+
+require("solders", "pip install 'x402-eur-sandbox[svm]'")
 
 from solders.hash import Hash
 from solders.instruction import AccountMeta, Instruction

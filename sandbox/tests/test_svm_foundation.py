@@ -5,6 +5,9 @@ Their client builds payments against our JSON-RPC server and our facilitator set
 them; their facilitator verifies and settles payments of our spec-written payer against
 our JSON-RPC server. Both mints, SPL Token and Token-2022; balances exact on the VM."""
 
+# The imports of solders follow the check that it is installed.
+# ruff: noqa: E402
+
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
@@ -12,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("solders", reason="the Solana sandbox needs the `svm` extra")
+from tests.needs import require
+
+require("solders", "pip install 'x402-eur-sandbox[svm]'")
 
 from svm_foundation import foundation_python, run_tool
 from svm_payer import pay

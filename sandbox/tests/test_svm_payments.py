@@ -5,6 +5,9 @@ The payer (`svm_payer.pay`) is written from the x402 foundation's `scheme_exact_
 with `solders` only, never the client's code. Money moves on the Solana VM: balances
 change by exactly the price, or not at all."""
 
+# The imports of solders follow the check that it is installed.
+# ruff: noqa: E402
+
 from __future__ import annotations
 
 import base64
@@ -16,7 +19,9 @@ import anyio
 import httpx
 import pytest
 
-pytest.importorskip("solders", reason="the Solana sandbox needs the `svm` extra")
+from tests.needs import require
+
+require("solders", "pip install 'x402-eur-sandbox[svm]'")
 
 from solders.instruction import AccountMeta, Instruction
 from solders.keypair import Keypair

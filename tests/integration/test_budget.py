@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -17,6 +15,7 @@ import pytest
 
 from tests.conftest import payments
 from tests.factories import euro_intent
+from tests.needs import require_program
 from tests.sandboxes import payment_options
 from tests.waiting import eventually, eventually_sync
 from x402_client import (
@@ -168,11 +167,7 @@ def _free_port() -> int:
 
 @pytest.fixture
 def redis_url(tmp_path):
-    server = shutil.which("redis-server")
-    if server is None:
-        if os.environ.get("CI"):
-            pytest.fail("redis-server is required in CI (.ci/run installs it)")
-        pytest.skip("redis-server is not installed (apt-get install redis-server)")
+    server = require_program("redis-server", "apt-get install redis-server")
     port = _free_port()
     process = subprocess.Popen(
         [

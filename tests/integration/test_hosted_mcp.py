@@ -5,6 +5,9 @@ test. Every tool result goes through `Tools.call`, which checks that no API key 
 The bridge settles 0.2 s after a payment.
 """
 
+# The imports of mcp follow the check that it is installed.
+# ruff: noqa: E402
+
 from __future__ import annotations
 
 import contextlib
@@ -19,7 +22,9 @@ import anyio
 import httpx
 import pytest
 
-pytest.importorskip("mcp", reason="the hosted tool server needs the mcp package")
+from tests.needs import require
+
+require("mcp", "pip install 'x402-eur[mcp]'")
 
 import httpx2
 from mcp import Client

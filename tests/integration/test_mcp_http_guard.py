@@ -6,6 +6,9 @@ Every request goes to 127.0.0.1 or 127.0.0.2; `evil.example` and `app.example` a
 in `Host` and `Origin` headers, as a browser would send them.
 """
 
+# The imports of mcp follow the check that it is installed.
+# ruff: noqa: E402
+
 from __future__ import annotations
 
 import os
@@ -15,7 +18,9 @@ from typing import Any
 import httpx
 import pytest
 
-pytest.importorskip("mcp", reason="x402-eur mcp needs the mcp package")
+from tests.needs import require
+
+require("mcp", "pip install 'x402-eur[mcp]'")
 
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client

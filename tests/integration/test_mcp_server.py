@@ -5,6 +5,9 @@ Every tool result goes through `Tools.call`, which checks that the account's API
 up nowhere; every test also reads the server's stderr for it.
 """
 
+# The imports of mcp follow the check that it is installed.
+# ruff: noqa: E402
+
 from __future__ import annotations
 
 import contextlib
@@ -23,7 +26,9 @@ from typing import IO, Any
 import anyio
 import pytest
 
-pytest.importorskip("mcp", reason="x402-eur mcp needs the mcp package")
+from tests.needs import require
+
+require("mcp", "pip install 'x402-eur[mcp]'")
 
 from mcp import Client, StdioServerParameters
 from mcp.client.stdio import stdio_client
@@ -657,7 +662,7 @@ def test_an_unknown_outcome_says_how_to_recover_without_paying_again():
 
 
 def test_every_tool_schema_is_valid_json_schema():
-    jsonschema = pytest.importorskip("jsonschema")
+    jsonschema = require("jsonschema", "pip install 'x402-eur[dev]'")
     for spec in TOOLS.values():
         jsonschema.Draft202012Validator.check_schema(spec.input_schema)
         jsonschema.Draft202012Validator.check_schema(spec.output_schema)

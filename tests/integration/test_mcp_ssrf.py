@@ -6,6 +6,9 @@ recording servers on 127.0.0.1: a refused destination is a structured tool error
 recorder behind it sees no request. Every other kind of address is refused through the
 guard's decision and its transport without a connection (tests/unit/test_netguard.py)."""
 
+# The imports of mcp follow the check that it is installed.
+# ruff: noqa: E402
+
 from __future__ import annotations
 
 import argparse
@@ -15,7 +18,9 @@ from urllib.parse import parse_qs
 
 import pytest
 
-pytest.importorskip("mcp", reason="x402-eur mcp needs the mcp package")
+from tests.needs import require
+
+require("mcp", "pip install 'x402-eur[mcp]'")
 
 from mcp import Client
 
@@ -223,7 +228,7 @@ class _Context:
 
 
 async def test_a_facilitator_on_a_refused_address_is_never_asked(serve):
-    pytest.importorskip("eth_account", reason="the EVM rail needs the evm extra")
+    require("eth_account", "pip install 'x402-eur[evm]'")
     from x402_client import EvmOptions, PaymentOptions
     from x402_client._protocol.models import parse_accept
     from x402_client._rails.evm import EvmPermitRail, classify_evm_extra

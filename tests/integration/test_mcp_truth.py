@@ -11,12 +11,13 @@ import pytest
 
 from tests.conftest import payments
 from tests.factories import euro_intent
+from tests.needs import require
 from x402_client import LedgerEntry, with_eur_payment
 from x402_client.mcp._results import _add_payments_made
 from x402_client.mcp_server import TOOLS, PaymentTools
 from x402_eur_sandbox import Fault
 
-pytest.importorskip("mcp", reason="x402-eur mcp needs the mcp package")
+require("mcp", "pip install 'x402-eur[mcp]'")
 
 pytestmark = pytest.mark.anyio
 

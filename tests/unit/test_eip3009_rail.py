@@ -14,6 +14,7 @@ from eth_account import Account
 from eth_account.messages import encode_typed_data
 from eth_utils.address import to_checksum_address
 
+from tests.needs import require
 from x402_client import EvmOptions, PaymentOptions
 from x402_client._protocol.assets import Asset
 from x402_client._protocol.models import EuroAcceptEntry, ExactAcceptEntry
@@ -517,7 +518,7 @@ def test_authorization_wire_round_trip_and_strictness() -> None:
 
 def test_coincurve_signs_like_eth_keys() -> None:
     """With coincurve installed the rail signs through libsecp256k1: same bytes."""
-    pytest.importorskip("coincurve")
+    require("coincurve", "pip install 'x402-eur[evm]'")
     signer = DigestSigner(bytes.fromhex(KEY[2:]))
     assert signer.backend == "coincurve"
     from eth_keys.datatypes import PrivateKey
