@@ -7,6 +7,9 @@ request through a `script`: a function of the merchant and the request that retu
 
 The same merchant serves as `merchant.transport()` (an `httpx.MockTransport`: milliseconds,
 no sockets) and as an ASGI app (`await serve(merchant)` in the tests: real sockets).
+
+A `FaultGate` puts any merchant (the sandbox's standard one, HTTP and MCP alike) behind the
+sandbox's faults at its paid calls.
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ from typing import Any
 import httpx
 
 from x402_client._protocol.proof import decode_proof
-from x402_eur_sandbox import Bank
+from x402_eur_sandbox import Bank, BankError, Faults, ServedApp
+from x402_eur_sandbox._faults import DroppedConnection
 
 
 @dataclasses.dataclass(frozen=True)
@@ -230,3 +234,81 @@ def paid_resource(amount: str = "0.10", body: Any = None) -> Script:
 
 def now() -> int:
     return int(time.time())
+
+
+class FaultGate:
+    """A merchant behind a fault point at its paid calls, on a port of its own (a
+    `SandboxPart`: `Sandbox(parts=[merchant, FaultGate(merchant)])`, then `url`).
+
+    A paid call is a request carrying a payment: a `PAYMENT-SIGNATURE` header over HTTP, or
+    an MCP tool call whose `_meta` holds `x402/payment`. The sandbox's faults for the
+    endpoint `paid_call` strike it where a proxy in front of the merchant would: `before`
+    the merchant reads it (nothing is settled), or `after` the merchant answered (and
+    settled). A `status` fault answers its status; a `drop` cuts the connection after the
+    status line. Every other request passes through untouched (the 402s, MCP's handshake).
+    """
+
+    endpoint = "paid_call"
+
+    def __init__(self, merchant: Any) -> None:
+        self.merchant = merchant
+        self._served: ServedApp | None = None
+
+    @property
+    def url(self) -> str:
+        assert self._served is not None, "the fault gate is not running"
+        return self._served.url
+
+    async def start(self, sandbox: Any) -> None:
+        self.faults: Faults = sandbox.faults
+
+        async def app(scope: Any, receive: Any, send: Any) -> None:
+            await self._gate(scope, receive, send)
+
+        self._served = await ServedApp(app, "fault-gate").start()
+
+    async def stop(self) -> None:
+        if self._served is not None:
+            await self._served.stop()
+
+    async def _gate(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.merchant(scope, receive, send)
+            return
+        messages = [await receive()]
+        while messages[-1]["type"] == "http.request" and messages[-1].get("more_body"):
+            messages.append(await receive())
+        body = b"".join(message.get("body", b"") for message in messages)
+
+        async def replay() -> Any:
+            return messages.pop(0) if messages else await receive()
+
+        headers = {name.decode().lower() for name, _ in scope["headers"]}
+        if "payment-signature" not in headers and b'"x402/payment"' not in body:
+            await self.merchant(scope, replay, send)
+            return
+        answer: list[Any] = []
+
+        async def keep(message: Any) -> None:
+            answer.append(message)
+
+        try:
+            await self.faults.before(self.endpoint)
+            await self.merchant(scope, replay, keep)
+            await self.faults.after(self.endpoint)
+        except BankError as exc:
+            await _answer(send, exc.status, json.dumps(exc.body()).encode())
+            return
+        except DroppedConnection:
+            start = {"type": "http.response.start", "status": 200}
+            await send({**start, "headers": [(b"content-length", b"1000")]})
+            await send({"type": "http.response.body", "body": b"{", "more_body": True})
+            return
+        for message in answer:
+            await send(message)
+
+
+async def _answer(send: Any, status: int, body: bytes) -> None:
+    headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

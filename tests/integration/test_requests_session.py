@@ -2,14 +2,14 @@
 over real sockets against the sandbox (in threads of its own).
 
 `with_eur_payment(requests.Session(), options)` drives the sync httpx client's core, so the
-rail and fault tables here are the sync client's own (`test_sync_client.py`), run through a
-session; where a behaviour is compared, the same case runs through both clients.
+rail table here is the sync client's own (`test_sync_client.py`), run through a session;
+where a behaviour is compared, the same case runs through both clients. The fault table runs
+through every kind of client in `test_faults.py`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import io
 import pickle
 import subprocess
@@ -27,11 +27,8 @@ import requests
 import requests.adapters
 
 from tests.conftest import Recorder, payments, scripted_402
-from tests.integration.test_faults import fault_options
 from tests.integration.test_sync_client import (
-    MATRIX,
     RAIL_PRICES,
-    _ids,
     _no_loop_threads_left,
     _payment_threads,
     served,
@@ -45,7 +42,6 @@ from x402_client import (
     BudgetExceeded,
     ConfigurationError,
     PaymentAdapter,
-    PaymentNotConfirmed,
     PaymentOptions,
     PaymentOutcomeUnknown,
     PaymentReceipt,
@@ -58,7 +54,7 @@ from x402_client import (
     quote_payment_sync,
     with_eur_payment,
 )
-from x402_eur_sandbox import Account, Fault, Sandbox
+from x402_eur_sandbox import Account, Sandbox
 from x402_eur_sandbox._chain_a import EURQ_ASSET_ID
 
 __all__ = ["_no_loop_threads_left"]  # autouse: no payment thread outlives its session
@@ -166,70 +162,6 @@ def test_a_session_pays_every_rail_the_sync_client_pays(
     assert moved == expected
     if name in ("evm-permit", "eip3009"):
         assert receipt.tx_hash is not None and receipt.tx_hash.startswith("0x")
-
-
-# --- the euro rail under every fault: the sync client's table ---------------------------------
-
-
-@pytest.mark.parametrize("case", MATRIX, ids=[_ids(c) for c in MATRIX])
-def test_a_session_under_every_fault_of_the_sync_table(
-    case: tuple[str, Fault, type[X402Error] | None],
-) -> None:
-    endpoint, armed, expected = case
-    fault = dataclasses.replace(armed)
-    with Sandbox.run_in_thread() as sandbox:
-        sandbox.faults.arm(endpoint, fault)
-        options = fault_options(sandbox, fault)
-        with _session(options) as session:
-            error: X402Error | None = None
-            response: requests.Response | None = None
-            try:
-                response = session.get(sandbox.url("/weather"), timeout=30)
-            except X402Error as exc:
-                assert isinstance(exc, requests.RequestException)
-                error = exc
-            ledger = payment_ledger(options).entries()
-
-            if expected is None:
-                assert error is None, error
-                assert response is not None
-                assert response.status_code == (500 if endpoint == "x402_pay" else 200)
-            else:
-                _both(error, expected)  # type: ignore[arg-type]
-
-            moved = [t for t in payments(sandbox, sandbox.payer) if t.status != "Cancelled"]
-            assert len(moved) <= 1, "money moved twice for one intent"
-            by_code = {e.payment_request_code: e for e in ledger}
-            for transaction in moved:
-                entry = by_code.get(transaction.payment_request_code)
-                assert entry is not None and entry.outcome in ("paid", "unknown"), ledger
-            for entry in ledger:
-                if entry.outcome == "failed":
-                    assert entry.payment_request_code not in {t.payment_request_code for t in moved}
-            assert sandbox.balance(sandbox.payer) == Decimal("100.00") - Decimal("0.10") * len(
-                moved
-            )
-
-            if isinstance(error, PaymentOutcomeUnknown):
-                assert error.proof, "an unknown outcome must carry the proof to re-send"
-                assert error.payment_request_code and error.payment_request_code.startswith("pr_")
-                sandbox.faults.clear()
-                try:
-                    with payment_settings({"proof": error.proof}):
-                        again = session.get(sandbox.url("/weather"), timeout=30)
-                except PaymentNotConfirmed as exc:
-                    assert isinstance(exc, requests.RequestException)
-                    assert not moved  # re-sending revealed that the payment never happened
-                except PaymentVerificationFailed as exc:
-                    assert isinstance(exc, requests.RequestException)
-                    assert "already used" in exc.reason.lower()
-                    assert armed.when == "after" or armed.times > 1
-                else:
-                    assert again.status_code == 200
-                    if moved:
-                        assert payment_ledger(options).entries()[0].outcome == "paid"
-                after = [t for t in payments(sandbox, sandbox.payer) if t.status != "Cancelled"]
-                assert len(after) == len(moved), "re-sending the proof paid again"
 
 
 # --- free, refused, errors ------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """Payment for `httpx.Client`: the same payments, limits, errors and receipts as the async
-client, over real sockets against the sandbox (which runs in threads of its own).
+client, over real sockets against the sandbox (which runs in threads of its own). The fault
+table runs through the sync client with every other kind in `test_faults.py`.
 
 The sync client answers 402s on a private event loop (one thread per installed client);
 every test closes its clients, and `_no_loop_threads_left` checks after each test that no
@@ -10,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import threading
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -22,8 +22,6 @@ import httpx
 import pytest
 
 from tests.conftest import payments, scripted_402
-from tests.integration.test_faults import MATRIX as _ASYNC_MATRIX
-from tests.integration.test_faults import _ids, fault_options
 from tests.merchants import Reply, ScriptedMerchant, Seen
 from tests.sandboxes import evm_options, payment_options
 from tests.waiting import eventually_sync
@@ -31,8 +29,6 @@ from x402_client import (
     Budget,
     BudgetExceeded,
     ConfigurationError,
-    PaymentFailed,
-    PaymentNotConfirmed,
     PaymentOptions,
     PaymentOutcomeUnknown,
     PaymentReceipt,
@@ -41,13 +37,12 @@ from x402_client import (
     PaymentVerificationFailed,
     SyncPaymentTransport,
     UnreplayableRequest,
-    X402Error,
     budget_status_sync,
     payment_ledger,
     quote_payment_sync,
     with_eur_payment,
 )
-from x402_eur_sandbox import Account, Fault, Price, Sandbox, ServedApp
+from x402_eur_sandbox import Account, Price, Sandbox, ServedApp
 from x402_eur_sandbox._chain_a import EURQ_ASSET_ID
 
 
@@ -175,114 +170,6 @@ def test_sync_client_pays_a_bridge_entry(rails: Sandbox) -> None:
     (made,) = payments(rails, account)
     assert receipt.transaction_code == made.code
     assert receipt.blockchain_tx_id == made.blockchain_tx_id
-
-
-# --- the euro rail under every fault (the table of tests/integration/test_faults.py) -----------------------
-
-
-# Copied at import, before any test runs: `Faults` counts an armed fault down in place, and
-# the async fault tests arm the very objects of their table.
-MATRIX = [
-    (endpoint, dataclasses.replace(fault), expected) for endpoint, fault, expected in _ASYNC_MATRIX
-]
-
-
-@pytest.mark.parametrize("case", MATRIX, ids=[_ids(c) for c in MATRIX])
-def test_euro_rail_under_fault(case: tuple[str, Fault, type[X402Error] | None]) -> None:
-    endpoint, armed, expected = case
-    # `Faults` counts a fault down as it strikes: arm a copy, keep the table intact.
-    fault = dataclasses.replace(armed)
-    with Sandbox.run_in_thread() as sandbox:
-        sandbox.faults.arm(endpoint, fault)
-        options = fault_options(sandbox, fault)
-        with _client(options, timeout=30) as client:
-            error: X402Error | None = None
-            response: httpx.Response | None = None
-            try:
-                response = client.get(sandbox.url("/weather"))
-            except X402Error as exc:
-                error = exc
-            ledger = payment_ledger(client).entries()
-
-            if expected is None:
-                assert error is None, error
-                assert response is not None
-                assert response.status_code == (500 if endpoint == "x402_pay" else 200)
-            else:
-                assert isinstance(error, expected), error
-
-            moved = [t for t in payments(sandbox, sandbox.payer) if t.status != "Cancelled"]
-            assert len(moved) <= 1, "money moved twice for one intent"
-            by_code = {e.payment_request_code: e for e in ledger}
-            for transaction in moved:
-                entry = by_code.get(transaction.payment_request_code)
-                assert entry is not None and entry.outcome in ("paid", "unknown"), ledger
-            for entry in ledger:
-                if entry.outcome == "failed":
-                    assert entry.payment_request_code not in {t.payment_request_code for t in moved}
-            assert sandbox.balance(sandbox.payer) == Decimal("100.00") - Decimal("0.10") * len(
-                moved
-            )
-
-            if isinstance(error, PaymentOutcomeUnknown):
-                assert error.proof, "an unknown outcome must carry the proof to re-send"
-                assert error.payment_request_code and error.payment_request_code.startswith("pr_")
-                sandbox.faults.clear()
-                try:
-                    again = client.get(
-                        sandbox.url("/weather"), extensions={"x402": {"proof": error.proof}}
-                    )
-                except PaymentNotConfirmed:
-                    assert not moved  # re-sending revealed that the payment never happened
-                except PaymentVerificationFailed as exc:
-                    # the merchant consumed the proof before the fault: served once, lost
-                    assert "already used" in exc.reason.lower()
-                    assert armed.when == "after" or armed.times > 1
-                else:
-                    assert again.status_code == 200
-                    if moved:
-                        assert payment_ledger(client).entries()[0].outcome == "paid"
-                after = [t for t in payments(sandbox, sandbox.payer) if t.status != "Cancelled"]
-                assert len(after) == len(moved), "re-sending the proof paid again"
-
-
-def test_payment_api_refusal_before_money_moves_is_failed_not_unknown() -> None:
-    with Sandbox.run_in_thread() as sandbox:
-        sandbox.faults.arm("payment", Fault("status", "before", status=409))
-        with _client(payment_options(sandbox)) as client:
-            with pytest.raises(PaymentFailed):
-                client.get(sandbox.url("/weather"))
-            (entry,) = payment_ledger(client).entries()
-        assert entry.outcome == "failed"
-        assert payments(sandbox, sandbox.payer) == []
-
-
-def test_unreachable_payment_api_is_failed(sandbox: Sandbox) -> None:
-    options = payment_options(sandbox, api_url="http://127.0.0.1:9")  # nothing listens
-    with _client(options) as client:
-        with pytest.raises(PaymentFailed, match="unreachable"):
-            client.get(sandbox.url("/weather"))
-        assert payment_ledger(client).entries()[0].outcome == "failed"
-
-
-def test_merchant_that_keeps_answering_402_cannot_make_the_client_loop_or_repay() -> None:
-    with Sandbox.run_in_thread() as sandbox:
-        calls = {"n": 0}
-        real_verify = sandbox.bank.verify_payment_request
-
-        def lying_verify(code: str, merchant: str) -> Any:
-            calls["n"] += 1
-            real_verify(code, merchant)  # consumes it
-            return False, "Payment request already used", None
-
-        sandbox.bank.verify_payment_request = lying_verify  # type: ignore[method-assign]
-        with (
-            _client(payment_options(sandbox)) as client,
-            pytest.raises(PaymentVerificationFailed, match="already used"),
-        ):
-            client.get(sandbox.url("/weather"))
-        assert len(payments(sandbox, sandbox.payer)) == 2
-        assert calls["n"] == 2
 
 
 # --- state belongs to the options: one budget for sync and async clients -----------------------
