@@ -1,19 +1,27 @@
-"""The x402 foundation's own facilitator and merchant, on a local anvil chain (test helper).
+"""The x402 foundation's own facilitator and merchant, on a local anvil chain (test helper):
+one harness for the three schemes our client is measured against.
 
-`foundation_stack()` starts, all on 127.0.0.1:
+Each stack starts, all on 127.0.0.1, an anvil chain (the project's `AnvilNode`), a token, a
+fresh payer key and a fresh merchant (`payTo`) address; the foundation's facilitator
+(`x402FacilitatorSync` + its EVM scheme with `FacilitatorWeb3Signer`, an anvil-funded dev key
+paying the gas) behind a small Starlette app with the standard `/supported`, `/verify` and
+`/settle` endpoints; and the foundation's v2 merchant (`x402ResourceServer` + its
+FastAPI/Starlette payment middleware, talking to that facilitator through its own
+`HTTPFacilitatorClient`). What differs is the scheme (`_Scheme`), the route and the chain:
 
-* an anvil chain (the project's `AnvilNode`) with `SandboxEip3009Token` deployed: a six-decimal
-  EIP-3009 token shaped like Circle's EURC (EIP-712 domain `{name, version "2"}`);
-* a fresh payer key holding tokens and no ETH, and a fresh merchant (`payTo`) address;
-* the foundation's facilitator (`x402FacilitatorSync` + its EVM `exact` scheme with
-  `FacilitatorWeb3Signer`, an anvil-funded dev key paying the gas) behind a small Starlette
-  app with the standard `/supported`, `/verify` and `/settle` endpoints;
-* the foundation's v2 merchant: `x402ResourceServer` + its FastAPI/Starlette payment middleware,
-  talking to that facilitator through its own `HTTPFacilitatorClient`, guarding `GET /paid`;
-* when the chain id has an x402 v1 network name in the package's table (84532 is
-  `base-sepolia`, the default here), a v1 merchant written from the v1 HTTP transport spec,
-  because the package's resource server no longer serves v1 (`register_exact_evm_server`
-  registers v2 only); it settles through the same foundation facilitator.
+* `foundation_stack()`: EIP-3009 `exact`. `SandboxEip3009Token`, a six-decimal EIP-3009 token
+  shaped like Circle's EURC (EIP-712 domain `{name, version "2"}`); a payer holding tokens and
+  no ETH; `GET /paid`. When the chain id has an x402 v1 network name in the package's table
+  (84532 is `base-sepolia`, the default here), also a v1 merchant written from the v1 HTTP
+  transport spec, because the package's resource server no longer serves v1
+  (`register_exact_evm_server` registers v2 only); it settles through the same facilitator.
+* `permit2_stack()`: Permit2 `exact`. Permit2 and its proxies at their canonical addresses
+  (`x402_eur_sandbox._permit2.install_permit2`) and a plain six-decimal ERC-20; a payer
+  holding tokens and a little ETH (for its one-time approval), no approval yet; `GET /paid`
+  with `extra.assetTransferMethod` `"permit2"`.
+* `upto_stack()`: `upto` through Permit2 (authorize at most an amount; the merchant settles
+  what the request used) on the same kind of chain; `GET /metered`, whose handler and
+  settlement the test steers (`UptoStack`).
 
 Nothing here is our client: it is the yardstick our client is measured against. The package
 calls web3 synchronously, so the facilitator runs its calls in worker threads and the
@@ -53,6 +61,7 @@ from x402.mechanisms.evm.exact import (
     register_exact_evm_facilitator,
     register_exact_evm_server,
 )
+from x402.mechanisms.evm.upto import UptoEvmFacilitatorScheme, UptoEvmServerScheme
 from x402.mechanisms.evm.v1.constants import V1_NETWORK_CHAIN_IDS
 from x402.schemas import SchemeNotFoundError, parse_payment_payload, parse_payment_requirements
 
@@ -62,20 +71,29 @@ from x402_eur_sandbox._anvil import (
     AnvilNode,
     _sign_and_send,
     _web3,
+    deploy_token,
     mint,
     native_balance,
+    send_eth,
     token_balance,
 )
+from x402_eur_sandbox._permit2 import approve_permit2, install_permit2, permit2_allowance
 
 __all__ = [
     "DEFAULT_CHAIN_ID",
     "DEFAULT_PRICE_ATOMIC",
+    "ERC20_NAME",
+    "ERC20_SYMBOL",
+    "METERED_PATH",
     "PAID_PATH",
     "TOKEN_NAME",
     "TOKEN_SYMBOL",
     "TOKEN_VERSION",
+    "UPTO_CHAIN_ID",
     "FacilitatorService",
     "FoundationStack",
+    "Permit2Stack",
+    "UptoStack",
     "V1Merchant",
     "authorization_state",
     "b64_json",
@@ -85,19 +103,27 @@ __all__ = [
     "foundation_client",
     "foundation_stack",
     "load_eip3009_artifact",
+    "permit2_stack",
+    "upto_stack",
     "v1_network_for",
 ]
 
 #: Base Sepolia's chain id: the only kind of id for which the package can also speak v1,
 #: since its v1 network names map to chain ids through a fixed table.
 DEFAULT_CHAIN_ID = 84532
+#: The `upto` stack's chain (no v1 name needed: `upto` is v2 only).
+UPTO_CHAIN_ID = 84533
 #: EIP-712 domain of the sandbox token (the name is the constructor's `name`).
 TOKEN_NAME = "Sandbox EURC"
 TOKEN_SYMBOL = "sEURC"
 TOKEN_VERSION = "2"
-#: 0.01 token (six decimals).
+#: The plain ERC-20 of the Permit2 and `upto` stacks.
+ERC20_NAME = "Sandbox Euro Token"
+ERC20_SYMBOL = "sEURT"
+#: 0.01 token (six decimals); the `upto` stack's maximum per request.
 DEFAULT_PRICE_ATOMIC = 10_000
 PAID_PATH = "/paid"
+METERED_PATH = "/metered"
 _ARTIFACT_FILE = "SandboxEip3009Token.json"
 _DEPLOYER_KEY = ANVIL_DEV_KEYS[0]
 #: Pays the facilitator's gas. A different dev key from the project's own hot wallet.
@@ -340,29 +366,25 @@ async def _free_handler(request: Request) -> Response:
     return JSONResponse({"free": True})
 
 
-def _v2_routes(
-    *, network: str, asset: str, pay_to: str, price_atomic: int
+def _route(
+    path: str, *, scheme: str, network: str, pay_to: str, price: AssetAmount, description: str
 ) -> dict[str, RouteConfig]:
-    # A price in a token the package has no default-asset entry for must be an AssetAmount
-    # in atomic units, carrying the EIP-712 domain in `extra` (or come from a money parser
-    # registered on the server scheme): see docs/x402-standard.md.
-    price = AssetAmount(
-        amount=str(price_atomic),
-        asset=asset,
-        extra={"name": TOKEN_NAME, "version": TOKEN_VERSION},
-    )
+    """The v2 merchant's one priced route: `GET path` for `price` in one `scheme` entry.
+
+    A price in a token the package has no default-asset entry for must be an AssetAmount
+    in atomic units (carrying what the scheme needs in `extra`, e.g. the EIP-712 domain),
+    or come from a money parser registered on the server scheme: see docs/x402-standard.md.
+    """
     option = PaymentOption(
-        scheme="exact",
+        scheme=scheme,
         pay_to=pay_to,
         price=price,
         network=network,
         max_timeout_seconds=_MAX_TIMEOUT_SECONDS,
     )
     return {
-        f"GET {PAID_PATH}": RouteConfig(
-            accepts=option,
-            description="a paid sandbox resource (x402 v2)",
-            mime_type="application/json",
+        f"GET {path}": RouteConfig(
+            accepts=option, description=description, mime_type="application/json"
         )
     }
 
@@ -381,26 +403,170 @@ def _v2_merchant_middleware(
     return payment_middleware(routes, server, sync_facilitator_on_start=False)
 
 
-# --- the whole stack -------------------------------------------------------------------------
+# --- one scheme's facilitator and merchant, served ---------------------------------------------
 
 
-@dataclass
-class FoundationStack:
-    """A running chain + token + foundation facilitator + merchants (see `foundation_stack`)."""
+@dataclass(frozen=True)
+class _Scheme:
+    """How a scheme registers on the foundation's facilitator and on its resource server."""
+
+    facilitator: Callable[[x402FacilitatorSync, FacilitatorWeb3Signer, str], object]
+    server: Callable[[x402ResourceServer, str], object]
+
+
+#: `exact` (EIP-3009 and Permit2 alike: the package's EVM `exact` scheme takes both).
+EXACT = _Scheme(
+    facilitator=lambda f, signer, network: register_exact_evm_facilitator(
+        f, signer, networks=network
+    ),
+    server=lambda server, network: register_exact_evm_server(server, networks=network),
+)
+#: `upto`: authorize at most an amount, settle what the request used.
+UPTO = _Scheme(
+    facilitator=lambda f, signer, network: f.register([network], UptoEvmFacilitatorScheme(signer)),
+    server=lambda server, network: server.register(network, UptoEvmServerScheme()),
+)
+
+
+@dataclass(frozen=True)
+class _Facilitator:
+    service: FacilitatorService
+    url: str
+    address: str
+    server: x402ResourceServer
+
+
+async def _serve_facilitator(
+    exits: contextlib.AsyncExitStack, rpc_url: str, network: str, scheme: _Scheme
+) -> _Facilitator:
+    """The foundation's facilitator for `scheme` (an anvil-funded dev key pays its gas),
+    served, and the resource server a merchant talks to it through."""
+    signer = FacilitatorWeb3Signer(private_key=_FACILITATOR_KEY, rpc_url=rpc_url)
+    facilitator = x402FacilitatorSync()
+    scheme.facilitator(facilitator, signer, network)
+    service = FacilitatorService(facilitator)
+    served = await ServedApp(service.app, "x402-foundation-facilitator").start()
+    exits.push_async_callback(served.stop)
+    client = HTTPFacilitatorClient(FacilitatorConfig(url=served.url))
+    exits.push_async_callback(client.aclose)
+    server = x402ResourceServer(client)
+    scheme.server(server, network)
+    return _Facilitator(service, served.url, signer.address, server)
+
+
+async def _serve_merchant(
+    exits: contextlib.AsyncExitStack,
+    facilitator: _Facilitator,
+    routes: dict[str, RouteConfig],
+    handlers: list[Route],
+    outer: tuple[Middleware, ...] = (),
+) -> str:
+    """The foundation's v2 merchant (its payment middleware over `handlers`, behind the
+    `outer` middleware) guarding `routes`, served: its URL."""
+    payment = await anyio.to_thread.run_sync(_v2_merchant_middleware, routes, facilitator.server)
+    app = Starlette(
+        routes=handlers,
+        middleware=[*outer, Middleware(BaseHTTPMiddleware, dispatch=payment)],
+    )
+    served = await ServedApp(app, "x402-foundation-merchant").start()
+    exits.push_async_callback(served.stop)
+    return served.url
+
+
+@dataclass(frozen=True)
+class _Chain:
+    """A stack's chain, token, merchant address and facilitator: what every stack holds."""
 
     node: AnvilNode
     chain_id: int
     network: str
-    v1_network: str | None
+    token: str
+    merchant_address: str
+    facilitator: _Facilitator
+
+    def fields(self, price_atomic: int, merchant_url: str) -> dict[str, Any]:
+        """A stack's fields (its payer still to come)."""
+        return {
+            "node": self.node,
+            "chain_id": self.chain_id,
+            "network": self.network,
+            "token": self.token,
+            "payer_key": "",
+            "payer_address": "",
+            "merchant_address": self.merchant_address,
+            "price_atomic": price_atomic,
+            "facilitator": self.facilitator.service,
+            "facilitator_url": self.facilitator.url,
+            "facilitator_address": self.facilitator.address,
+            "merchant_url": merchant_url,
+        }
+
+
+async def _chain(
+    exits: contextlib.AsyncExitStack, chain_id: int, scheme: _Scheme, *, permit2: bool
+) -> _Chain:
+    """Anvil with `SandboxEip3009Token`, or (`permit2`) with Permit2 and its proxies at their
+    canonical addresses and a plain six-decimal ERC-20 (no EIP-3009: the kind of token
+    Permit2 exists for); a fresh merchant address; the facilitator for `scheme`, served."""
+    network = f"eip155:{chain_id}"
+    node = await exits.enter_async_context(AnvilNode(chain_id))
+    if permit2:
+        await install_permit2(node.rpc_url)
+        token = await deploy_token(node.rpc_url, _DEPLOYER_KEY, ERC20_NAME, ERC20_SYMBOL)
+    else:
+        token = await deploy_eip3009_token(node.rpc_url, _DEPLOYER_KEY)
+    facilitator = await _serve_facilitator(exits, node.rpc_url, network, scheme)
+    merchant_address = str(Account.create().address)
+    return _Chain(node, chain_id, network, token, merchant_address, facilitator)
+
+
+# --- the stacks ------------------------------------------------------------------------------
+
+
+@dataclass(repr=False)  # the payer key never shows
+class _Stack:
+    """A running chain + token + the foundation's facilitator + its v2 merchant."""
+
+    node: AnvilNode
+    chain_id: int
+    network: str
     token: str
     payer_key: str
     payer_address: str
     merchant_address: str
-    facilitator_address: str
     price_atomic: int
     facilitator: FacilitatorService
     facilitator_url: str
+    facilitator_address: str
     merchant_url: str
+
+    def __repr__(self) -> str:  # never print the payer key
+        return f"{type(self).__name__}(chain_id={self.chain_id}, token={self.token!r})"
+
+    @property
+    def rpc_url(self) -> str:
+        return self.node.rpc_url
+
+    @property
+    def paid_url(self) -> str:
+        """The v2 merchant's paid resource."""
+        return f"{self.merchant_url}{PAID_PATH}"
+
+    async def balance(self, address: str) -> int:
+        """Atomic token balance of `address`."""
+        return await token_balance(self.rpc_url, self.token, address)
+
+    async def native_balance(self, address: str) -> int:
+        """ETH balance of `address`, in wei."""
+        return await native_balance(self.rpc_url, address)
+
+
+@dataclass(repr=False)  # the payer key never shows
+class FoundationStack(_Stack):
+    """EIP-3009 `exact` (see `foundation_stack`), and a v1 merchant where the chain has a v1
+    network name."""
+
+    v1_network: str | None = None
     v1_merchant: V1Merchant | None = None
     v1_merchant_url: str | None = None
     extra: dict[str, Any] = field(default_factory=dict)
@@ -412,28 +578,11 @@ class FoundationStack:
         )
 
     @property
-    def rpc_url(self) -> str:
-        return self.node.rpc_url
-
-    @property
-    def paid_url(self) -> str:
-        """The v2 merchant's paid resource."""
-        return f"{self.merchant_url}{PAID_PATH}"
-
-    @property
     def v1_paid_url(self) -> str:
         """The v1 merchant's paid resource (only on a chain with a v1 network name)."""
         if self.v1_merchant_url is None:
             raise RuntimeError(f"chain {self.chain_id} has no x402 v1 network name")
         return f"{self.v1_merchant_url}{PAID_PATH}"
-
-    async def balance(self, address: str) -> int:
-        """Atomic token balance of `address`."""
-        return await token_balance(self.rpc_url, self.token, address)
-
-    async def native_balance(self, address: str) -> int:
-        """ETH balance of `address`, in wei."""
-        return await native_balance(self.rpc_url, address)
 
     async def fund(self, address: str, amount_atomic: int) -> None:
         """Mint `amount_atomic` sandbox tokens to `address`."""
@@ -446,6 +595,44 @@ class FoundationStack:
         """The transaction `tx_hash` as the node returns it (`from`, `to`, `input`, ...)."""
         async with _web3(self.rpc_url) as w3:
             return dict(await w3.eth.get_transaction(tx_hash))  # type: ignore[arg-type]
+
+
+@dataclass(repr=False)  # the payer key never shows
+class Permit2Stack(_Stack):
+    """Permit2 `exact` on a plain ERC-20 (see `permit2_stack`)."""
+
+    async def allowance(self, owner: str) -> int:
+        """The ERC-20 allowance `owner` gave Permit2 on the token."""
+        return await permit2_allowance(self.rpc_url, self.token, owner)
+
+    async def new_payer(self, tokens_atomic: int = 0, wei: int = 10**17) -> tuple[str, str]:
+        """A fresh key holding `tokens_atomic` tokens and `wei` ETH, no approval: (key, address)."""
+        account = Account.create()
+        if tokens_atomic:
+            await mint(self.rpc_url, self.token, _DEPLOYER_KEY, account.address, tokens_atomic)
+        if wei:
+            await send_eth(self.rpc_url, _DEPLOYER_KEY, account.address, wei)
+        return "0x" + bytes(account.key).hex(), str(account.address)
+
+    async def approve(self, owner_key: str, amount_atomic: int = (1 << 256) - 1) -> None:
+        """Approve Permit2 from `owner_key` with the sandbox's own helper (not the client's)."""
+        await approve_permit2(self.rpc_url, self.token, owner_key, amount_atomic)
+
+
+@dataclass(repr=False)  # the payer key never shows
+class UptoStack(Permit2Stack):
+    """`upto` through Permit2 (see `upto_stack`): the merchant charges by use."""
+
+    #: What the merchant charges for the next request (atomic; at most `price_atomic`).
+    charge_atomic: int = 0
+    #: When set, the merchant's settlement response claims this amount instead.
+    claim_atomic: int | None = None
+    #: When set, the handler answers this status (no settlement happens).
+    fail_status: int | None = None
+
+    @property
+    def metered_url(self) -> str:
+        return f"{self.merchant_url}{METERED_PATH}"
 
 
 def foundation_client(stack: FoundationStack, private_key: str | None = None) -> x402Client:
@@ -466,6 +653,12 @@ def foundation_client(stack: FoundationStack, private_key: str | None = None) ->
     return client
 
 
+_HANDLERS = [
+    Route(PAID_PATH, _paid_handler, methods=["GET"]),
+    Route("/free", _free_handler, methods=["GET"]),
+]
+
+
 @contextlib.asynccontextmanager
 async def foundation_stack(
     *,
@@ -473,78 +666,158 @@ async def foundation_stack(
     price_atomic: int = DEFAULT_PRICE_ATOMIC,
     payer_funding_atomic: int = 100 * DEFAULT_PRICE_ATOMIC,
 ) -> AsyncIterator[FoundationStack]:
-    """Start the chain, token, facilitator and merchants; stop them all on exit."""
-    network = f"eip155:{chain_id}"
+    """EIP-3009 `exact`: an anvil chain with `SandboxEip3009Token` deployed, a payer holding
+    tokens and no ETH, the facilitator, the v2 merchant guarding `GET /paid`, and a v1
+    merchant where the chain has a v1 network name. All stop on exit."""
     v1_network = v1_network_for(chain_id)
     extra = {"name": TOKEN_NAME, "version": TOKEN_VERSION}
-    async with contextlib.AsyncExitStack() as stack:
-        node = await stack.enter_async_context(AnvilNode(chain_id))
-        token = await deploy_eip3009_token(node.rpc_url, _DEPLOYER_KEY)
+    async with contextlib.AsyncExitStack() as exits:
+        chain = await _chain(exits, chain_id, EXACT, permit2=False)
         payer = Account.create()
-        payer_key = "0x" + bytes(payer.key).hex()
-        merchant_address = str(Account.create().address)
         if payer_funding_atomic > 0:
-            await mint(node.rpc_url, token, _DEPLOYER_KEY, payer.address, payer_funding_atomic)
-
-        # (a) the facilitator: the package's EVM exact scheme, gas paid by a dev key.
-        signer = FacilitatorWeb3Signer(private_key=_FACILITATOR_KEY, rpc_url=node.rpc_url)
-        facilitator = x402FacilitatorSync()
-        register_exact_evm_facilitator(facilitator, signer, networks=network)
-        service = FacilitatorService(facilitator)
-        served_facilitator = await ServedApp(service.app, "x402-foundation-facilitator").start()
-        stack.push_async_callback(served_facilitator.stop)
-
-        # (b) the v2 merchant: the package's resource server and middleware.
-        facilitator_client = HTTPFacilitatorClient(FacilitatorConfig(url=served_facilitator.url))
-        stack.push_async_callback(facilitator_client.aclose)
-        server = x402ResourceServer(facilitator_client)
-        register_exact_evm_server(server, networks=network)
-        routes = _v2_routes(
-            network=network, asset=token, pay_to=merchant_address, price_atomic=price_atomic
-        )
-        middleware = await anyio.to_thread.run_sync(_v2_merchant_middleware, routes, server)
-        merchant_app = Starlette(
-            routes=[
-                Route(PAID_PATH, _paid_handler, methods=["GET"]),
-                Route("/free", _free_handler, methods=["GET"]),
-            ],
-            middleware=[Middleware(BaseHTTPMiddleware, dispatch=middleware)],
-        )
-        served_merchant = await ServedApp(merchant_app, "x402-foundation-merchant").start()
-        stack.push_async_callback(served_merchant.stop)
-
-        # (c) our v1 merchant, when the chain has a v1 name.
-        v1_merchant: V1Merchant | None = None
-        v1_url: str | None = None
-        if v1_network is not None:
-            v1_merchant = V1Merchant(
-                network=v1_network,
-                asset=token,
-                pay_to=merchant_address,
-                price_atomic=price_atomic,
-                facilitator_url=served_facilitator.url,
-                extra=extra,
+            await mint(
+                chain.node.rpc_url, chain.token, _DEPLOYER_KEY, payer.address, payer_funding_atomic
             )
-            stack.push_async_callback(v1_merchant.aclose)
-            served_v1 = await ServedApp(v1_merchant.app, "x402-v1-merchant").start()
-            stack.push_async_callback(served_v1.stop)
-            v1_url = served_v1.url
-
-        yield FoundationStack(
-            node=node,
-            chain_id=chain_id,
-            network=network,
+        routes = _route(
+            PAID_PATH,
+            scheme="exact",
+            network=chain.network,
+            pay_to=chain.merchant_address,
+            price=AssetAmount(amount=str(price_atomic), asset=chain.token, extra=extra),
+            description="a paid sandbox resource (x402 v2)",
+        )
+        merchant_url = await _serve_merchant(exits, chain.facilitator, routes, _HANDLERS)
+        v1_merchant, v1_url = await _serve_v1_merchant(
+            exits, chain, v1_network, price_atomic, extra
+        )
+        started = FoundationStack(
+            **chain.fields(price_atomic, merchant_url),
             v1_network=v1_network,
-            token=token,
-            payer_key=payer_key,
-            payer_address=str(payer.address),
-            merchant_address=merchant_address,
-            facilitator_address=signer.address,
-            price_atomic=price_atomic,
-            facilitator=service,
-            facilitator_url=served_facilitator.url,
-            merchant_url=served_merchant.url,
             v1_merchant=v1_merchant,
             v1_merchant_url=v1_url,
             extra=extra,
         )
+        started.payer_key, started.payer_address = "0x" + bytes(payer.key).hex(), payer.address
+        yield started
+
+
+async def _serve_v1_merchant(
+    exits: contextlib.AsyncExitStack,
+    chain: _Chain,
+    network: str | None,
+    price_atomic: int,
+    extra: dict[str, Any],
+) -> tuple[V1Merchant | None, str | None]:
+    """Our v1 merchant, served, when the chain has a v1 network name."""
+    if network is None:
+        return None, None
+    merchant = V1Merchant(
+        network=network,
+        asset=chain.token,
+        pay_to=chain.merchant_address,
+        price_atomic=price_atomic,
+        facilitator_url=chain.facilitator.url,
+        extra=extra,
+    )
+    exits.push_async_callback(merchant.aclose)
+    served = await ServedApp(merchant.app, "x402-v1-merchant").start()
+    exits.push_async_callback(served.stop)
+    return merchant, served.url
+
+
+@contextlib.asynccontextmanager
+async def permit2_stack(
+    *,
+    chain_id: int = DEFAULT_CHAIN_ID,
+    price_atomic: int = DEFAULT_PRICE_ATOMIC,
+    payer_funding_atomic: int = 100 * DEFAULT_PRICE_ATOMIC,
+) -> AsyncIterator[Permit2Stack]:
+    """Permit2 `exact`: an anvil chain with Permit2 and a plain ERC-20, a payer holding
+    tokens and a little ETH (for its one-time Permit2 approval) and no approval yet, the
+    facilitator (its EVM `exact` scheme verifies and settles Permit2 payloads through the
+    proxy), and the v2 merchant guarding `GET /paid` with one `exact` entry whose
+    `extra.assetTransferMethod` is `"permit2"`. All stop on exit."""
+    async with contextlib.AsyncExitStack() as exits:
+        chain = await _chain(exits, chain_id, EXACT, permit2=True)
+        price = AssetAmount(
+            amount=str(price_atomic), asset=chain.token, extra={"assetTransferMethod": "permit2"}
+        )
+        routes = _route(
+            PAID_PATH,
+            scheme="exact",
+            network=chain.network,
+            pay_to=chain.merchant_address,
+            price=price,
+            description="a paid sandbox resource (x402 v2, Permit2)",
+        )
+        merchant_url = await _serve_merchant(exits, chain.facilitator, routes, _HANDLERS)
+        started = Permit2Stack(**chain.fields(price_atomic, merchant_url))
+        started.payer_key, started.payer_address = await started.new_payer(payer_funding_atomic)
+        yield started
+
+
+def _metered(stack: UptoStack) -> Callable[[Request], Awaitable[Response]]:
+    async def metered(request: Request) -> Response:
+        if stack.fail_status is not None:
+            return JSONResponse({"error": "unavailable"}, status_code=stack.fail_status)
+        response = JSONResponse({"metered": True, "charged": str(stack.charge_atomic)})
+        response.headers["Settlement-Overrides"] = json.dumps({"amount": str(stack.charge_atomic)})
+        return response
+
+    return metered
+
+
+def _claiming(stack: UptoStack) -> Callable[..., Awaitable[Response]]:
+    """Rewrite the merchant's `PAYMENT-RESPONSE` to claim `stack.claim_atomic`."""
+
+    async def dispatch(
+        request: Request, call_next: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
+        response = await call_next(request)
+        header = response.headers.get("payment-response")
+        if stack.claim_atomic is None or not header:
+            return response
+        settlement = json.loads(base64.b64decode(header))
+        settlement["amount"] = str(stack.claim_atomic)
+        response.headers["payment-response"] = base64.b64encode(
+            json.dumps(settlement).encode()
+        ).decode()
+        return response
+
+    return dispatch
+
+
+@contextlib.asynccontextmanager
+async def upto_stack(
+    *,
+    chain_id: int = UPTO_CHAIN_ID,
+    max_atomic: int = DEFAULT_PRICE_ATOMIC,
+    payer_funding_atomic: int = 100 * DEFAULT_PRICE_ATOMIC,
+) -> AsyncIterator[UptoStack]:
+    """`upto`: the Permit2 chain, a payer as `permit2_stack`'s, the facilitator with its EVM
+    `upto` scheme (it names its address in `/supported`, which the merchant copies into
+    `extra.facilitatorAddress`), and the v2 merchant guarding `GET /metered` with one `upto`
+    entry of at most `max_atomic`. The handler charges `stack.charge_atomic` (the
+    foundation's `Settlement-Overrides` response header); with `stack.claim_atomic` set, a
+    layer in front of the merchant rewrites the `PAYMENT-RESPONSE` it sends to claim that
+    amount (a merchant that lies about what it settled). All stop on exit."""
+    async with contextlib.AsyncExitStack() as exits:
+        chain = await _chain(exits, chain_id, UPTO, permit2=True)
+        routes = _route(
+            METERED_PATH,
+            scheme="upto",
+            network=chain.network,
+            pay_to=chain.merchant_address,
+            price=AssetAmount(amount=str(max_atomic), asset=chain.token, extra={}),
+            description="a metered sandbox resource (x402 v2, upto)",
+        )
+        started = UptoStack(**chain.fields(max_atomic, ""), charge_atomic=max_atomic)
+        started.merchant_url = await _serve_merchant(
+            exits,
+            chain.facilitator,
+            routes,
+            [Route(METERED_PATH, _metered(started), methods=["GET"])],
+            outer=(Middleware(BaseHTTPMiddleware, dispatch=_claiming(started)),),
+        )
+        started.payer_key, started.payer_address = await started.new_payer(payer_funding_atomic)
+        yield started

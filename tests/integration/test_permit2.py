@@ -1,6 +1,6 @@
 """Our client pays Permit2 `exact` entries of the x402 foundation's own v2 merchant, settled
 by the foundation's own facilitator through Permit2 and the exact Permit2 proxy on anvil
-(`tests/x402_foundation_permit2.py`); the token balances on the chain are the proof.
+(`tests/x402_foundation.py` `permit2_stack`); the token balances on the chain are the proof.
 
 The one-time ERC-20 approval to Permit2 is never made by paying: without it the entry is
 skipped with a reason naming `approve_permit2`, and nothing is signed or sent.
@@ -17,7 +17,7 @@ import anyio
 import httpx
 import pytest
 
-from tests.x402_foundation_permit2 import Permit2Stack, permit2_stack
+from tests.x402_foundation import Permit2Stack, permit2_stack
 from x402_client import (
     AmountLimitExceeded,
     Asset,

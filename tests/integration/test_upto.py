@@ -1,7 +1,7 @@
 """Our client pays `upto` entries (authorize at most an amount; the merchant settles what
 was used) of the x402 foundation's own v2 merchant, settled by the foundation's own
 facilitator through Permit2 and the `upto` Permit2 proxy on anvil
-(`tests/x402_foundation_upto.py`); the token balances on the chain are the proof.
+(`tests/x402_foundation.py` `upto_stack`); the token balances on the chain are the proof.
 
 The caps and budgets hold the authorized maximum; once the merchant's settlement response
 says what it took, the ledger and the budgets keep that and give back the rest, and the
@@ -20,7 +20,7 @@ import anyio
 import httpx
 import pytest
 
-from tests.x402_foundation_upto import METERED_PATH, UptoStack, upto_stack
+from tests.x402_foundation import METERED_PATH, UptoStack, upto_stack
 from x402_client import (
     AmountLimitExceeded,
     Asset,
