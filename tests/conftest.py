@@ -6,9 +6,14 @@ from __future__ import annotations
 import logging
 import os
 import re
+import socket
+import subprocess
+import threading
 from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from hypothesis import settings
 
@@ -38,6 +43,7 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
 #: workers in collection order: these start first, so that no long file is left running
 #: alone at the end. A file not listed runs after them, in its usual order.
 LONGEST_FIRST = (
+    "tests/integration/test_faults.py",
     "tests/integration/test_cli.py",
     "tests/integration/test_benchmarks_smoke.py",
     "tests/integration/test_crash_matrix.py",
@@ -45,17 +51,147 @@ LONGEST_FIRST = (
     "sandbox/tests/test_sandbox_cli.py",
     "tests/integration/test_long_run.py",
     "tests/integration/test_benchmarks_smoke_chains.py",
-    "tests/integration/test_requests_session.py",
     "tests/integration/test_budget.py",
-    "tests/integration/test_sync_client.py",
     "tests/integration/test_walkthrough.py",
     "tests/integration/test_mcp_http_guard.py",
+    "tests/integration/test_requests_session.py",
     "tests/integration/test_examples.py",
     "tests/integration/test_euro_rail.py",
     "tests/integration/test_mcp_server.py",
-    "tests/integration/test_faults.py",
+    "tests/integration/test_sync_client.py",
     "tests/integration/test_notebook.py",
 )
+
+
+# --- lanes: tests/unit (pure), tests/flow (httpx.MockTransport), tests/integration (real I/O) ---
+
+TESTS = Path(__file__).resolve().parent
+#: The lanes that never touch the network: a socket there is a test in the wrong lane.
+NO_NETWORK = ("unit", "flow")
+#: Tests on httpx.MockTransport alone that stay in tests/integration, and why.
+MOCKED_IN_INTEGRATION = {
+    "tests/integration/test_long_run.py::test_twenty_thousand_payments_keep_memory_flat": (
+        "a soak run of 20,000 payments (most of a minute), beside its run over a real socket: "
+        "the flow lane runs in seconds"
+    ),
+}
+
+
+def lane_of(path: Path) -> str | None:
+    """The lane of a test file: the folder under tests/ it lives in."""
+    try:
+        return path.resolve().relative_to(TESTS).parts[0]
+    except (ValueError, IndexError):
+        return None
+
+
+class RealIO:
+    """What the tests do for real: each TCP or UDP socket connected or listened on, each
+    process started (which may use the network where this process cannot see it), and each
+    `httpx.MockTransport` made. A unit or flow test is refused a socket (`refuse`); the
+    fixtures whose set-up did real I/O are remembered (`fixtures`), so that a test using one
+    a former test set up (a session's sandbox, a module's crash runs) counts as real I/O."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.refuse = False
+        #: Threads older than the test, but its own (a session's servers): not the test's.
+        self.others: set[int | None] = set()
+        self.seen: list[str] = []
+        self.count = 0
+        self.mocks = 0
+        self.fixtures: set[str] = set()
+
+    def install(self) -> None:
+        # `listen`, not `bind`: libraries bind a socket at import to probe for IPv6
+        # (urllib3), which sends nothing; a server listens.
+        for name in ("connect", "connect_ex", "listen"):
+            setattr(socket.socket, name, self._watched(name, getattr(socket.socket, name)))
+        subprocess.Popen.__init__ = self._counted(subprocess.Popen.__init__, "count")  # type: ignore[method-assign]
+        httpx.MockTransport.__init__ = self._counted(httpx.MockTransport.__init__, "mocks")  # type: ignore[method-assign]
+
+    def _counted(self, init: Any, counter: str) -> Any:
+        def counted(instance: Any, *args: Any, **kwargs: Any) -> None:
+            with self.lock:
+                setattr(self, counter, getattr(self, counter) + 1)
+            init(instance, *args, **kwargs)
+
+        return counted
+
+    def _watched(self, name: str, call: Any) -> Any:
+        def watched(sock: socket.socket, *args: Any) -> Any:
+            if sock.family in (socket.AF_INET, socket.AF_INET6):
+                with self.lock:
+                    self.count += 1
+                    if self.refuse and threading.get_ident() not in self.others:
+                        self.seen.append(f"socket.{name}{args!r}")
+                        raise ConnectionRefusedError(f"no {name} in this lane: {args!r}")
+            return call(sock, *args)
+
+        return watched
+
+
+REAL_IO = RealIO()
+REAL_IO.install()
+
+
+class _FixtureWatch:
+    """Remembers the fixtures whose set-up did real I/O. A plugin of its own: a session
+    fixture is set up through the session's hooks, which a conftest below the root does
+    not take part in."""
+
+    @pytest.hookimpl(wrapper=True)
+    def pytest_fixture_setup(self, fixturedef: pytest.FixtureDef[Any]) -> Iterator[Any]:
+        before = REAL_IO.count
+        result = yield
+        if REAL_IO.count != before:
+            REAL_IO.fixtures.add(fixturedef.argname)
+        return result
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(_FixtureWatch(), "x402-lanes-fixture-watch")
+
+
+def misplaced(lane: str | None, nodeid: str, sockets: list[str], mocked: bool, real: bool) -> str:
+    """Why a test that did this is in the wrong lane ("" when it is not): `sockets` it was
+    refused, whether it made an `httpx.MockTransport`, whether it did real I/O."""
+    if sockets:
+        return (
+            f"a test in tests/{lane} used the network ({', '.join(sockets[:3])}): the unit "
+            "and flow lanes run without sockets; it belongs in tests/integration"
+        )
+    if lane == "integration" and mocked and not real and nodeid not in MOCKED_IN_INTEGRATION:
+        return (
+            "a test in tests/integration ran on httpx.MockTransport alone (no socket, no "
+            "process, no fixture that used one): it belongs in tests/flow"
+        )
+    return ""
+
+
+@pytest.fixture(autouse=True)
+def lane_guard(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A unit or flow test opens no socket (even one its code would survive failing); an
+    integration test that makes an `httpx.MockTransport` does some real I/O too (a socket,
+    a process, or a fixture that did): else it fails, saying which lane it belongs in."""
+    lane = lane_of(Path(str(request.node.path)))
+    with REAL_IO.lock:
+        REAL_IO.seen.clear()
+        REAL_IO.refuse = lane in NO_NETWORK
+        REAL_IO.others = {t.ident for t in threading.enumerate()} - {threading.get_ident()}
+        count, mocks = REAL_IO.count, REAL_IO.mocks
+    try:
+        yield
+    finally:
+        with REAL_IO.lock:
+            REAL_IO.refuse = False
+            seen, REAL_IO.seen = REAL_IO.seen, []
+            real = REAL_IO.count != count or bool(REAL_IO.fixtures & set(request.fixturenames))
+            mocked = REAL_IO.mocks != mocks
+    nodeid = request.node.nodeid.split("[", 1)[0]
+    wrong = misplaced(lane, nodeid, seen, mocked, real)
+    if wrong:
+        pytest.fail(wrong, pytrace=False)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -17,6 +17,7 @@ import anyio
 import httpx
 import pytest
 
+from tests.unit.test_permit2_rail import _Context, _entry, _options
 from tests.x402_foundation import Permit2Stack, permit2_stack
 from x402_client import (
     AmountLimitExceeded,
@@ -34,6 +35,8 @@ from x402_client import (
     unfinished_payments,
     with_eur_payment,
 )
+from x402_client._protocol.rail_interface import RequestSettings
+from x402_client._rails.permit2 import Permit2Rail
 from x402_client._state.shared import state_of
 
 pytestmark = pytest.mark.anyio
@@ -210,3 +213,21 @@ async def test_the_ledger_and_the_journal_record_it_and_the_sync_client_pays_too
     assert key.removeprefix("0x") not in json.dumps(record.to_json(), default=str)
     state_of(opts).close()
     assert await stack.balance(address) == 4 * stack.price_atomic
+
+
+# --- an RPC nobody answers on (a real connection, refused) -----------------------------------
+
+
+async def test_an_unreachable_rpc_is_a_skip_reason_and_nothing_is_signed() -> None:
+    rail = Permit2Rail(_Context(_options()))
+    entry = _entry()
+    intent = rail.describe(entry, "r")
+    assert not isinstance(intent, str)
+    try:
+        problem = await rail.prepare(entry, intent)
+    finally:
+        await rail.aclose()
+    assert problem is not None
+    assert "Permit2 approval cannot be checked" in problem
+    assert "127.0.0.1:9" in problem
+    assert RequestSettings().proof is None

@@ -14,7 +14,6 @@ from eth_utils.crypto import keccak
 from x402_client import EvmOptions, PaymentOptions
 from x402_client._protocol.assets import Asset
 from x402_client._protocol.models import ExactAcceptEntry
-from x402_client._protocol.rail_interface import RequestSettings
 from x402_client._rails._evm_signing import checksum_address, recover_signer
 from x402_client._rails.eip3009 import Eip3009Rail
 from x402_client._rails.permit2 import (
@@ -250,21 +249,6 @@ def test_the_eip3009_rail_leaves_permit2_entries_to_the_permit2_rail() -> None:
         _entry(extra={"name": "EURC", "version": "2", "assetTransferMethod": "permit2"}), "r"
     )
     assert isinstance(described, str) and described.startswith("not a")
-
-
-async def test_an_unreachable_rpc_is_a_skip_reason_and_nothing_is_signed() -> None:
-    rail = Permit2Rail(_Context(_options()))
-    entry = _entry()
-    intent = rail.describe(entry, "r")
-    assert not isinstance(intent, str)
-    try:
-        problem = await rail.prepare(entry, intent)
-    finally:
-        await rail.aclose()
-    assert problem is not None
-    assert "Permit2 approval cannot be checked" in problem
-    assert "127.0.0.1:9" in problem
-    assert RequestSettings().proof is None
 
 
 # --- approve_permit2: refused before anything is sent --------------------------------------
