@@ -297,7 +297,7 @@ class FaultGate:
             await self.merchant(scope, replay, keep)
             await self.faults.after(self.endpoint)
         except BankError as exc:
-            await _answer(send, exc.status, json.dumps(exc.body()).encode())
+            await answer_json(send, exc.status, json.dumps(exc.body()).encode())
             return
         except DroppedConnection:
             start = {"type": "http.response.start", "status": 200}
@@ -308,7 +308,8 @@ class FaultGate:
             await send(message)
 
 
-async def _answer(send: Any, status: int, body: bytes) -> None:
+async def answer_json(send: Any, status: int, body: bytes) -> None:
+    """Answer an ASGI request with `status` and the JSON `body`."""
     headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})

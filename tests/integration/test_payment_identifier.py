@@ -44,6 +44,7 @@ from x402.mechanisms.evm.exact import register_exact_evm_server
 from x402.schemas import PaymentPayload, parse_payment_payload
 
 from tests.conftest import Recorder, scripted_402
+from tests.merchants import answer_json
 from tests.x402_foundation import (
     TOKEN_NAME,
     TOKEN_VERSION,
@@ -114,7 +115,7 @@ class Deduplicating:
             check = validate_payment_identifier_requirement(payload, server_required=True)
             if not check.valid:
                 self.refused += 1
-                await _answer(send, 400, json.dumps({"error": check.errors}).encode())
+                await answer_json(send, 400, json.dumps({"error": check.errors}).encode())
                 return
         payment_id = extract_payment_identifier(payload)
         if payment_id is not None and payment_id in self.served:
@@ -159,16 +160,10 @@ class Deduplicating:
             return  # the body breaks off: the server closes the connection
         if self.fail and messages[0]["status"] == 200:
             self.fail -= 1
-            await _answer(send, 500, b'{"error": "internal"}')
+            await answer_json(send, 500, b'{"error": "internal"}')
             return
         for message in messages:
             await send(message)
-
-
-async def _answer(send: Any, status: int, body: bytes) -> None:
-    headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
-    await send({"type": "http.response.start", "status": status, "headers": headers})
-    await send({"type": "http.response.body", "body": body})
 
 
 def _routes(stack: FoundationStack) -> dict[str, RouteConfig]:
