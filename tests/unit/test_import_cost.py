@@ -21,7 +21,7 @@ FORBIDDEN = (
     "web3",
     "eth_account",
     "sqlite3",
-    "x402_client._flow.payer",
+    "x402_client._flow.payment",
     "x402_client._protocol.models",
     "x402_client._protocol.challenge",
     "x402_client._state.payment_api",

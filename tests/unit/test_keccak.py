@@ -10,10 +10,11 @@ from collections.abc import Callable
 
 import pytest
 
+from tests.needs import require
 from x402_client._rails import _evm_signing
 from x402_client._rails._evm_signing import _reused_state_keccak, keccak256
 
-pytest.importorskip("Crypto.Hash.keccak", reason="the evm extra is not installed")
+require("Crypto.Hash.keccak", "pip install 'x402-eur[evm]'")
 
 keccak_module = importlib.import_module("Crypto.Hash.keccak")
 
