@@ -215,10 +215,23 @@ async def test_pays_an_x402_v1_challenge_framed_for_v1():
     assert (payment["x402Version"], payment["scheme"], payment["network"]) == (1, "exact", "base")
 
 
-async def test_already_used_pays_once_more_never_twice_more():
+async def test_a_used_authorization_is_never_paid_again():
+    # "already used": the signed authorization was settled, by this server or whoever
+    # used it. Paying fresh could pay twice for one call.
     session = ScriptedSession(
         asks(), asks(required("authorization already used")), asks(), served()
     )
+    paying = options()
+    with_eur_payment_mcp(session, paying)
+    with pytest.raises(PaymentOutcomeUnknown, match="not paying again") as caught:
+        await session.call_tool("weather", {"city": "Paris"})
+    assert caught.value.money_moved is None and caught.value.proof
+    assert len(session.payments()) == 1
+    assert [e.outcome for e in payment_ledger(paying).entries()] == ["unknown"]
+
+
+async def test_an_expired_authorization_pays_once_more_never_twice_more():
+    session = ScriptedSession(asks(), asks(required("authorization expired")), asks(), served())
     paying = options()
     with_eur_payment_mcp(session, paying)
     result = await session.call_tool("weather", {"city": "Paris"})

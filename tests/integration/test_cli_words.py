@@ -103,7 +103,7 @@ def test_an_unknown_outcome_names_the_command_that_finishes_it(sandbox, payer) -
     first, second = failed.stderr.splitlines()
     assert first.startswith("x402-eur: PaymentOutcomeUnknown: ")
     assert re.fullmatch(
-        r"x402-eur: money may have moved; finish it without paying again: "
+        r"x402-eur: money moved; finish it without paying again: "
         r"x402-eur resume [0-9a-f]{32}",
         second,
     ), second
@@ -120,7 +120,8 @@ def test_ctrl_c_during_a_bridge_wait_prints_the_command_that_finishes_it(tmp_pat
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
-            env={**os.environ, **env, "COLUMNS": "120"},
+            # a process stuck after the interrupt is made to show where (SIGABRT below)
+            env={**os.environ, **env, "COLUMNS": "120", "PYTHONFAULTHANDLER": "1"},
         )
         try:
             assert fetch.stderr is not None
@@ -133,11 +134,19 @@ def test_ctrl_c_during_a_bridge_wait_prints_the_command_that_finishes_it(tmp_pat
                     break
             assert "waiting for" in seen[-1], seen
             fetch.send_signal(signal.SIGINT)
-            _, rest = fetch.communicate(timeout=60)
+            try:
+                _, rest = fetch.communicate(timeout=60)
+            except subprocess.TimeoutExpired:
+                fetch.send_signal(signal.SIGABRT)  # the fault handler prints every stack
+                _, stacks = fetch.communicate(timeout=30)
+                pytest.fail(f"still running a minute after Ctrl-C:\n{stacks}")
         finally:
             if fetch.poll() is None:
                 fetch.kill()
-                fetch.wait()
+            fetch.wait()
+            for pipe in (fetch.stdout, fetch.stderr):
+                if pipe is not None:
+                    pipe.close()
         assert fetch.returncode == 130, rest
         unfinished = run("payments", "--unfinished", "--json", env=env)
         [record] = [json.loads(line) for line in unfinished.stdout.splitlines()]

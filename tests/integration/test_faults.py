@@ -243,9 +243,6 @@ class Case:
     verified: int | None = None
     kinds: tuple[str, ...] = HTTP
     name: str = ""
-    #: Kinds that get this case wrong today, and how: they are expected to fail until
-    #: the client is fixed (and then fail the run, so that the mark goes).
-    wrong: tuple[tuple[str, ...], str] = ((), "")
 
     @property
     def id(self) -> str:
@@ -255,12 +252,7 @@ class Case:
         return f"{self.endpoint}-{self.fault.kind}-{self.fault.when}-{self.fault.times}"
 
     def runs(self) -> list[Any]:
-        kinds, how = self.wrong
-        wrong = pytest.mark.xfail(strict=True, raises=AssertionError, reason=how)
-        return [
-            pytest.param(self, kind, id=f"{kind}:{self.id}", marks=[wrong] if kind in kinds else [])
-            for kind in self.kinds
-        ]
+        return [pytest.param(self, kind, id=f"{kind}:{self.id}") for kind in self.kinds]
 
 
 def _unknown(endpoint: str, fault: Fault, paid: int, **more: Any) -> Case:
@@ -294,10 +286,12 @@ EURO = [
     # merchant 500 -> the same proof re-sent, then served
     Case("x402_verify", Fault("status", "before", status=500), None, 1, PAID),
     Case("resource", Fault("status", "before", status=502), None, 1, PAID),  # re-sent, served
-    _unknown("resource", Fault("status", "before", status=502, times=5), 1, ledger=PAID),
-    _unknown("resource", Fault("status", "after", status=500), 1, ledger=PAID),
-    _unknown("resource", Fault("drop", "before"), 1, ledger=PAID),
-    _unknown("resource", Fault("drop", "after"), 1, ledger=PAID),
+    _unknown(
+        "resource", Fault("status", "before", status=502, times=5), 1, ledger=PAID, moved=True
+    ),
+    _unknown("resource", Fault("status", "after", status=500), 1, ledger=PAID, moved=True),
+    _unknown("resource", Fault("drop", "before"), 1, ledger=PAID, moved=True),
+    _unknown("resource", Fault("drop", "after"), 1, ledger=PAID, moved=True),
     # no 402 at all: the merchant's own failure, passed through
     Case("x402_pay", Fault("status", "before", status=500), None, 0, (), status=500),
     Case(
@@ -399,16 +393,10 @@ def test_euro_rail_under_fault(case: Case, kind: str) -> None:
 # proof after a merchant's 5xx. So the cases whose outcome rests on that re-send (a 502
 # before the proof was read) run through the HTTP kinds only; the dropped connections,
 # before the merchant read the proof and after it settled, run through all four.
-BROKE_OFF = (
-    HTTP,
-    "a paid HTTP answer that broke off leaves the ledger saying paid (the journal says "
-    "unknown) and the error saying the payment was made, for an authorization the merchant "
-    "may not have settled",
-)
 STANDARD = [
     Case("paid_call", Fault("status", "before", status=502), None, 1, PAID),  # re-sent, served
     *(
-        _unknown("paid_call", fault, paid, ledger=UNKNOWN, kinds=tuple(KINDS), wrong=BROKE_OFF)
+        _unknown("paid_call", fault, paid, ledger=UNKNOWN, kinds=tuple(KINDS))
         for fault, paid in ((Fault("drop", "before"), 0), (Fault("drop", "after"), 1))
     ),
 ]

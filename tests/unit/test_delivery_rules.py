@@ -125,8 +125,10 @@ def _delivering(*, moves_first: bool, resend: bool) -> Delivering:
 # the words of its message)
 ENDINGS: list[tuple[Step, bool, bool, type, Any, str]] = [
     (Step.PAY_FRESH, True, False, PayFresh, None, ""),
-    (Step.UNKNOWN, True, False, PaymentOutcomeUnknown, None, "why; the payment was made"),
-    (Step.UNKNOWN, True, True, PaymentOutcomeUnknown, None, "why"),
+    (Step.PAY_FRESH, False, False, PayFresh, None, ""),
+    (Step.UNKNOWN, True, False, PaymentOutcomeUnknown, True, "why; the payment was made"),
+    (Step.UNKNOWN, True, True, PaymentOutcomeUnknown, True, "why"),
+    (Step.UNKNOWN, False, False, PaymentOutcomeUnknown, None, "why"),
     (
         Step.NOT_CONFIRMED,
         True,
@@ -162,6 +164,28 @@ ENDINGS: list[tuple[Step, bool, bool, type, Any, str]] = [
         "the merchant refused the payment proof: why",
     ),
 ]
+
+
+@pytest.mark.parametrize(
+    ("reason", "first", "kind"),
+    [
+        ("Payment request already used", True, PayFresh),  # the spec's one fresh payment
+        ("expired", False, PayFresh),
+        ("authorization already used", False, PaymentOutcomeUnknown),
+        ("invalid_exact_evm_nonce_already_used", False, PaymentOutcomeUnknown),
+    ],
+)
+def test_a_used_signed_authorization_is_no_licence_to_pay_again(
+    reason: str, first: bool, kind: type
+):
+    # A signed authorization "already used" was settled, by this merchant or whoever used
+    # it: the money may have moved, and paying fresh could pay twice for one request.
+    delivering = _delivering(moves_first=first, resend=False)
+    decision = delivering.machine.answered(402, reason, sent=1)
+    ended = delivering.ended(decision)
+    assert type(ended) is kind
+    if isinstance(ended, PaymentOutcomeUnknown):
+        assert ended.money_moved is None and "not paying again" in str(ended)
 
 
 @pytest.mark.parametrize(("step", "first", "resend", "kind", "moved", "message"), ENDINGS)

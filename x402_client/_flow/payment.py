@@ -481,9 +481,22 @@ class GuardedStream(httpx.AsyncByteStream):
     stream would otherwise wait for the garbage collector, and make it run more often.
     """
 
-    def __init__(self, stream: httpx.AsyncByteStream, unknown: Callable[[str], X402Error]) -> None:
+    def __init__(
+        self,
+        stream: httpx.AsyncByteStream,
+        unknown: Callable[[str], X402Error],
+        *,
+        moved_first: bool,
+    ) -> None:
         self._stream = stream
         self._unknown: Callable[[str], X402Error] | None = unknown
+        #: What the break says of the money: paid before the request (euro, chain A), or
+        #: a signed authorization the merchant may or may not have settled.
+        self._money = (
+            "the payment was made"
+            if moved_first
+            else "the signed payment was handed over and may have been settled"
+        )
         #: Told when the body breaks off: the record learns it was not delivered, and the
         #: user's `on_payment_error` hears of it.
         self.on_broken: Callable[[X402Error], Awaitable[None]] | None = None
@@ -497,8 +510,8 @@ class GuardedStream(httpx.AsyncByteStream):
             if unknown is None:  # read after close: httpx refuses that before we get here
                 raise
             error = unknown(
-                f"the paid response broke off in transit ({type(exc).__name__}); the payment "
-                "was made; re-sending the proof is safe"
+                f"the paid response broke off in transit ({type(exc).__name__}); "
+                f"{self._money}; re-sending the proof is safe"
             )
             if broken is not None:
                 with anyio.CancelScope(shield=True):
@@ -689,6 +702,7 @@ class Delivering:
             intent=self.intent,
             response=answer,
             status_code=None if answer is None else answer.status_code,
+            money_moved=True if self.moves_first else None,
         )
 
     def served(self, response: httpx.Response) -> httpx.Response:
@@ -697,7 +711,9 @@ class Delivering:
             self.guard.settled(served)
         response.extensions = {**response.extensions, RECEIPT_EXTENSION: served}
         if isinstance(response.stream, httpx.AsyncByteStream):
-            response.stream = GuardedStream(response.stream, self.unknown)
+            response.stream = GuardedStream(
+                response.stream, self.unknown, moved_first=self.moves_first
+            )
         return response
 
     async def not_delivered(self, shown: str, response: httpx.Response) -> Exception:
@@ -728,6 +744,14 @@ class Delivering:
         shown = decision.reason or "402 without a reason"
         step = decision.step
         if step is Step.PAY_FRESH:
+            used = classify_reason(shown) is VerifierReason.USED
+            if used and not (self.moves_first or self.resend):
+                # A signed authorization that is "already used" was settled: the money
+                # moved, to this merchant or to whoever used it. Not a licence to pay again.
+                return self.unknown(
+                    f"the merchant says {shown!r}: the signed payment was used, so the money "
+                    "may have moved; not paying again"
+                )
             return PayFresh(shown, self.paid.proof)
         if step is Step.UNKNOWN:
             return self.unknown(shown if self.resend else f"{shown}; the payment was made")
@@ -1126,6 +1150,7 @@ class Payment:
         say so (the proof may be re-sent)."""
         entry = self.entry
         entry.delivered = False
+        entry.outcome = outcome
         _trail(entry, step, reason)
         await self._write(
             f"a {step} payment",

@@ -101,7 +101,9 @@ class VerifierReason(enum.Enum):
 
 def classify_reason(reason: str | None) -> VerifierReason:
     """Map a reason text to an action; matching is case-insensitive on the verifier's wording."""
-    text = (reason or "").lower()
+    # "Payment request already used" and the x402 foundation's codes alike
+    # ("invalid_exact_evm_nonce_already_used").
+    text = (reason or "").lower().replace("_", " ")
     if "not confirmed" in text or "status: open" in text:
         return VerifierReason.NOT_CONFIRMED
     if "already used" in text:

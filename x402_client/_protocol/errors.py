@@ -387,7 +387,9 @@ class PaymentNotConfirmed(PaymentVerificationFailed):
 
 
 class PaymentOutcomeUnknown(X402Error):
-    """Money may have moved, and the client cannot tell.
+    """The payment's end is unknown: the money may have moved and the client cannot tell
+    (`money_moved` None), or it moved, since the client paid first (euro, chain A, the
+    bridge), and whether the resource will be served is unknown (`money_moved` True).
 
     Never pay again for the same intent. What to do instead:
 
@@ -415,8 +417,10 @@ class PaymentOutcomeUnknown(X402Error):
         request: httpx.Request | None = None,
         intent: PaymentIntent | None = None,
         response: httpx.Response | None = None,
+        money_moved: bool | None = None,
     ) -> None:
         super().__init__(message, request=request, intent=intent, response=response)
+        self._money_moved = money_moved
         self.proof = proof
         self.payment_request_code = payment_request_code
         self.transaction_code = transaction_code
@@ -428,4 +432,6 @@ class PaymentOutcomeUnknown(X402Error):
 
     @property
     def money_moved(self) -> bool | None:
-        return None
+        """None: the money may have moved. True: it moved (the client paid first, through
+        the payment API or its own wallet) and what became of the purchase is unknown."""
+        return self._money_moved
