@@ -73,7 +73,7 @@ async def test_on_payment_error_is_told_when_money_moved_and_only_then(
         with pytest.raises(Exception, match="max_amount_per_payment"):
             await client.get(sandbox.url("/weather"), extensions=limited)
     assert errors == [caught.value]
-    assert errors[0].money_moved is None and errors[0].proof
+    assert errors[0].money_moved is True and errors[0].proof
 
 
 async def test_quote_pays_nothing_and_explains_each_entry(sandbox, payer, options_for):

@@ -530,7 +530,7 @@ def test_a_paid_body_that_breaks_off_raises_outcome_unknown(
         # requests reads the body itself (stream=False), or the caller does.
         session.get(url + "/paid", stream=stream).content  # noqa: B018
     _both(caught.value, PaymentOutcomeUnknown)
-    assert caught.value.proof and caught.value.money_moved is None
+    assert caught.value.proof and caught.value.money_moved is True
     assert len(payments(sandbox, payer)) == 1
 
 

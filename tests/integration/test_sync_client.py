@@ -365,7 +365,7 @@ def test_a_paid_body_that_breaks_off_raises_outcome_unknown_in_the_callers_threa
         assert response.status_code == 200
         with pytest.raises(PaymentOutcomeUnknown, match="broke off") as caught:
             response.read()
-    assert caught.value.proof and caught.value.money_moved is None
+    assert caught.value.proof and caught.value.money_moved is True
     assert isinstance(caught.value.__cause__, httpx.ReadError)
     assert len(payments(sandbox, payer)) == 1
 
