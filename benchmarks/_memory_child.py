@@ -15,7 +15,8 @@ import time
 
 import httpx
 
-from x402_client import RECEIPT_EXTENSION, with_eur_payment
+from x402_client import with_eur_payment
+from x402_client._flow.payment import RECEIPT_EXTENSION
 
 
 def _peak_kib() -> int:

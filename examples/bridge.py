@@ -21,13 +21,7 @@ from decimal import Decimal
 
 import httpx
 
-from x402_client import (
-    PaymentOutcomeUnknown,
-    format_amount,
-    from_atomic,
-    resume_bridge_payment,
-    with_eur_payment,
-)
+from x402_client import PaymentOutcomeUnknown, payments, with_eur_payment
 from x402_client.progress import bridge_progress_display
 from x402_eur_sandbox import Price, Sandbox
 
@@ -35,6 +29,11 @@ PRICES = {
     "/weather": Price(Decimal("0.10"), "Weather, paid in EURQ on chain A", rails=("ledgera",))
 }
 EURQ = "2768422954"
+
+
+def eurq(atomic: int) -> str:
+    """An EURQ amount in atomic units (6 decimals), as a person reads it."""
+    return f"{Decimal(atomic).scaleb(-6):.2f}"
 
 
 async def main(delay: float) -> None:
@@ -52,17 +51,19 @@ async def main(delay: float) -> None:
                 # The deadline passed: the EURO was paid. Prove that payment; never pay twice.
                 print(f"still no chain transaction for {exc.transaction_code}; resuming")
                 with display:
-                    response = await resume_bridge_payment(client, exc)
+                    recovery = await payments(client).recover(exc)
+                    assert recovery.response is not None
+                    response = recovery.response
         receipt = response.extensions["x402_payment"]
         print(f"HTTP {response.status_code}: {response.json()}")
         print(
-            f"paid {format_amount(receipt.amount)} {receipt.currency} ({receipt.rail}) "
+            f"paid {receipt.amount:.2f} {receipt.currency} ({receipt.rail}) "
             f"on {receipt.network} to {receipt.pay_to}"
         )
         print(f"transaction {receipt.transaction_code}, on chain {receipt.blockchain_tx_id}")
-        print(f"payer EURO balance: {format_amount(sandbox.balance(sandbox.payer))}")
+        print(f"payer EURO balance: {sandbox.balance(sandbox.payer):.2f}")
         after = chain.asset_balance(chain.merchant_address, EURQ)
-        print(f"merchant EURQ on chain A: {from_atomic(before)} -> {from_atomic(after)}")
+        print(f"merchant EURQ on chain A: {eurq(before)} -> {eurq(after)}")
 
 
 if __name__ == "__main__":

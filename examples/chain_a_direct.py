@@ -20,13 +20,18 @@ from decimal import Decimal
 
 import httpx
 
-from x402_client import format_amount, from_atomic, with_eur_payment
+from x402_client import with_eur_payment
 from x402_eur_sandbox import Price, Sandbox
 
 PRICES = {
     "/weather": Price(Decimal("0.10"), "Weather, paid in EURQ on chain A", rails=("ledgera",))
 }
 EURQ = "2768422954"
+
+
+def eurq(atomic: int) -> str:
+    """An EURQ amount in atomic units (6 decimals), as a person reads it."""
+    return f"{Decimal(atomic).scaleb(-6):.2f}"
 
 
 async def main() -> None:
@@ -44,13 +49,13 @@ async def main() -> None:
         receipt = response.extensions["x402_payment"]
         print(f"HTTP {response.status_code} in {elapsed * 1000:.0f} ms: {response.json()}")
         print(
-            f"paid {format_amount(receipt.amount)} {receipt.currency} ({receipt.rail}) on "
+            f"paid {receipt.amount:.2f} {receipt.currency} ({receipt.rail}) on "
             f"{receipt.network} to {receipt.pay_to}; transaction {receipt.blockchain_tx_id}"
         )
         wallet_after = chain.asset_balance(wallet, EURQ)
         merchant_after = chain.asset_balance(chain.merchant_address, EURQ)
-        print(f"wallet EURQ:   {from_atomic(wallet_before)} -> {from_atomic(wallet_after)}")
-        print(f"merchant EURQ: {from_atomic(merchant_before)} -> {from_atomic(merchant_after)}")
+        print(f"wallet EURQ:   {eurq(wallet_before)} -> {eurq(wallet_after)}")
+        print(f"merchant EURQ: {eurq(merchant_before)} -> {eurq(merchant_after)}")
 
         bridged = sandbox.payment_config(chain_a=chain.chain_a_config(), prefer=["bridge"])
         async with with_eur_payment(httpx.AsyncClient(), bridged) as client:
@@ -59,7 +64,7 @@ async def main() -> None:
         print(
             f"with prefer=['bridge']: paid by the {receipt.rail} "
             f"(transaction {receipt.transaction_code}); payer EURO balance "
-            f"{format_amount(sandbox.balance(sandbox.payer))}"
+            f"{sandbox.balance(sandbox.payer):.2f}"
         )
 
 

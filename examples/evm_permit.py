@@ -15,10 +15,15 @@ from decimal import Decimal
 
 import httpx
 
-from x402_client import format_amount, from_atomic, with_eur_payment
+from x402_client import with_eur_payment
 from x402_eur_sandbox import Price, Sandbox
 
 PRICES = {"/weather": Price(Decimal("0.10"), "Weather, paid on Polygon", rails=("eip155:137",))}
+
+
+def eurq(atomic: int) -> str:
+    """An EURQ amount in atomic units (6 decimals), as a person reads it."""
+    return f"{Decimal(atomic).scaleb(-6):.2f}"
 
 
 async def main() -> None:
@@ -31,10 +36,10 @@ async def main() -> None:
         after = await evm.token_balance(137, "EURQ", evm.payer_address)
         print(f"HTTP {response.status_code}: {response.json()}")
         print(
-            f"paid {format_amount(receipt.amount)} {receipt.currency} ({receipt.rail}) "
+            f"paid {receipt.amount:.2f} {receipt.currency} ({receipt.rail}) "
             f"on {receipt.network} to {receipt.pay_to}"
         )
-        print(f"payer {receipt.payer}: {from_atomic(before)} -> {from_atomic(after)} EURQ")
+        print(f"payer {receipt.payer}: {eurq(before)} -> {eurq(after)} EURQ")
         print(f"settlement tx {receipt.tx_hash}")
         print(f"payer gas coin: {await evm.native_balance(137, evm.payer_address)} wei")
 

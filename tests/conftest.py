@@ -306,7 +306,7 @@ def scripted_402(body: bytes | str, status: int = 402, headers: dict[str, str] |
     return app
 
 
-def payments(sandbox: Sandbox, account: Account) -> list[Any]:
+def bank_payments(sandbox: Sandbox, account: Account) -> list[Any]:
     """The payments `account` made (moved money), in order."""
     return [t for t in sandbox.bank.payments_made if t.from_account == account.code]
 

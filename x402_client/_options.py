@@ -22,7 +22,7 @@ leave the default in force. Secrets are `SecretStr`: they print as `**********`,
 error message shows a value given (it may be a secret).
 
 Every entry that takes options (`with_eur_payment`, `PaymentTransport`,
-`SyncPaymentTransport`, `PaymentAdapter`, `with_eur_payment_mcp`) reads them with
+`SyncPaymentTransport`, `PaymentAdapter`) reads them with
 `coerce_options`: a `PaymentOptions`, a mapping of its keys, or None, which means
 `PaymentOptions.from_env()` everywhere.
 """
@@ -770,7 +770,7 @@ class PaymentOptions(_Options):
     ```
 
     Every entry that takes options (`with_eur_payment`, `PaymentTransport`,
-    `SyncPaymentTransport`, `PaymentAdapter`, `with_eur_payment_mcp`) takes these, a
+    `SyncPaymentTransport`, `PaymentAdapter`) takes these, a
     mapping of their keys, or None for `PaymentOptions.from_env()`.
     """
 
@@ -838,7 +838,7 @@ class PaymentOptions(_Options):
     ledger: PaymentLedger | None = option(default=None)
     #: A SQLite file that keeps the payment journal and the budgets across restarts and
     #: across the processes of this machine (written before any money moves); None: memory
-    #: only. `x402_client.default_state_path()` is the CLI's default.
+    #: only. `SqliteStore.default_path()` is the CLI's default.
     state_path: Option[pathlib.Path | None, str | pathlib.Path | None] = option(default=None)
     #: Tokens you pay standard x402 `exact` (EIP-3009) entries in, beyond the built-in
     #: table of Circle's EURC and USDC: each with its chain, address, currency and decimals

@@ -95,7 +95,7 @@ def test_demo_pays_on_every_rail_and_prints_the_resources() -> None:
     assert re.search(r"^payment identifier +pay_[0-9a-f]{32} *$", out, re.MULTILINE)
     assert "re-sent the same proof: HTTP 200, the merchant's first answer" in out
     assert "settled once, balance unchanged" in out
-    # The paid MCP tool call, through with_eur_payment_mcp.
+    # The paid MCP tool call, through with_eur_payment.
     assert 'tool result: {"city": "Amsterdam", "forecast": "sunny"' in out
     assert "ledgera:mainnet" in out
     assert "payment failed" not in out

@@ -237,16 +237,16 @@ def mcp_problem() -> str | None:
 
 async def _pay_tool(out: Out, sandbox: Sandbox, config: dict[str, Any]) -> tuple[list[Paid], int]:
     """A paid MCP tool call: the standard merchant's `weather` tool, through
-    `with_eur_payment_mcp` on `mcp`'s client, with the same settings as the HTTP client."""
+    `with_eur_payment` on `mcp`'s client, with the same settings as the HTTP client."""
     from mcp import Client
 
-    from x402_client import with_eur_payment_mcp
+    from x402_client import with_eur_payment
 
     url = sandbox.paid_tool_server_url
     out.title(f"paid MCP tool call, x402 MCP transport: weather at {httpx.URL(url).path}")
     try:
         async with Client(url) as client:
-            with_eur_payment_mcp(client, config)
+            with_eur_payment(client, config)
             result = await client.call_tool("weather", {"city": "Amsterdam"})
     except X402Error as exc:
         out.line(f"payment failed: {type(exc).__name__}: {exc}", style="red")

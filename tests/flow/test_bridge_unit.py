@@ -15,12 +15,13 @@ from x402_client import (
     ConfigurationError,
     PaymentOptions,
     PaymentOutcomeUnknown,
-    decode_proof,
+    payments,
+    with_eur_payment,
 )
 from x402_client._flow.payment import Payer
-from x402_client._flow.resume import resume_bridge_payment
 from x402_client._protocol.errors import PaymentAPIError
 from x402_client._protocol.models import ExactAcceptEntry, parse_accept
+from x402_client._protocol.proof import decode_proof
 from x402_client._protocol.provider import TransactionRecord
 from x402_client._protocol.secret import SecretStr
 from x402_client._protocol.types import PaymentIntent
@@ -344,7 +345,7 @@ async def test_chain_a_entries_the_client_cannot_bridge_are_explained():
     await payer.aclose()
 
 
-# --- resume_bridge_payment ------------------------------------------------------------------------
+# --- payments(client).recover(error): the bridge wait resumed --------------------------------
 
 
 def outcome_unknown(request: httpx.Request | None = None) -> PaymentOutcomeUnknown:
@@ -360,8 +361,9 @@ async def sent_by(call) -> httpx.Request:
         seen.append(request)
         return httpx.Response(200)
 
-    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
-        await call(client)
+    client = httpx.AsyncClient(transport=httpx.MockTransport(handler))
+    async with with_eur_payment(client, {}) as client:
+        await call(payments(client))
     [request] = seen
     return request
 
@@ -375,7 +377,7 @@ async def test_resume_re_sends_the_original_request_with_the_code():
         extensions={"x402": {"max_amount_per_payment": "0.50"}},
     )
     error = outcome_unknown(original)
-    request = await sent_by(lambda client: resume_bridge_payment(client, error))
+    request = await sent_by(lambda pay: pay.recover(error))
     assert (request.method, str(request.url)) == ("POST", "https://merchant.example/echo?q=1")
     assert request.headers["X-Trace"] == "t-1"
     assert "X-PAYMENT" not in request.headers
@@ -388,27 +390,28 @@ async def test_resume_re_sends_the_original_request_with_the_code():
 
 async def test_resume_without_the_request_uses_the_paid_resource():
     error = outcome_unknown()
-    request = await sent_by(lambda client: resume_bridge_payment(client, error))
+    request = await sent_by(lambda pay: pay.recover(error))
     assert (request.method, str(request.url)) == ("GET", "https://merchant.example/weather")
     assert request.extensions["x402"] == {"resume_transaction_code": CODE}
 
 
-async def test_resume_with_an_explicit_request():
-    error = outcome_unknown()
-    request = await sent_by(
-        lambda client: resume_bridge_payment(
-            client, error, "PUT", "https://merchant.example/other", json={"a": 1}
-        )
+async def test_resume_with_other_headers_and_body():
+    original = httpx.Request(
+        "POST", "https://merchant.example/echo", headers={"Authorization": "old"}, content=b"x"
     )
-    assert (request.method, str(request.url)) == ("PUT", "https://merchant.example/other")
-    assert request.content == b'{"a":1}'
+    error = outcome_unknown(original)
+    request = await sent_by(
+        lambda pay: pay.recover(error, headers={"Authorization": "new"}, content=b"body")
+    )
+    assert request.headers.get_list("Authorization") == ["new"]
+    assert request.content == b"body"
     assert request.extensions["x402"]["resume_transaction_code"] == CODE
 
 
-async def test_resume_needs_a_transaction_code():
-    async with httpx.AsyncClient() as client:
-        with pytest.raises(ConfigurationError):
-            await resume_bridge_payment(client, PaymentOutcomeUnknown("no code"))
+async def test_resume_needs_a_transaction_code_or_a_proof():
+    async with with_eur_payment(httpx.AsyncClient(), {}) as client:
+        with pytest.raises(ConfigurationError, match="no proof and no transaction code"):
+            await payments(client).recover(PaymentOutcomeUnknown("no code"))
 
 
 # --- the payment API's transaction lookup ------------------------------------------------------
@@ -453,3 +456,13 @@ async def _get_transaction(status: int, body: bytes) -> Any:
         return await api.get_transaction("QP1")
     finally:
         await api.aclose()
+
+
+async def test_recover_an_error_with_only_a_proof_re_sends_the_proof():
+    original = httpx.Request("GET", "https://merchant.example/weather", headers={"X-A": "1"})
+    error = PaymentOutcomeUnknown("lost", proof="PROOF", request=original)
+    request = await sent_by(lambda pay: pay.recover(error))
+    assert (request.method, str(request.url)) == ("GET", "https://merchant.example/weather")
+    assert request.headers["X-A"] == "1"
+    # on the merchant's 402, the client answers with this proof and pays nothing
+    assert request.extensions["x402"] == {"proof": "PROOF"}

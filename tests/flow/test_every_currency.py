@@ -24,9 +24,7 @@ from x402_client import (
     EvmOptions,
     PaymentOptions,
     PaymentTransport,
-    budget_status,
-    payment_ledger,
-    quote_response,
+    payments,
 )
 from x402_client._protocol.policy import effective_cap
 
@@ -118,7 +116,7 @@ async def test_one_amount_caps_dollars_as_well_as_euros():
     with pytest.raises(AmountLimitExceeded, match=r"0\.10 USD is above max_amount_per_payment"):
         await fetch(merchant, options)
     assert merchant.paid == [] and merchant.requests == 1
-    assert payment_ledger(options).entries() == []
+    assert payments(options).ledger.entries() == []
 
 
 def test_one_amount_in_the_environment_caps_every_currency():
@@ -189,12 +187,14 @@ async def test_a_budget_in_euros_refuses_dollar_offers_until_one_covers_dollars(
     assert 'Budget("2.00", currency="USD")' in skipped.message
     assert "--budget 2.00USD/24h" in skipped.message
     assert merchant.paid == [] and merchant.requests == 1
-    assert payment_ledger(euros_only).entries() == []
+    assert payments(euros_only).ledger.entries() == []
 
     covered = evm_options(budgets=[Budget("0.15", window=86400), Budget("0.15", currency="USD")])
     assert (await fetch(merchant, covered)).status_code == 200
     assert len(merchant.paid) == 1
-    dollars, euros = sorted(await budget_status(covered), key=lambda s: s.budget.currency)[::-1]
+    dollars, euros = sorted(await payments(covered).budgets(), key=lambda s: s.budget.currency)[
+        ::-1
+    ]
     assert (dollars.budget.currency, dollars.spent) == ("USD", Decimal("0.10"))
     assert euros.spent == Decimal("0")
 
@@ -203,13 +203,13 @@ async def test_a_quote_says_a_dollar_offer_has_no_budget():
     merchant = Merchant(usd_entry("100000"))
     options = evm_options(budgets=[Budget("1.00")])
     response = httpx.Response(402, content=merchant.answer({})[1])
-    (entry,) = quote_response(response, options).entries
+    (entry,) = (await payments(options).quote(response)).entries
     assert not entry.payable and entry.reason == "no_budget"
     assert entry.message is not None and "no budget covers USD" in entry.message
 
 
 async def test_budget_status_lists_every_currency_the_options_can_pay():
-    from x402_client import BudgetReport
+    from x402_client._protocol.budgets import BudgetReport
 
     options = PaymentOptions(
         api_key="k",
@@ -219,7 +219,7 @@ async def test_budget_status_lists_every_currency_the_options_can_pay():
         max_amount_per_payment="0.50",
         budgets=[Budget("5.00", window=86400)],
     )
-    report = await budget_status(options)
+    report = await payments(options).budgets()
     assert isinstance(report, BudgetReport)
     (status,) = report  # a list of the budgets, as before
     assert status.budget.currency == "EUR"
@@ -233,8 +233,8 @@ async def test_budget_status_lists_every_currency_the_options_can_pay():
 
     # Without an EVM key only euros can be paid; without budgets every capped one is payable.
     managed = PaymentOptions(api_key="k", from_account="ACC_P", api_url="https://api.example")
-    assert [c.currency for c in (await budget_status(managed)).currencies] == ["EUR"]
-    assert [c.payable for c in (await budget_status(evm_options())).currencies] == [True, True]
+    assert [c.currency for c in (await payments(managed).budgets()).currencies] == ["EUR"]
+    assert [c.payable for c in (await payments(evm_options()).budgets()).currencies] == [True, True]
 
 
 def test_a_budget_in_a_currency_that_cannot_be_paid_is_a_mistake():

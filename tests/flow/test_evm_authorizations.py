@@ -22,9 +22,7 @@ from x402_client import (
     PaymentOptions,
     PaymentTransport,
     X402Error,
-    budget_status,
-    payment_ledger,
-    unfinished_payments,
+    payments,
 )
 from x402_client._state.shared import state_of
 
@@ -90,9 +88,9 @@ async def test_an_evm_authorization_that_was_not_settled_may_still_move(answer, 
     # the merchant holds a signed authorization it did not settle: it may still do so
     assert error.money_moved is None, (kind, repr(error))
     assert errors == [error]
-    (entry,) = payment_ledger(options).entries()
+    (entry,) = payments(options).ledger.entries()
     assert (entry.outcome, entry.delivered) == ("unknown", False)
-    (status,) = await budget_status(options)
+    (status,) = await payments(options).budgets()
     assert status.spent == Decimal("0.01")  # kept until it expires or is settled
 
 
@@ -124,7 +122,7 @@ async def test_a_signed_authorization_the_journal_cannot_record_is_never_handed_
             await client.get("http://merchant.test/paid")
     assert caught.value.money_moved is False
     assert [r.headers.get("x-payment") for r in seen] == [None]  # the proof never left
-    (status,) = await budget_status(options)
+    (status,) = await payments(options).budgets()
     assert status.spent == 0
-    assert await unfinished_payments(options) == []
+    assert await payments(options).unfinished() == []
     state_of(options).close()

@@ -22,8 +22,7 @@ from x402_client import (
     ConfigurationError,
     EvmOptions,
     PaymentOptions,
-    budget_status,
-    payment_ledger,
+    payments,
 )
 from x402_client._protocol.amounts import AmountError
 
@@ -57,13 +56,13 @@ async def test_a_price_finer_than_the_budget_unit_is_paid_and_counted_rounded_up
     assert response.status_code == 200 and len(merchant.paid) == 1
     receipt = response.extensions["x402_payment"]
     assert receipt.amount == Decimal("0.000000000000000001") and receipt.currency == "EUR"
-    (status,) = await budget_status(paying)
+    (status,) = await payments(paying).budgets()
     assert status.spent == Decimal("0.000001")  # rounded up, never down
     assert status.remaining == Decimal("0.999999")
 
     merchant.entries = [fine_entry("100000000000000001")]  # 0.100000000000000001 EUR
     assert (await fetch(merchant, paying)).status_code == 200
-    (status,) = await budget_status(paying)
+    (status,) = await payments(paying).budgets()
     assert status.spent == Decimal("0.100002")
 
 
@@ -75,9 +74,9 @@ async def test_the_cap_compares_the_exact_price():
     assert caught.value.money_moved is False and merchant.paid == []
     merchant.entries = [fine_entry("99999999999999999")]  # one unit below 0.10
     assert (await fetch(merchant, capped)).status_code == 200
-    (entry,) = [e for e in payment_ledger(capped).entries() if e.outcome == "paid"]
+    (entry,) = [e for e in payments(capped).ledger.entries() if e.outcome == "paid"]
     assert entry.intent.amount == Decimal("0.099999999999999999")
-    (status,) = await budget_status(capped)
+    (status,) = await payments(capped).budgets()
     assert status.spent == Decimal("0.10")
 
 

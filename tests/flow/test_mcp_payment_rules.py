@@ -30,9 +30,10 @@ from x402_client import (
     PaymentOptions,
     PaymentOutcomeUnknown,
     PaymentVerificationFailed,
-    payment_ledger,
     with_eur_payment,
-    with_eur_payment_mcp,
+)
+from x402_client import (
+    payments as payments_of,
 )
 from x402_client._adapters.mcp_session import payment_required_of
 
@@ -146,7 +147,7 @@ def test_payment_required_is_a_tool_error_with_an_x402_object():
 async def test_pays_a_challenge_given_as_text_and_keeps_the_callers_meta():
     session = ScriptedSession(asks(structured=False), served())
     paying = options()
-    with_eur_payment_mcp(session, paying)
+    with_eur_payment(session, paying)
     result = await session.call_tool("weather", {"city": "Paris"}, meta={"progressToken": "p1"})
     assert isinstance(result, PaidToolResult) and result.content[0].text == "sunny"
     assert result.x402_payment is not None and result.x402_payment.tx_hash == TX
@@ -160,7 +161,7 @@ async def test_pays_a_challenge_given_as_text_and_keeps_the_callers_meta():
     assert payment["resource"] == required()["resource"]
     authorization = payment["payload"]["authorization"]
     assert authorization["to"] == PAY_TO and authorization["value"] == "10000"
-    assert payment_ledger(paying).entries()[0].proof == result.x402_payment.proof
+    assert payments_of(paying).ledger.entries()[0].proof == result.x402_payment.proof
 
 
 async def test_with_eur_payment_takes_an_mcp_session_too():
@@ -169,19 +170,19 @@ async def test_with_eur_payment_takes_an_mcp_session_too():
     assert with_eur_payment(session, paying) is session
     result = await session.call_tool("weather", {"city": "Paris"})
     assert isinstance(result, PaidToolResult) and len(session.payments()) == 1
-    assert payment_ledger(paying).entries()[0].proof == result.x402_payment.proof
+    assert payments_of(paying).ledger.entries()[0].proof == result.x402_payment.proof
     # Once more, with other options: they replace the first, nothing is wrapped twice.
     capped = options(max_amount_per_payment={"USD": "0.001"})
     assert with_eur_payment(session, capped) is session
     session.script.append(asks())
     with pytest.raises(AmountLimitExceeded):
         await session.call_tool("weather", {"city": "Paris"})
-    assert len(session.payments()) == 1 and payment_ledger(capped).entries() == []
+    assert len(session.payments()) == 1 and payments_of(capped).ledger.entries() == []
 
 
 async def test_pays_a_json_rpc_error_402():
     session = ScriptedSession(MCPError(402, "Payment required", required()), served())
-    with_eur_payment_mcp(session, options())
+    with_eur_payment(session, options())
     result = await session.call_tool("weather", {"city": "Paris"})
     assert isinstance(result, PaidToolResult)
     assert len(session.payments()) == 1
@@ -189,7 +190,7 @@ async def test_pays_a_json_rpc_error_402():
 
 async def test_another_json_rpc_error_is_the_sessions_own():
     session = ScriptedSession(MCPError(-32602, "unknown tool"))
-    with_eur_payment_mcp(session, options())
+    with_eur_payment(session, options())
     with pytest.raises(MCPError):
         await session.call_tool("nope", {})
 
@@ -208,7 +209,7 @@ async def test_pays_an_x402_v1_challenge_framed_for_v1():
         "extra": {"name": "USD Coin", "version": "2"},
     }
     session = ScriptedSession(asks({"x402Version": 1, "accepts": [v1_entry]}), served())
-    with_eur_payment_mcp(session, options())
+    with_eur_payment(session, options())
     result = await session.call_tool("weather", {"city": "Paris"})
     assert isinstance(result, PaidToolResult)
     [payment] = session.payments()
@@ -222,24 +223,24 @@ async def test_a_used_authorization_is_never_paid_again():
         asks(), asks(required("authorization already used")), asks(), served()
     )
     paying = options()
-    with_eur_payment_mcp(session, paying)
+    with_eur_payment(session, paying)
     with pytest.raises(PaymentOutcomeUnknown, match="not paying again") as caught:
         await session.call_tool("weather", {"city": "Paris"})
     assert caught.value.money_moved is None and caught.value.proof
     assert len(session.payments()) == 1
-    assert [e.outcome for e in payment_ledger(paying).entries()] == ["unknown"]
+    assert [e.outcome for e in payments_of(paying).ledger.entries()] == ["unknown"]
 
 
 async def test_an_expired_authorization_pays_once_more_never_twice_more():
     session = ScriptedSession(asks(), asks(required("authorization expired")), asks(), served())
     paying = options()
-    with_eur_payment_mcp(session, paying)
+    with_eur_payment(session, paying)
     result = await session.call_tool("weather", {"city": "Paris"})
     assert isinstance(result, PaidToolResult) and result.x402_payment is not None
     assert result.x402_payment.payments == 2
     first, second = session.payments()
     assert first["payload"]["authorization"]["nonce"] != second["payload"]["authorization"]["nonce"]
-    assert [e.outcome for e in payment_ledger(paying).entries()] == ["unknown", "paid"]
+    assert [e.outcome for e in payments_of(paying).ledger.entries()] == ["unknown", "paid"]
 
 
 async def test_a_settlement_failure_is_a_refusal_that_may_have_moved_money():
@@ -249,7 +250,7 @@ async def test_a_settlement_failure_is_a_refusal_that_may_have_moved_money():
     )
     session = ScriptedSession(asks(), asks(failed))
     paying = options()
-    with_eur_payment_mcp(session, paying)
+    with_eur_payment(session, paying)
     with pytest.raises(PaymentVerificationFailed, match="insufficient funds") as caught:
         await session.call_tool("weather", {"city": "Paris"})
     # A signed authorization stays valid until it expires, whatever the server said.
@@ -260,7 +261,7 @@ async def test_a_settlement_failure_is_a_refusal_that_may_have_moved_money():
 async def test_a_call_lost_after_the_payment_left_says_so_and_the_proof_can_be_resent():
     session = ScriptedSession(asks(), OSError("connection reset"), asks(), served())
     paying = options()
-    with_eur_payment_mcp(session, paying)
+    with_eur_payment(session, paying)
     with pytest.raises(PaymentOutcomeUnknown) as caught:
         await session.call_tool("weather", {"city": "Paris"})
     error = caught.value
@@ -270,7 +271,7 @@ async def test_a_call_lost_after_the_payment_left_says_so_and_the_proof_can_be_r
     assert result.x402_payment.reused and result.x402_payment.payments == 0
     first, again = session.payments()
     assert first == again  # the same payment, re-sent: nothing new signed
-    [entry_] = payment_ledger(paying).entries()
+    [entry_] = payments_of(paying).ledger.entries()
     assert entry_.outcome == "paid" and entry_.delivered
 
 
@@ -278,7 +279,7 @@ async def test_a_tool_error_after_the_payment_is_not_the_result():
     session = ScriptedSession(
         asks(), CallToolResult(content=text("no weather station"), is_error=True)
     )
-    with_eur_payment_mcp(session, options())
+    with_eur_payment(session, options())
     with pytest.raises(PaymentOutcomeUnknown, match="no weather station") as caught:
         await session.call_tool("weather", {"city": "Atlantis"})
     error = caught.value
@@ -295,15 +296,15 @@ async def test_a_tool_error_after_the_payment_is_not_the_result():
 async def test_a_call_that_may_not_pay_gets_the_payment_required_result():
     session = ScriptedSession(asks())
     paying = options()
-    with_eur_payment_mcp(session, paying)
+    with_eur_payment(session, paying)
     result = await session.call_tool("weather", {"city": "Paris"}, x402={"pay": False})
     assert result == asks() and not isinstance(result, PaidToolResult)
-    assert payment_ledger(paying).entries() == []
+    assert payments_of(paying).ledger.entries() == []
 
 
 async def test_a_mistaken_setting_is_said_before_anything_is_sent():
     session = ScriptedSession()
-    with_eur_payment_mcp(session, options())
+    with_eur_payment(session, options())
     with pytest.raises(ConfigurationError, match="unknown per-request"):
         await session.call_tool("weather", {}, x402={"max_amount": "1"})
     assert session.calls == []
@@ -312,22 +313,27 @@ async def test_a_mistaken_setting_is_said_before_anything_is_sent():
 async def test_installing_again_replaces_the_options():
     session = ScriptedSession(asks(), served())
     first, second = options(), options()
-    with_eur_payment_mcp(session, first)
-    assert with_eur_payment_mcp(session, second) is session
+    with_eur_payment(session, first)
+    assert with_eur_payment(session, second) is session
     await session.call_tool("weather", {"city": "Paris"})
-    assert payment_ledger(first).entries() == [] and len(payment_ledger(second).entries()) == 1
+    assert (
+        payments_of(first).ledger.entries() == [] and len(payments_of(second).ledger.entries()) == 1
+    )
 
 
 def test_only_a_session_can_pay():
     with pytest.raises(ConfigurationError, match="MCP client session"):
-        with_eur_payment_mcp(object(), options())
+        with_eur_payment(object(), options())
 
 
 def test_without_the_mcp_package_the_error_names_the_extra():
     code = (
         "import sys; sys.modules['mcp'] = None; sys.modules['mcp_types'] = None\n"
+        "from x402_client import with_eur_payment\n"
+        "class Session:\n"
+        "    async def call_tool(self, *args, **kwargs): ...\n"
         "try:\n"
-        "    from x402_client import with_eur_payment_mcp\n"
+        "    with_eur_payment(Session(), {})\n"
         "except ImportError as exc:\n"
         "    print(exc)\n"
     )
@@ -340,14 +346,12 @@ async def test_an_unfinished_payment_is_journaled_and_finished_by_resending_its_
     the body: enough to call the tool again with the proof (docs/mcp-payments.md)."""
     from urllib.parse import unquote
 
-    from x402_client import unfinished_payments
-
     session = ScriptedSession(asks(), OSError("connection reset"), asks(), served())
     paying = options(state_path=str(tmp_path / "state.sqlite3"))
-    with_eur_payment_mcp(session, paying)
+    with_eur_payment(session, paying)
     with pytest.raises(PaymentOutcomeUnknown):
         await session.call_tool("weather", {"city": "Paris"})
-    [record] = await unfinished_payments(paying)
+    [record] = await payments_of(paying).unfinished()
     assert (record.request_method, record.request_url) == ("POST", "mcp://tool/weather")
     assert record.proof and record.outcome == "unknown"
     name = unquote(record.request_url.removeprefix("mcp://tool/"))
@@ -355,23 +359,22 @@ async def test_an_unfinished_payment_is_journaled_and_finished_by_resending_its_
     result = await session.call_tool(name, arguments, x402={"proof": record.proof})
     assert isinstance(result, PaidToolResult)
     assert session.calls[-1][1] == {"city": "Paris"}
-    assert await unfinished_payments(paying) == []
+    assert await payments_of(paying).unfinished() == []
 
 
 async def test_a_tool_call_s_credential_arguments_are_journaled_redacted(tmp_path):
     """The arguments are JSON, said so: an argument named like a credential is journaled
     as "REDACTED" (at any depth), and the record says the journal's arguments are not the
     ones sent."""
-    from x402_client import unfinished_payments
 
     session = ScriptedSession(asks(), OSError("connection reset"), asks(), served())
     path = tmp_path / "state.sqlite3"
     paying = options(state_path=str(path))
-    with_eur_payment_mcp(session, paying)
+    with_eur_payment(session, paying)
     arguments = {"city": "Paris", "account": {"api_key": "s3cret-key"}, "Token": "s3cret-tok"}
     with pytest.raises(PaymentOutcomeUnknown):
         await session.call_tool("weather", arguments)
-    [record] = await unfinished_payments(paying)
+    [record] = await payments_of(paying).unfinished()
     assert record.request_body_redacted
     assert json.loads(record.request_body or b"{}") == {
         "city": "Paris",
@@ -383,4 +386,4 @@ async def test_a_tool_call_s_credential_arguments_are_journaled_redacted(tmp_pat
     result = await session.call_tool("weather", arguments, x402={"proof": record.proof})
     assert isinstance(result, PaidToolResult)
     assert session.calls[-1][1] == arguments
-    assert await unfinished_payments(paying) == []
+    assert await payments_of(paying).unfinished() == []

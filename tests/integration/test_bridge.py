@@ -24,17 +24,17 @@ import pytest
 from tests.sandboxes import payment_options
 from tests.waiting import PATIENCE, eventually
 from x402_client import (
-    BridgeResumeRefused,
     BridgeTransferFailed,
     NoSatisfiableOption,
     PaymentOptions,
     PaymentOutcomeUnknown,
     PaymentProgress,
     PaymentVerificationFailed,
-    encode_proof,
     with_eur_payment,
 )
-from x402_client._flow.resume import resume_bridge_payment
+from x402_client import payments as payments_of
+from x402_client._protocol.errors import BridgeResumeRefused
+from x402_client._protocol.proof import encode_proof
 from x402_eur_sandbox import Account, Fault, Price, Sandbox
 from x402_eur_sandbox._chain_a import (
     EURQ_ASSET_ID,
@@ -253,7 +253,7 @@ async def test_deadline_gives_outcome_unknown_and_resuming_pays_nothing_more(
     assert chain.asset_balance(chain.merchant_address, EURQ) - merchant_eurq == 100_000
 
 
-async def test_resume_bridge_payment_rebuilds_the_request(sandbox, chain, account):
+async def test_recover_from_the_error_rebuilds_the_request(sandbox, chain, account):
     chain.bridge_delay = HOUR
     async with with_eur_payment(
         httpx.AsyncClient(), options(sandbox, account, bridge_deadline=0.1)
@@ -263,8 +263,8 @@ async def test_resume_bridge_payment_rebuilds_the_request(sandbox, chain, accoun
     # Later, from a client with a longer deadline: the error says what to re-send.
     resuming = options(sandbox, account, on_progress=settle_once_waiting(chain))
     async with with_eur_payment(httpx.AsyncClient(), resuming) as client:
-        response = await resume_bridge_payment(client, caught.value)
-    assert response.status_code == 200
+        response = (await payments_of(client).recover(caught.value)).response
+    assert response is not None and response.status_code == 200
     assert response.extensions["x402_payment"].transaction_code == caught.value.transaction_code
     assert len(payments(sandbox, account)) == 1
 

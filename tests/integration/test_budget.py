@@ -13,7 +13,7 @@ import anyio
 import httpx
 import pytest
 
-from tests.conftest import payments
+from tests.conftest import bank_payments
 from tests.factories import euro_intent
 from tests.needs import require_program
 from tests.sandboxes import payment_options
@@ -24,7 +24,7 @@ from x402_client import (
     InMemoryBudgetStore,
     InsufficientFunds,
     RedisBudgetStore,
-    payment_ledger,
+    payments,
     with_eur_payment,
 )
 from x402_client._protocol.challenge import prefer_order
@@ -87,10 +87,10 @@ async def test_500_concurrent_requests_pay_exactly_the_budget(sandbox, options_f
         async with anyio.create_task_group() as group:
             for _ in range(500):
                 group.start_soon(fetch)
-        ledger = payment_ledger(client)
+        ledger = payments(client).ledger
     assert outcomes.count("200") == 10
     assert outcomes.count("budget") == 490
-    assert len(payments(sandbox, payer)) == 10
+    assert len(bank_payments(sandbox, payer)) == 10
     assert sandbox.balance(payer) == Decimal("99.00")
     assert ledger.total("EUR") == Decimal("1.00")
     # a request refused by the headroom check never opens an entry; one that lost the race
@@ -110,7 +110,7 @@ async def test_failed_payments_release_their_reservation(sandbox, options_for):
         assert (await client.get(sandbox.url("/weather"))).status_code == 200
         with pytest.raises(BudgetExceeded):
             await client.get(sandbox.url("/weather"))
-        entries = payment_ledger(client).entries()
+        entries = payments(client).ledger.entries()
     # the refusal over the budget happens at the headroom check, before any entry exists
     assert [e.outcome for e in entries] == ["failed"] * 3 + ["paid"]
     assert "InsufficientFunds" in (entries[0].error or "")
@@ -133,7 +133,7 @@ async def test_selector_and_preference_choose_among_payable_entries():
         async with with_eur_payment(httpx.AsyncClient(), refuse_all) as client:
             with pytest.raises(Exception, match="selector chose none"):
                 await client.get(sandbox.url("/paid/two"))
-        assert len(payments(sandbox, sandbox.payer)) == 1
+        assert len(bank_payments(sandbox, sandbox.payer)) == 1
 
 
 def test_prefer_order_is_stable_and_matches_rail_network_or_symbol():
@@ -238,7 +238,7 @@ async def test_redis_budget_is_shared_by_a_fleet_of_processes(sandbox, redis_url
             group.start_soon(agent)
     assert sum(paid for paid, _ in results) == 10
     assert sum(refused for _, refused in results) == 80
-    assert len(payments(sandbox, payer)) == 10
+    assert len(bank_payments(sandbox, payer)) == 10
     assert sandbox.balance(payer) == Decimal("99.00")
     store = RedisBudgetStore(redis_url)
     try:

@@ -24,11 +24,10 @@ from x402_client import (
     PaymentOptions,
     PaymentRejectedByHook,
     PaymentVerificationFailed,
-    decode_proof,
-    encode_proof,
-    recover_payments,
+    payments,
     with_eur_payment,
 )
+from x402_client._protocol.proof import decode_proof, encode_proof
 from x402_client._state.shared import state_of
 from x402_eur_sandbox import Account, Price, Sandbox
 from x402_eur_sandbox._chain_a import EURQ_ASSET_ID, USDQ_ASSET_ID, ChainASandbox
@@ -366,7 +365,7 @@ async def test_recovery_of_a_settled_but_undelivered_proof_asks_the_chain(
         # As if the process had died before it saw the answer.
         await journal.finish_payment(record.id, "unknown", delivered=False)
         async with with_eur_payment(httpx.AsyncClient(), options) as client:
-            (recovery,) = await recover_payments(client)
+            (recovery,) = await payments(client).recover_all()
         assert recovery.status == "unrecoverable", recovery.reason
         assert "already used" in recovery.reason
         assert f"{response.extensions['x402_payment'].blockchain_tx_id} is on chain" in (
@@ -392,11 +391,10 @@ def test_the_options_never_show_the_key(chain, wallet):
 async def test_a_quote_names_the_wallet_as_the_payer_of_a_chain_a_entry(
     sandbox, chain, wallet, account
 ):
-    from x402_client import quote_payment
 
     options = direct_options(sandbox, chain, wallet, account)
     async with with_eur_payment(httpx.AsyncClient(), options) as client:
-        quote = await quote_payment(client, sandbox.url("/weather"))
+        quote = await payments(client).quote(sandbox.url("/weather"))
     [entry] = quote.entries
     assert entry.payable and entry.first
     assert entry.intent is not None and entry.intent.rail == "chain-a"
@@ -432,7 +430,7 @@ async def test_recovery_of_a_proof_that_expired_unsettled_gives_the_budget_back(
         assert await journal.spent(budget.key, None) == 100_000
         chain.ledger.current_round += 500  # well past the transfer's 107 rounds
         async with with_eur_payment(httpx.AsyncClient(), options) as client:
-            (recovery,) = await recover_payments(client)
+            (recovery,) = await payments(client).recover_all()
         assert recovery.status == "failed", recovery.reason
         assert "last valid round" in recovery.reason and "no money moved" in recovery.reason
         assert await journal.spent(budget.key, None) == 0

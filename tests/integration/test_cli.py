@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import payments
+from tests.conftest import bank_payments
 from x402_client import __version__
 from x402_client._options import ENV_VARS
 from x402_eur_sandbox import Fault
@@ -175,7 +175,7 @@ def test_a_daily_budget_holds_across_runs(sandbox, payer, own_state_file) -> Non
     # --no-state: a budget for this run only.
     alone = run("fetch", "--no-state", "--budget", "0.15/24h", sandbox.url("/weather"), env=env)
     assert alone.returncode == 0, alone.stderr
-    assert len(payments(sandbox, payer)) == 3
+    assert len(bank_payments(sandbox, payer)) == 3
 
     listed = run("payments")
     assert listed.returncode == 0, listed.stderr
@@ -225,7 +225,7 @@ def test_quote_shows_the_options_and_pays_nothing(sandbox, payer) -> None:
     )
     assert bare.returncode == 0 and "0.10 EURO" in bare.stdout and "0 payable" in bare.stdout
     assert "no payment configuration" in bare.stderr
-    assert sandbox.balance(payer) == before and payments(sandbox, payer) == []
+    assert sandbox.balance(payer) == before and bank_payments(sandbox, payer) == []
 
 
 def test_an_unfinished_payment_is_resumed_without_paying_again(sandbox, payer) -> None:
@@ -242,7 +242,7 @@ def test_an_unfinished_payment_is_resumed_without_paying_again(sandbox, payer) -
     match = re.search(r"x402-eur resume ([0-9a-f]{32})", lines[1])
     assert match is not None, lines[1]
     journal_id = match.group(1)
-    assert len(payments(sandbox, payer)) == 1
+    assert len(bank_payments(sandbox, payer)) == 1
 
     unfinished = run("payments", "--unfinished")
     assert journal_id in unfinished.stdout and f"x402-eur resume {journal_id}" in unfinished.stderr
@@ -255,7 +255,7 @@ def test_an_unfinished_payment_is_resumed_without_paying_again(sandbox, payer) -
     )
     again = run("resume", journal_id, env=env)
     assert again.returncode == 0 and "delivered earlier" in again.stderr and again.stdout == ""
-    assert len(payments(sandbox, payer)) == 1  # paid once, delivered once
+    assert len(bank_payments(sandbox, payer)) == 1  # paid once, delivered once
     assert run("payments", "--unfinished").stdout == ""
 
 
@@ -289,7 +289,7 @@ def test_resume_sends_the_body_the_journal_did_not_keep(sandbox, payer, own_stat
     assert resumed.returncode == 0, resumed.stderr
     assert resumed.stdout == form  # the merchant echoes the body it was sent
     assert resumed.stderr.strip().startswith("x402-eur: delivered:")
-    assert len(payments(sandbox, payer)) == 1
+    assert len(bank_payments(sandbox, payer)) == 1
     assert run("payments", "--unfinished").stdout == ""
 
 

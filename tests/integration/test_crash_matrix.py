@@ -48,8 +48,7 @@ from tests.waiting import eventually
 from x402_client import (
     Budget,
     PaymentOptions,
-    recover_payments,
-    unfinished_payments,
+    payments,
     with_eur_payment,
 )
 from x402_client._flow import recovery as _recovery
@@ -484,12 +483,12 @@ async def _crash_and_recover(sandbox: Sandbox, case: Case, tmp_path: Path) -> Cr
     journal = state_of(options).journal
     assert isinstance(journal, SqliteStore)
     try:
-        unfinished = await unfinished_payments(options)
+        unfinished = await payments(options).unfinished()
         assert len(unfinished) == 1, unfinished
         crashed.journaled = unfinished[0]
         crashed.spent_at_death = await journal.spent(BUDGET.key, None)
         async with with_eur_payment(httpx.AsyncClient(timeout=30), options) as client:
-            recoveries = await recover_payments(client)
+            recoveries = await payments(client).recover_all()
         assert len(recoveries) == 1, recoveries
         crashed.recovery = recoveries[0]
         if case.step == "delivery-held":
@@ -577,7 +576,7 @@ async def test_a_payer_killed_at_each_step_is_recovered_without_paying_twice(
     options = _options(sandbox, crashed)
     try:
         async with with_eur_payment(httpx.AsyncClient(timeout=30), options) as client:
-            again = await recover_payments(client)
+            again = await payments(client).recover_all()
         assert [(r.record.id, r.status) for r in again] == (
             [(record.id, "pending")] if recovery.status == "pending" else []
         )
@@ -682,7 +681,7 @@ async def test_euro_killed_before_paying_is_failed_once_the_request_expired(
     await _kill_child(sandbox, crashed, tmp_path)
     options = _options(sandbox, crashed)
     try:
-        (record,) = await unfinished_payments(options)
+        (record,) = await payments(options).unfinished()
         assert record.payment_request_code is not None
         # Later: the request expired unpaid, and recovery's clock is past its expiry.
         request = sandbox.bank.payment_requests[record.payment_request_code]
@@ -690,7 +689,7 @@ async def test_euro_killed_before_paying_is_failed_once_the_request_expired(
         later = time.time() + 3600
         monkeypatch.setattr(_recovery, "time", types.SimpleNamespace(time=lambda: later))
         async with with_eur_payment(httpx.AsyncClient(timeout=30), options) as client:
-            (recovery,) = await recover_payments(client)
+            (recovery,) = await payments(client).recover_all()
         journal = state_of(options).journal
         assert journal is not None
         after = await journal.get(record.id)
@@ -726,7 +725,7 @@ async def _recover_once(options: PaymentOptions) -> tuple[Recovery, JournalRecor
     """One recovery run: what it said, the record it left and the budget still reserved."""
     try:
         async with with_eur_payment(httpx.AsyncClient(timeout=30), options) as client:
-            (recovery,) = await recover_payments(client)
+            (recovery,) = await payments(client).recover_all()
         journal = state_of(options).journal
         assert journal is not None
         after = await journal.get(recovery.record.id)
@@ -876,11 +875,11 @@ async def test_recovery_leaves_a_payment_a_live_payer_is_making_alone(
             journal = state_of(options).journal
             assert journal is not None
             try:
-                (record,) = await unfinished_payments(options)
+                (record,) = await payments(options).unfinished()
                 assert (record.outcome, record.in_progress) == ("pending", True)
                 assert record.transaction_code if rail == "bridge" else record.proof
                 async with with_eur_payment(httpx.AsyncClient(timeout=30), options) as client:
-                    recoveries = await recover_payments(client)
+                    recoveries = await payments(client).recover_all()
                 assert [(r.record.id, r.status) for r in recoveries] == [
                     (record.id, "in_progress")
                 ], [r.reason for r in recoveries]

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import Recorder, payments, scripted_402
+from tests.conftest import Recorder, bank_payments, scripted_402
 from tests.sandboxes import payment_options
 from x402_client import (
     AmountLimitExceeded,
@@ -39,7 +39,7 @@ async def test_paid_fetch_moves_exactly_the_price(sandbox, payer, options_for):
     assert response.json()["city"] == "Amsterdam"
     assert sandbox.balance(payer) == Decimal("9.90")
     assert sandbox.balance(sandbox.merchant) - merchant_before == Decimal("0.10")
-    assert len(payments(sandbox, payer)) == 1
+    assert len(bank_payments(sandbox, payer)) == 1
 
     receipt = response.extensions["x402_payment"]
     assert isinstance(receipt, PaymentReceipt)
@@ -57,7 +57,7 @@ async def test_free_resources_pass_through_without_payment(sandbox, payer, optio
         response = await client.get(sandbox.url("/free"))
     assert response.json() == {"free": True}
     assert "x402_payment" not in response.extensions
-    assert payments(sandbox, payer) == []
+    assert bank_payments(sandbox, payer) == []
 
 
 async def test_open_then_confirmed_pays_once():
@@ -66,7 +66,7 @@ async def test_open_then_confirmed_pays_once():
         async with with_eur_payment(httpx.AsyncClient(), payment_options(sandbox)) as client:
             response = await client.get(sandbox.url("/weather"))
         assert response.status_code == 200
-        assert len(payments(sandbox, sandbox.payer)) == 1
+        assert len(bank_payments(sandbox, sandbox.payer)) == 1
         assert sandbox.faults.calls["x402_verify"] - verifies_before >= 2  # Open, then valid
         assert sandbox.balance(sandbox.payer) == Decimal("99.90")
         assert sandbox.balance(sandbox.merchant) == Decimal("0.10")
@@ -80,7 +80,7 @@ async def test_not_confirmed_forever_is_a_typed_error_after_one_payment():
                 await client.get(sandbox.url("/weather"))
         assert "not confirmed" in caught.value.reason.lower()
         assert caught.value.proof and caught.value.receipt.amount == Decimal("0.10")
-        assert len(payments(sandbox, sandbox.payer)) == 1
+        assert len(bank_payments(sandbox, sandbox.payer)) == 1
 
 
 class StealFirstProof(httpx.AsyncBaseTransport):
@@ -114,7 +114,7 @@ async def test_used_proof_gets_exactly_one_fresh_payment(sandbox, payer, options
         response = await client.get(sandbox.url("/weather"))
     assert thief.stolen == 1
     assert response.status_code == 200
-    assert len(payments(sandbox, payer)) == 2
+    assert len(bank_payments(sandbox, payer)) == 2
     assert response.extensions["x402_payment"].payments == 2
     assert sandbox.balance(payer) == Decimal("9.80")  # the thief got the first one
 
@@ -135,7 +135,7 @@ async def test_expired_proof_gets_exactly_one_fresh_payment():
         async with with_eur_payment(httpx.AsyncClient(), options) as client:
             response = await client.get(sandbox.url("/weather"))
         assert response.status_code == 200
-        made = payments(sandbox, sandbox.payer)
+        made = bank_payments(sandbox, sandbox.payer)
         assert len(made) == 2 and len(seen) == 2
         assert made[0].status == "Cancelled" and made[1].status == "Paid"
         assert sandbox.balance(sandbox.payer) == Decimal("99.90")
@@ -151,7 +151,7 @@ async def test_expired_twice_is_an_error_not_a_third_payment():
         async with with_eur_payment(httpx.AsyncClient(), options) as client:
             with pytest.raises(PaymentVerificationFailed, match="expired"):
                 await client.get(sandbox.url("/weather"))
-        assert len(payments(sandbox, sandbox.payer)) == 2
+        assert len(bank_payments(sandbox, sandbox.payer)) == 2
 
 
 @pytest.mark.parametrize("verdict", [False, "raise", "async-false"])
@@ -172,7 +172,7 @@ async def test_hook_rejection_pays_nothing(sandbox, payer, options_for, verdict)
     async with with_eur_payment(httpx.AsyncClient(), options) as client:
         with pytest.raises(PaymentRejectedByHook) as caught:
             await client.get(sandbox.url("/weather"))
-    assert payments(sandbox, payer) == []
+    assert bank_payments(sandbox, payer) == []
     assert sandbox.balance(payer) == Decimal("10.00")
     (intent,) = intents
     assert intent.amount == Decimal("0.10") and intent.scheme == "euro"
@@ -191,7 +191,7 @@ async def test_hook_approval_sync_and_async(sandbox, payer, options_for):
         httpx.AsyncClient(), options_for(payer, on_before_payment=approve)
     ) as client:
         assert (await client.get(sandbox.url("/weather"))).status_code == 200
-    assert len(payments(sandbox, payer)) == 1
+    assert len(bank_payments(sandbox, payer)) == 1
 
 
 async def test_insufficient_funds_is_typed_and_moves_nothing(sandbox, options_for):
@@ -211,7 +211,7 @@ async def test_price_above_the_cap_is_refused(sandbox, payer, options_for):
     async with with_eur_payment(httpx.AsyncClient(), options_for(payer)) as client:
         with pytest.raises(AmountLimitExceeded, match=r"2\.00 EUR"):
             await client.get(sandbox.url("/premium"))  # 2.00 > the default 1.00
-    assert payments(sandbox, payer) == []
+    assert bank_payments(sandbox, payer) == []
     options = options_for(payer, max_amount_per_payment="5")
     async with with_eur_payment(httpx.AsyncClient(), options) as client:
         assert (await client.get(sandbox.url("/premium"))).status_code == 200
@@ -220,7 +220,7 @@ async def test_price_above_the_cap_is_refused(sandbox, payer, options_for):
             await client.get(
                 sandbox.url("/report"), extensions={"x402": {"max_amount_per_payment": "0.20"}}
             )
-    assert len(payments(sandbox, payer)) == 1
+    assert len(bank_payments(sandbox, payer)) == 1
 
 
 async def test_per_request_never_pay_passes_the_402_through(sandbox, payer, options_for):
@@ -228,7 +228,7 @@ async def test_per_request_never_pay_passes_the_402_through(sandbox, payer, opti
         response = await client.get(sandbox.url("/weather"), extensions={"x402": {"pay": False}})
     assert response.status_code == 402
     assert response.json()["accepts"][0]["scheme"] == "euro"
-    assert payments(sandbox, payer) == []
+    assert bank_payments(sandbox, payer) == []
 
 
 async def test_unsatisfiable_402_is_typed_and_pays_nothing(sandbox, payer, serve):
@@ -257,7 +257,7 @@ async def test_unsatisfiable_402_is_typed_and_pays_nothing(sandbox, payer, serve
     ) as client:
         with pytest.raises(NoSatisfiableOption, match="unknown scheme"):
             await client.get(url)
-    assert payments(sandbox, payer) == []
+    assert bank_payments(sandbox, payer) == []
 
 
 def _euro_entry(**changes: Any) -> dict[str, Any]:
@@ -300,7 +300,7 @@ async def test_malformed_402_is_typed_and_pays_nothing(sandbox, payer, options_f
             await client.get(url)
     assert isinstance(caught.value, X402Error) and isinstance(caught.value, httpx.HTTPError)
     assert caught.value.request.url == httpx.URL(url)
-    assert payments(sandbox, payer) == []
+    assert bank_payments(sandbox, payer) == []
     if len(raw) < 10_000:  # the 402 rides on the error, its body readable
         assert caught.value.response.status_code == 402
         assert caught.value.response.read() == raw
@@ -334,7 +334,7 @@ async def test_one_bad_entry_does_not_spoil_a_good_one(sandbox, payer, options_f
     async with with_eur_payment(httpx.AsyncClient(), options_for(payer)) as client:
         response = await client.get(url)
     assert response.status_code == 200
-    assert len(payments(sandbox, payer)) == 1
+    assert len(bank_payments(sandbox, payer)) == 1
 
 
 async def test_large_non_402_stream_is_not_buffered(sandbox, payer, options_for):
@@ -362,7 +362,7 @@ async def test_paid_response_can_be_streamed(sandbox, payer, options_for):
         assert response.extensions["x402_payment"].amount == Decimal("0.01")
         total = sum([len(c) async for c in response.aiter_raw()])
     assert total == size
-    assert len(payments(sandbox, payer)) == 1
+    assert len(bank_payments(sandbox, payer)) == 1
 
 
 async def test_payment_header_never_follows_a_redirect(serve):
@@ -375,7 +375,7 @@ async def test_payment_header_never_follows_a_redirect(serve):
         ) as client:
             response = await client.get(sandbox.url(f"/redirect?to={other_url}/landing"))
         assert response.status_code == 200 and response.json() == {"recorded": True}
-        assert len(payments(sandbox, sandbox.payer)) == 1
+        assert len(bank_payments(sandbox, sandbox.payer)) == 1
     ((_, path, headers),) = other.requests
     assert path == "/landing"
     assert "x-payment" not in headers
@@ -434,7 +434,7 @@ async def test_installing_twice_does_not_wrap_twice(sandbox, payer, options_for)
         assert transport.options.max_amount_per_payment["EUR"] == Decimal("0.50")
     async with client:
         assert (await client.get(sandbox.url("/weather"))).status_code == 200
-    assert len(payments(sandbox, payer)) == 1
+    assert len(bank_payments(sandbox, payer)) == 1
 
 
 async def test_mapping_options_with_camel_case_keys(sandbox, payer):
@@ -460,7 +460,7 @@ async def test_one_shot_body_is_refused_before_paying(sandbox, payer, options_fo
             await client.post(sandbox.url("/echo"), content=upload())
         response = await client.post(sandbox.url("/echo"), content=b"hello world")
     assert response.content == b"hello world"
-    assert len(payments(sandbox, payer)) == 1  # only the replayable one paid
+    assert len(bank_payments(sandbox, payer)) == 1  # only the replayable one paid
 
 
 async def test_concurrent_paid_requests_each_pay_once(sandbox, payer, options_for):
@@ -476,7 +476,7 @@ async def test_concurrent_paid_requests_each_pay_once(sandbox, payer, options_fo
             for _ in range(20):
                 group.start_soon(fetch)
     assert results == [200] * 20
-    assert len(payments(sandbox, payer)) == 20
+    assert len(bank_payments(sandbox, payer)) == 20
     assert sandbox.balance(payer) == Decimal("8.00")
 
 

@@ -10,15 +10,13 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import payments
+from tests.conftest import bank_payments
 from tests.merchants import Reply, ScriptedMerchant, Seen
 from x402_client import (
     Budget,
     PaymentOutcomeUnknown,
     PaymentReceipt,
-    budget_status,
-    payment_ledger,
-    quote_payment,
+    payments,
     with_eur_payment,
 )
 
@@ -50,7 +48,7 @@ async def test_a_failing_callback_never_breaks_a_payment(sandbox, payer, options
         response = await c.get(sandbox.url("/weather"))
     assert response.status_code == 200
     assert "on_payment callback failed" in caplog.text
-    assert len(payments(sandbox, payer)) == 1
+    assert len(bank_payments(sandbox, payer)) == 1
 
 
 async def test_on_payment_error_is_told_when_money_moved_and_only_then(
@@ -79,10 +77,10 @@ async def test_on_payment_error_is_told_when_money_moved_and_only_then(
 async def test_quote_pays_nothing_and_explains_each_entry(sandbox, payer, options_for):
     options = options_for(payer, budgets=[Budget("0.15")])
     async with with_eur_payment(httpx.AsyncClient(), options) as client:
-        cheap = await quote_payment(client, sandbox.url("/weather"))
-        dear = await quote_payment(client, sandbox.url("/premium"))
-        free = await quote_payment(client, sandbox.url("/free"))
-    assert payments(sandbox, payer) == []
+        cheap = await payments(client).quote(sandbox.url("/weather"))
+        dear = await payments(client).quote(sandbox.url("/premium"))
+        free = await payments(client).quote(sandbox.url("/free"))
+    assert bank_payments(sandbox, payer) == []
     (entry,) = cheap.entries
     assert entry.payable and entry.first and entry.amount == Decimal("0.10")
     (refused,) = dear.entries
@@ -97,10 +95,10 @@ async def test_budgets_can_be_read_and_the_ledger_exports_as_json_lines(
     options = options_for(payer, budgets=[Budget("0.25"), Budget("1", window=3600)])
     async with with_eur_payment(httpx.AsyncClient(), options) as client:
         await client.get(sandbox.url("/weather"))
-    total, hourly = await budget_status(options)
+    total, hourly = await payments(options).budgets()
     assert (total.spent, total.remaining) == (Decimal("0.10"), Decimal("0.15"))
     assert (hourly.spent, hourly.remaining) == (Decimal("0.10"), Decimal("0.90"))
-    (line,) = payment_ledger(options).to_jsonl().splitlines()
+    (line,) = payments(options).ledger.to_jsonl().splitlines()
     record = json.loads(line)
     assert record["outcome"] == "paid" and record["amount"] == "0.10"
     assert record["paymentRequestCode"].startswith("pr_")

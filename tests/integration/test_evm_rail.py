@@ -23,9 +23,9 @@ from x402_client import (
     NoSatisfiableOption,
     PaymentOptions,
     PaymentRejectedByHook,
-    SpenderMismatch,
     with_eur_payment,
 )
+from x402_client._protocol.errors import SpenderMismatch
 from x402_client._protocol.exact_json import b64_json_decode
 from x402_client._rails.evm import permit_proof, permit_typed_data
 from x402_eur_sandbox import Price, Sandbox

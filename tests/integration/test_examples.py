@@ -34,7 +34,7 @@ RUNS: dict[str, tuple[list[str], list[str]]] = {
         [
             r"^HTTP 200: \{'city': 'Amsterdam', .*\}$",
             r"^paid 0\.10 EUR \(evm-permit\) on eip155:137 to 0x[0-9a-fA-F]{40}$",
-            r"^payer 0x[0-9a-fA-F]{40}: 100\.000000 -> 99\.900000 EURQ$",
+            r"^payer 0x[0-9a-fA-F]{40}: 100\.00 -> 99\.90 EURQ$",
             r"^settlement tx 0x[0-9a-f]{64}$",
             r"^payer gas coin: 0 wei$",
         ],
@@ -47,7 +47,7 @@ RUNS: dict[str, tuple[list[str], list[str]]] = {
             r"^paid 0\.10 EUR \(bridge\) on ledgera:mainnet to [A-Z2-7]{58}$",
             r"^transaction QP\w+, on chain [A-Z2-7]+$",
             r"^payer EURO balance: 99\.90$",
-            r"^merchant EURQ on chain A: 0\.000000 -> 0\.100000$",
+            r"^merchant EURQ on chain A: 0\.00 -> 0\.10$",
         ],
     ),
     "agent_tool": (
@@ -65,8 +65,8 @@ RUNS: dict[str, tuple[list[str], list[str]]] = {
             r"^merchant http://127\.0\.0\.1:\d+; paying from chain-A wallet [A-Z2-7]{58}$",
             r"^HTTP 200 in \d+ ms: \{'city': 'Amsterdam', .*\}$",
             r"^paid 0\.10 EUR \(chain-a\) on ledgera:mainnet to [A-Z2-7]{58}; transaction \w+$",
-            r"^wallet EURQ: +100\.000000 -> 99\.900000$",
-            r"^merchant EURQ: 0\.000000 -> 0\.100000$",
+            r"^wallet EURQ: +100\.00 -> 99\.90$",
+            r"^merchant EURQ: 0\.00 -> 0\.10$",
             r"^with prefer=\['bridge'\]: paid by the bridge \(transaction QP\w+\); payer EURO "
             r"balance 99\.90$",
         ],

@@ -41,7 +41,7 @@ import httpx
 import pytest
 import requests
 
-from tests.conftest import payments
+from tests.conftest import bank_payments
 from tests.merchants import FaultGate
 from tests.needs import require
 from tests.sandboxes import asset_of, payment_options
@@ -49,6 +49,7 @@ from tests.waiting import eventually_sync
 from x402_client import (
     EvmOptions,
     LedgerEntry,
+    PaymentAdapter,
     PaymentFailed,
     PaymentNotConfirmed,
     PaymentOptions,
@@ -56,8 +57,7 @@ from x402_client import (
     PaymentReceipt,
     PaymentVerificationFailed,
     X402Error,
-    payment_ledger,
-    payment_settings,
+    payments,
     with_eur_payment,
 )
 from x402_eur_sandbox import Fault, Price, Sandbox
@@ -120,7 +120,7 @@ async def _async_client(target: Target, options: PaymentOptions) -> AsyncIterato
             extensions = {"x402": {"proof": proof}} if proof else {}
             return _answer(await client.get(target.url, extensions=extensions))
 
-        yield fetch, lambda: payment_ledger(client)
+        yield fetch, lambda: payments(client).ledger
 
 
 @contextlib.contextmanager
@@ -133,14 +133,14 @@ def httpx_async(target: Target, options: PaymentOptions) -> Iterator[Opened]:
 
 
 @contextlib.contextmanager
-def httpx_sync(target: Target, options: PaymentOptions) -> Iterator[Opened]:
+def httpx_blocking(target: Target, options: PaymentOptions) -> Iterator[Opened]:
     with with_eur_payment(httpx.Client(timeout=30), options) as client:
 
         def fetch(proof: str | None) -> Answer:
             extensions = {"x402": {"proof": proof}} if proof else {}
             return _answer(client.get(target.url, extensions=extensions))
 
-        yield Opened(fetch, lambda: payment_ledger(client))
+        yield Opened(fetch, lambda: payments(client).ledger)
     _no_payment_thread_left()
 
 
@@ -151,7 +151,9 @@ def requests_session(target: Target, options: PaymentOptions) -> Iterator[Opened
     with with_eur_payment(session, options) as session:
 
         def fetch(proof: str | None) -> Answer:
-            settings = payment_settings({"proof": proof}) if proof else contextlib.nullcontext()
+            settings = (
+                PaymentAdapter.settings({"proof": proof}) if proof else contextlib.nullcontext()
+            )
             try:
                 with settings:
                     response = session.get(target.url, timeout=30)
@@ -162,7 +164,7 @@ def requests_session(target: Target, options: PaymentOptions) -> Iterator[Opened
             body = response.json() if response.status_code == 200 else response.content
             return Answer(response.status_code, body, response.x402_payment)
 
-        yield Opened(fetch, lambda: payment_ledger(session))
+        yield Opened(fetch, lambda: payments(session).ledger)
     _no_payment_thread_left()
 
 
@@ -170,10 +172,8 @@ def requests_session(target: Target, options: PaymentOptions) -> Iterator[Opened
 async def _mcp_session(url: str, name: str, options: PaymentOptions) -> AsyncIterator[Any]:
     from mcp import Client
 
-    from x402_client import with_eur_payment_mcp
-
     async with Client(url) as client:
-        with_eur_payment_mcp(client, options)
+        with_eur_payment(client, options)
 
         async def fetch(proof: str | None) -> Answer:
             settings = {"proof": proof} if proof else None
@@ -182,7 +182,7 @@ async def _mcp_session(url: str, name: str, options: PaymentOptions) -> AsyncIte
             receipt = getattr(result, "x402_payment", None)
             return Answer(status, result.structured_content, receipt)
 
-        yield fetch, lambda: payment_ledger(options)
+        yield fetch, lambda: payments(options).ledger
 
 
 @contextlib.contextmanager
@@ -208,7 +208,7 @@ def _no_payment_thread_left() -> None:
 
 KINDS: dict[str, Callable[[Target, PaymentOptions], contextlib.AbstractContextManager[Opened]]] = {
     "httpx-async": httpx_async,
-    "httpx-sync": httpx_sync,
+    "httpx-sync": httpx_blocking,
     "requests": requests_session,
     "mcp": mcp,
 }
@@ -346,7 +346,7 @@ def euro_options(sandbox: Sandbox, case: Case) -> PaymentOptions:
 
 
 def _bank_payments(sandbox: Sandbox) -> list[Any]:
-    return [t for t in payments(sandbox, sandbox.payer) if t.status != "Cancelled"]
+    return [t for t in bank_payments(sandbox, sandbox.payer) if t.status != "Cancelled"]
 
 
 @pytest.mark.parametrize(("case", "kind"), [run for case in EURO for run in case.runs()])
@@ -365,7 +365,7 @@ def test_euro_rail_under_fault(case: Case, kind: str) -> None:
             _check_said(case, error, answer)
             moved = _bank_payments(sandbox)
             assert len(moved) == case.paid, moved
-            assert payments(sandbox, sandbox.payer) == moved  # none made and cancelled
+            assert bank_payments(sandbox, sandbox.payer) == moved  # none made and cancelled
             assert sandbox.balance(sandbox.payer) == Decimal("100.00") - PRICE * len(moved)
             _check_books(case, books, {t.payment_request_code for t in moved})
             if case.verified is not None:

@@ -36,10 +36,9 @@ from x402_client import (
     PaymentOutcomeUnknown,
     PaymentVerificationFailed,
     X402Error,
-    payment_ledger,
+    payments,
     with_eur_payment,
 )
-from x402_client._flow.resume import resume_bridge_payment
 from x402_client._protocol.ledger import LedgerEntry
 from x402_eur_sandbox import Fault, Price, Sandbox, ServedApp
 from x402_eur_sandbox._chain_a import EURQ_ASSET_ID
@@ -280,7 +279,7 @@ async def test_evm_rail_under_fault(evm_sandbox: Sandbox, evm_payer: EvmPayer, c
             assert response is not None and response.status_code == 200
         else:
             assert isinstance(error, case.expected), repr(error)
-        ledger = payment_ledger(client).entries()
+        ledger = payments(client).ledger.entries()
         moved_now = await _check_evm_money(sandbox, evm_payer, case.chain, merchant_before)
         if case.moved is not None:
             assert moved_now is case.moved
@@ -310,12 +309,12 @@ async def test_evm_rail_under_fault(evm_sandbox: Sandbox, evm_payer: EvmPayer, c
                 assert moved
             else:
                 assert again.status_code == 200
-                assert payment_ledger(client).entries()[0].outcome == "paid"
+                assert payments(client).ledger.entries()[0].outcome == "paid"
             # re-sending never signs or pays again
             after = await _check_evm_money(sandbox, evm_payer, case.chain, merchant_before)
             assert after  # by now the one permit has settled
             assert await sandbox.evm.permit_nonce(case.chain, "EURQ", evm_payer.address) == 1
-            assert len([e for e in payment_ledger(client).entries() if e.proof]) == 1
+            assert len([e for e in payments(client).ledger.entries() if e.proof]) == 1
 
 
 async def test_evm_dead_rpc_is_unpayable_and_moves_nothing(evm_sandbox, evm_payer):
@@ -324,7 +323,7 @@ async def test_evm_dead_rpc_is_unpayable_and_moves_nothing(evm_sandbox, evm_paye
     async with with_eur_payment(httpx.AsyncClient(timeout=10), options) as client:
         with pytest.raises(NoSatisfiableOption, match="no RPC endpoint for chain 137"):
             await client.get(sandbox.url("/weather"))
-        assert payment_ledger(client).entries() == []
+        assert payments(client).ledger.entries() == []
     assert await _token(sandbox, 137, evm_payer.address) == 1_000_000
 
 
@@ -335,7 +334,7 @@ async def test_evm_dead_rpc_falls_through_to_the_next_chain(evm_sandbox, evm_pay
     options = _evm_options(sandbox, evm_payer, rpc_urls=rpc_urls)
     async with with_eur_payment(httpx.AsyncClient(timeout=10), options) as client:
         response = await _fetch(client, sandbox.url("/paid/both"))
-        ledger = payment_ledger(client).entries()
+        ledger = payments(client).ledger.entries()
     assert response.status_code == 200
     assert response.extensions["x402_payment"].network == "eip155:1"
     assert await _check_evm_money(sandbox, evm_payer, 1, merchant_before)
@@ -421,7 +420,7 @@ async def test_evm_rpc_failing_between_prepare_and_signing_is_a_typed_error(
                 await client.get(sandbox.url("/weather"))
             except Exception as exc:  # the type is what is under test
                 error = exc
-            ledger = payment_ledger(client).entries()
+            ledger = payments(client).ledger.entries()
     finally:
         await served.stop()
     assert proxy.failed >= 1
@@ -470,7 +469,7 @@ async def test_evm_entry_whose_asset_has_no_contract_is_passed_over(evm_sandbox,
                 response = await _fetch(client, served.url + "/report")
             except Exception as exc:  # the type is what is under test
                 error = exc
-            ledger = payment_ledger(client).entries()
+            ledger = payments(client).ledger.entries()
     finally:
         await served.stop()
     assert await _token(sandbox, 137, evm_payer.address) == 1_000_000
@@ -643,7 +642,7 @@ async def test_bridge_rail_under_fault(case: BridgeCase):
                 assert response.extensions["x402_payment"].rail == "bridge"
             else:
                 assert isinstance(error, case.expected), repr(error)
-            ledger = payment_ledger(client).entries()
+            ledger = payments(client).ledger.entries()
             moved_now, kept = _bridge_money(sandbox)
             if case.moved is not None:
                 assert moved_now is case.moved
@@ -668,14 +667,14 @@ async def test_bridge_rail_under_fault(case: BridgeCase):
                     assert case.fault is not None and case.fault.when == "after"
                 else:
                     assert resent.status_code == 200
-                    assert payment_ledger(client).entries()[0].outcome == "paid"
+                    assert payments(client).ledger.entries()[0].outcome == "paid"
             elif error.transaction_code:
-                again = await resume_bridge_payment(client, error)
-                await again.aread()
+                again = (await payments(client).recover(error)).response
+                assert again is not None
                 assert again.status_code == 200
                 receipt = again.extensions["x402_payment"]
                 assert receipt.transaction_code == error.transaction_code
-                assert payment_ledger(client).entries()[-1].outcome == "paid"
+                assert payments(client).ledger.entries()[-1].outcome == "paid"
             else:
                 # the payment API never gave a transaction code: nothing to resume with;
                 # the entry must stay `unknown` so the user can look for the payment.
@@ -683,4 +682,4 @@ async def test_bridge_rail_under_fault(case: BridgeCase):
                 assert error.payment_request_code is None
             assert sandbox.bank.payments_made == before, "recovering paid again"
             _, kept = _bridge_money(sandbox)
-            _check_bridge_ledger(payment_ledger(client).entries(), kept)
+            _check_bridge_ledger(payments(client).ledger.entries(), kept)

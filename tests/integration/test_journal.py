@@ -10,15 +10,13 @@ from urllib.parse import urlencode
 import httpx
 import pytest
 
-from tests.conftest import payments, register_secrets
+from tests.conftest import bank_payments, register_secrets
 from tests.merchants import Reply, ScriptedMerchant, Seen
 from x402_client import (
     Budget,
     BudgetExceeded,
     PaymentOutcomeUnknown,
-    recover_payment,
-    recover_payments,
-    unfinished_payments,
+    payments,
     with_eur_payment,
 )
 from x402_client._state.shared import state_of
@@ -40,7 +38,7 @@ async def test_a_paid_request_is_journaled_with_its_codes(sandbox, payer, option
     assert record.proof == receipt.proof and record.amount == Decimal("0.10")
     assert receipt.asset_symbol == record.asset_symbol == "EURO"
     assert [s.step for s in record.steps][:3] == ["intent", "noted", "proof"]
-    assert await unfinished_payments(options) == []
+    assert await payments(options).unfinished() == []
     assert payer.api_key not in str(record.to_json())
     state_of(options).close()
 
@@ -57,7 +55,7 @@ async def test_budgets_hold_across_restarts(sandbox, payer, options_for, tmp_pat
         with pytest.raises(BudgetExceeded):
             await client.get(sandbox.url("/weather"))
     state_of(second).close()
-    assert len(payments(sandbox, payer)) == 1
+    assert len(bank_payments(sandbox, payer)) == 1
 
 
 async def test_an_undelivered_payment_is_recovered_without_paying_again(
@@ -82,17 +80,17 @@ async def test_an_undelivered_payment_is_recovered_without_paying_again(
 
     merchant.state["down"] = False
     restarted = options_for(payer, state_path=path)
-    (record,) = await unfinished_payments(restarted)
+    (record,) = await payments(restarted).unfinished()
     assert record.payment_request_code and record.proof
     async with with_eur_payment(httpx.AsyncClient(), restarted) as client:
-        (recovery,) = await recover_payments(client)
+        (recovery,) = await payments(client).recover_all()
     assert recovery.status == "delivered" and recovery.response.json() == {"served": True}
     # One truth: the record it carries is the payment as recovery left it.
     assert (recovery.record.outcome, recovery.record.delivered) == ("paid", True)
     assert recovery.record.state == "delivered" and "pending" not in repr(recovery)
     assert merchant.requests[-1].headers["x-trace"] == "t-1"
-    assert await unfinished_payments(restarted) == []
-    assert len(payments(sandbox, payer)) == 1
+    assert await payments(restarted).unfinished() == []
+    assert len(bank_payments(sandbox, payer)) == 1
     state_of(restarted).close()
 
 
@@ -132,11 +130,11 @@ async def test_a_paid_body_that_breaks_off_stays_unfinished_and_is_recovered(
     async with with_eur_payment(httpx.AsyncClient(), options) as client:
         with pytest.raises(PaymentOutcomeUnknown, match="broke off"):
             await client.get(url + "/paid")
-        (record,) = await unfinished_payments(options)
+        (record,) = await payments(options).unfinished()
         assert (record.outcome, record.delivered) == ("paid", False)
-        (recovery,) = await recover_payments(client)
+        (recovery,) = await payments(client).recover_all()
     assert recovery.status == "delivered" and recovery.response.json() == {"served": "again"}
-    assert len(payments(sandbox, payer)) == 1
+    assert len(bank_payments(sandbox, payer)) == 1
     state_of(options).close()
 
 
@@ -167,16 +165,16 @@ async def test_a_paid_body_s_credentials_stay_out_of_the_journal_and_recovery_as
         sandbox.faults.clear()
         state_of(options).close()
     assert b"s3cret" not in _state_bytes(path)
-    assert len(payments(sandbox, payer)) == 2
+    assert len(bank_payments(sandbox, payer)) == 2
     restarted = options_for(payer, state_path=path)
     try:
-        posted, as_json = await unfinished_payments(restarted)
+        posted, as_json = await payments(restarted).unfinished()
         assert posted.request_body == b"username=alice&password=REDACTED"
         assert json.loads(as_json.request_body) == {"user": {"password": "REDACTED"}, "q": 1}
         assert posted.request_body_redacted and as_json.request_body_redacted
         resource_calls = sandbox.faults.calls.get("resource", 0)
         async with with_eur_payment(httpx.AsyncClient(), restarted) as client:
-            recoveries = await recover_payments(client)
+            recoveries = await payments(client).recover_all()
             assert [r.status for r in recoveries] == ["pending", "pending"]
             for recovery in recoveries:
                 assert "held credentials" in recovery.reason and "content=" in recovery.reason
@@ -184,14 +182,14 @@ async def test_a_paid_body_s_credentials_stay_out_of_the_journal_and_recovery_as
                 assert recovery.response is None
             assert sandbox.faults.calls.get("resource", 0) == resource_calls  # nothing sent
             done = [
-                await recover_payment(client, posted.id, content=urlencode(form)),
-                await recover_payment(client, as_json.id, content=json.dumps(document).encode()),
+                await payments(client).recover(posted.id, content=urlencode(form)),
+                await payments(client).recover(as_json.id, content=json.dumps(document).encode()),
             ]
         assert [r.status for r in done] == ["delivered", "delivered"], [r.reason for r in done]
         assert done[0].response.content == b"username=alice&password=s3cret"
         assert json.loads(done[1].response.content) == document
-        assert await unfinished_payments(restarted) == []
+        assert await payments(restarted).unfinished() == []
     finally:
         state_of(restarted).close()
     assert b"s3cret" not in _state_bytes(path)
-    assert len(payments(sandbox, payer)) == 2  # paid once each, delivered once each
+    assert len(bank_payments(sandbox, payer)) == 2  # paid once each, delivered once each

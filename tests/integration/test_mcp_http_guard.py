@@ -36,7 +36,7 @@ from tests.integration.test_mcp_server import (
     server_env,
     stderr_file,
 )
-from x402_client.mcp_server import ALLOW_ORIGIN_ENV, TOKEN_ENV, require_bearer, require_own_host
+from x402_client.mcp import ALLOW_ORIGIN_ENV, TOKEN_ENV, require_bearer, require_own_host
 
 INITIALIZE = {
     "jsonrpc": "2.0",

@@ -30,9 +30,8 @@ from x402_client import (
     PaymentOptions,
     PaymentOutcomeUnknown,
     PaymentRejectedByHook,
-    payment_ledger,
+    payments,
     with_eur_payment,
-    with_eur_payment_mcp,
 )
 
 pytestmark = pytest.mark.anyio
@@ -82,7 +81,7 @@ async def test_the_paid_tool_returns_its_result_with_a_receipt(stack, mcp_url):
     payer_before, merchant_before = await balances(stack)
     paying = options(stack)
     async with Client(mcp_url) as client:
-        assert with_eur_payment_mcp(client, paying) is client
+        assert with_eur_payment(client, paying) is client
         result = await client.call_tool("weather", {"city": "Paris"})
     assert isinstance(result, PaidToolResult) and not result.is_error
     assert "sunny" in result.content[0].text and "Paris" in result.content[0].text
@@ -106,7 +105,7 @@ async def test_the_paid_tool_returns_its_result_with_a_receipt(stack, mcp_url):
         payer_before - stack.price_atomic,
         merchant_before + stack.price_atomic,
     )
-    [entry] = payment_ledger(paying).entries()
+    [entry] = payments(paying).ledger.entries()
     assert entry.outcome == "paid" and entry.intent.resource == "mcp://tool/weather"
 
 
@@ -115,11 +114,11 @@ async def test_a_free_tool_passes_through_untouched(stack, mcp_url):
     paying = options(stack)
     async with Client(mcp_url) as client:
         plain = await client.call_tool("echo", {"text": "hello"})
-        with_eur_payment_mcp(client, paying)
+        with_eur_payment(client, paying)
         result = await client.call_tool("echo", {"text": "hello"})
     assert type(result) is type(plain) and not isinstance(result, PaidToolResult)
     assert result.model_dump() == plain.model_dump()
-    assert payment_ledger(paying).entries() == []
+    assert payments(paying).ledger.entries() == []
     assert await balances(stack) == before
 
 
@@ -128,12 +127,12 @@ async def test_over_the_cap_nothing_is_signed(stack, mcp_url):
     asked: list[Any] = []
     paying = options(stack, max_amount_per_payment="0.005", on_before_payment=asked.append)
     async with Client(mcp_url) as client:
-        with_eur_payment_mcp(client, paying)
+        with_eur_payment(client, paying)
         with pytest.raises(AmountLimitExceeded) as caught:
             await client.call_tool("weather", {"city": "Paris"})
     assert caught.value.money_moved is False
     assert asked == []  # refused before the hook, before any signature
-    assert payment_ledger(paying).entries() == []
+    assert payments(paying).ledger.entries() == []
     assert await balances(stack) == before
 
 
@@ -141,7 +140,7 @@ async def test_the_hook_refuses_and_nothing_is_signed(stack, mcp_url):
     before = await balances(stack)
     paying = options(stack, on_before_payment=lambda intent: False)
     async with Client(mcp_url) as client:
-        with_eur_payment_mcp(client, paying)
+        with_eur_payment(client, paying)
         with pytest.raises(PaymentRejectedByHook) as caught:
             await client.call_tool("weather", {"city": "Paris"})
     assert caught.value.money_moved is False
@@ -153,12 +152,12 @@ async def test_beyond_the_budget_nothing_is_signed(stack, mcp_url):
     payer_before, _ = await balances(stack)
     paying = options(stack, budgets=[Budget("0.015")])
     async with Client(mcp_url) as client:
-        with_eur_payment_mcp(client, paying)
+        with_eur_payment(client, paying)
         assert isinstance(await client.call_tool("weather", {"city": "Paris"}), PaidToolResult)
         with pytest.raises(BudgetExceeded) as caught:
             await client.call_tool("weather", {"city": "Rome"})
     assert caught.value.money_moved is False
-    assert [e.outcome for e in payment_ledger(paying).entries()] == ["paid"]
+    assert [e.outcome for e in payments(paying).ledger.entries()] == ["paid"]
     assert await stack.balance(stack.payer_address) == payer_before - stack.price_atomic
 
 
@@ -192,13 +191,13 @@ async def test_one_budget_holds_across_an_httpx_client_and_an_mcp_session(stack,
 
     async with httpx.AsyncClient(timeout=30) as http, Client(mcp_url) as client:
         with_eur_payment(http, shared)
-        with_eur_payment_mcp(client, shared)
+        with_eur_payment(client, shared)
         async with anyio.create_task_group() as group:
             for _ in range(4):
                 group.start_soon(over_http, http)
                 group.start_soon(over_mcp, client)
     assert len(outcomes) == 8 and outcomes.count("refused") == 5
-    entries = payment_ledger(shared).entries()
+    entries = payments(shared).ledger.entries()
     assert [e.outcome for e in entries] == ["paid"] * 3
     assert sorted(e.intent.resource for e in entries) == sorted(
         [stack.paid_url] * outcomes.count("http") + ["mcp://tool/weather"] * outcomes.count("mcp")
@@ -215,14 +214,14 @@ async def test_http_and_mcp_take_turns_on_one_budget(stack, mcp_url):
     shared = options(stack, budgets=[Budget("0.02")])
     async with httpx.AsyncClient(timeout=30) as http, Client(mcp_url) as client:
         with_eur_payment(http, shared)
-        with_eur_payment_mcp(client, shared)
+        with_eur_payment(client, shared)
         assert (await http.get(stack.paid_url)).status_code == 200
         assert isinstance(await client.call_tool("weather", {"city": "Oslo"}), PaidToolResult)
         with pytest.raises(BudgetExceeded):
             await http.get(stack.paid_url)
         with pytest.raises(BudgetExceeded):
             await client.call_tool("weather", {"city": "Oslo"})
-    resources = sorted(e.intent.resource for e in payment_ledger(shared).entries())
+    resources = sorted(e.intent.resource for e in payments(shared).ledger.entries())
     assert resources == sorted([stack.paid_url, "mcp://tool/weather"])
     assert await stack.balance(stack.payer_address) == payer_before - 2 * stack.price_atomic
 
@@ -234,11 +233,11 @@ async def test_a_paid_tool_that_fails_says_the_money_may_have_moved(stack, mcp_u
     before = await balances(stack)
     paying = options(stack)
     async with Client(mcp_url) as client:
-        with_eur_payment_mcp(client, paying)
+        with_eur_payment(client, paying)
         with pytest.raises(PaymentOutcomeUnknown) as caught:
             await client.call_tool("broken", {"city": "Atlantis"})
     error = caught.value
     assert error.money_moved is None and error.proof
-    [entry] = payment_ledger(paying).entries()
+    [entry] = payments(paying).ledger.entries()
     assert entry.outcome == "unknown" and not entry.delivered
     assert await balances(stack) == before  # not settled (yet): the authorization is out

@@ -36,8 +36,7 @@ from mcp_types import CallToolResult
 
 from tests.conftest import scan_for_secrets
 from x402_client import PaymentOutcomeUnknown, PaymentReceipt
-from x402_client.mcp._results import _body_json, _error_json
-from x402_client.mcp_server import (
+from x402_client.mcp import (
     TOKEN_ENV,
     TOOLS,
     ToolError,
@@ -45,6 +44,7 @@ from x402_client.mcp_server import (
     parse_budgets,
     require_bearer,
 )
+from x402_client.mcp._results import _body_json, _error_json
 from x402_eur_sandbox import Account, Sandbox
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -124,8 +124,8 @@ async def stdio_tools(env: dict[str, str], *args: str, errlog: IO[str]) -> Async
 
 
 def unknown_proof() -> str:
-    from x402_client import encode_proof
     from x402_client._protocol.models import EuroPayload, PaymentProof
+    from x402_client._protocol.proof import encode_proof
 
     payload = EuroPayload(payment_request_code="pr_never_issued").to_wire()
     return encode_proof(PaymentProof(scheme="euro", network="provider:mainnet", payload=payload))
@@ -670,7 +670,7 @@ def test_every_tool_schema_is_valid_json_schema():
 
 def test_importing_the_module_does_not_import_mcp():
     code = (
-        "import sys, x402_client.mcp_server, x402_client.cli; x402_client.cli._parser(); "
+        "import sys, x402_client.mcp, x402_client.cli; x402_client.cli._parser(); "
         "bad = [m for m in sys.modules if m.split('.')[0] in ('mcp', 'mcp_types', 'uvicorn')]; "
         "print(bad); sys.exit(1 if bad else 0)"
     )

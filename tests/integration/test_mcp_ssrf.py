@@ -181,7 +181,7 @@ def test_a_malformed_allowed_host_is_a_usage_mistake(args, env, expected):
 
 async def test_the_server_hands_its_guard_to_the_payment_options(monkeypatch, sandbox):
     from x402_client import cli
-    from x402_client.mcp import _command as mcp_server
+    from x402_client.mcp import _launch as mcp_server
 
     served: list[Any] = []
 

@@ -9,12 +9,12 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import payments
+from tests.conftest import bank_payments
 from tests.factories import euro_intent
 from tests.needs import require
 from x402_client import LedgerEntry, with_eur_payment
+from x402_client.mcp import TOOLS, PaymentTools
 from x402_client.mcp._results import _add_payments_made
-from x402_client.mcp_server import TOOLS, PaymentTools
 from x402_eur_sandbox import Fault
 
 require("mcp", "pip install 'x402-eur[mcp]'")
@@ -78,7 +78,7 @@ async def test_a_paid_request_that_was_not_served_says_money_moved_and_how_to_re
         )
         assert not is_error and again["status"] == 200
         assert again["receipt"]["reused"] is True and again["receipt"]["payments"] == 0
-    assert len(payments(sandbox, payer)) == 1
+    assert len(bank_payments(sandbox, payer)) == 1
 
 
 async def test_a_tool_argument_cannot_raise_the_cap(sandbox, payer, options_for):
@@ -90,4 +90,4 @@ async def test_a_tool_argument_cannot_raise_the_cap(sandbox, payer, options_for)
         )
     assert is_error and body["error"]["moneyMoved"] is False
     assert body["error"]["type"] == "AmountLimitExceeded"
-    assert payments(sandbox, payer) == []
+    assert bank_payments(sandbox, payer) == []

@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import payments
+from tests.conftest import bank_payments
 from tests.merchants import Reply, ScriptedMerchant, Seen
 from x402_client import (
     Budget,
@@ -31,9 +31,7 @@ from x402_client import (
     PaymentTransport,
     PaymentVerificationFailed,
     X402Error,
-    budget_status,
-    payment_ledger,
-    unfinished_payments,
+    payments,
     with_eur_payment,
 )
 from x402_client._state.shared import state_of
@@ -75,7 +73,7 @@ def assert_paid_once(error: BaseException, sandbox: Any, account: Any, errors: E
     assert receipt.amount == Decimal("0.10") and receipt.payment_request_code
     assert error.__cause__ is not None
     assert errors == [error]
-    assert len(payments(sandbox, account)) == 1
+    assert len(bank_payments(sandbox, account)) == 1
 
 
 # --- 1. truth above the transport ---------------------------------------------------------------
@@ -122,7 +120,7 @@ async def test_a_paid_answer_whose_redirects_fail_is_a_money_moved_error(
         with pytest.raises(X402Error) as caught:
             await client.get(url + "/paid")
     assert_paid_once(caught.value, sandbox, payer, errors)
-    entry = payment_ledger(options).entries()[-1]
+    entry = payments(options).ledger.entries()[-1]
     assert (entry.outcome, entry.delivered) == ("paid", False)
 
 
@@ -247,8 +245,8 @@ async def test_a_journal_that_cannot_be_written_before_paying_pays_nothing(
                 await client.get(sandbox.url("/weather"))
             assert caught.value.money_moved is False
             assert "nothing was paid" in str(caught.value)
-            assert payments(sandbox, payer) == []
-            (status,) = await budget_status(options)
+            assert bank_payments(sandbox, payer) == []
+            (status,) = await payments(options).budgets()
             assert status.spent == 0
         locked.rollback()
         # the reservation was given back: the one payment the budget allows still goes
@@ -257,7 +255,7 @@ async def test_a_journal_that_cannot_be_written_before_paying_pays_nothing(
     finally:
         locked.close()
         journal.close()
-    assert len(payments(sandbox, payer)) == 1
+    assert len(bank_payments(sandbox, payer)) == 1
 
 
 async def test_a_journal_locked_during_delivery_still_delivers(
@@ -282,7 +280,7 @@ async def test_a_journal_locked_during_delivery_still_delivers(
         assert response.json() == {"served": True}
         assert response.extensions["x402_payment"].amount == Decimal("0.10")
         assert "payment journal could not record" in caplog.text
-        (entry,) = payment_ledger(options).entries()
+        (entry,) = payments(options).ledger.entries()
         assert (entry.outcome, entry.delivered) == ("paid", True)
     finally:
         for conn in held:
@@ -290,7 +288,7 @@ async def test_a_journal_locked_during_delivery_still_delivers(
             conn.close()
         journal.close()
     assert len(held) == 1
-    assert len(payments(sandbox, payer)) == 1
+    assert len(bank_payments(sandbox, payer)) == 1
 
 
 # --- 4. paid but not served is not "delivered" --------------------------------------------------
@@ -318,12 +316,12 @@ async def test_a_paid_retry_answered_without_the_resource_is_not_delivered(
         assert isinstance(error, PaymentVerificationFailed) and error.money_moved is True
         assert error.response is not None and error.response.status_code == status
         assert error.response.json() == {"error": f"status {status}"}
-    (entry,) = payment_ledger(options).entries()
+    (entry,) = payments(options).ledger.entries()
     assert (entry.outcome, entry.delivered) == ("paid", False)
     # the journal keeps it unfinished, with the proof recovery re-sends
-    (record,) = await unfinished_payments(options)
+    (record,) = await payments(options).unfinished()
     assert record.proof == error.proof and not record.delivered
-    assert len(payments(sandbox, payer)) == 1
+    assert len(bank_payments(sandbox, payer)) == 1
     state_of(options).close()
 
 
@@ -347,9 +345,9 @@ async def test_a_paid_redirect_that_leads_to_an_error_is_not_delivered(
             await client.get(url + "/paid")
     assert caught.value.response is not None and caught.value.response.status_code == 404
     assert_paid_once(caught.value, sandbox, payer, errors)
-    (entry,) = payment_ledger(options).entries()
+    (entry,) = payments(options).ledger.entries()
     assert (entry.outcome, entry.delivered) == ("paid", False)
-    assert [r.proof for r in await unfinished_payments(options)] == [caught.value.proof]
+    assert [r.proof for r in await payments(options).unfinished()] == [caught.value.proof]
     state_of(options).close()
 
 
@@ -363,7 +361,7 @@ async def test_a_paid_redirect_the_caller_does_not_follow_is_delivered(
         response = await client.get(url + "/paid")
     assert response.status_code == 303
     assert response.extensions["x402_payment"].amount == Decimal("0.10")
-    (entry,) = payment_ledger(options).entries()
+    (entry,) = payments(options).ledger.entries()
     assert (entry.outcome, entry.delivered) == ("paid", True)
 
 
@@ -392,7 +390,7 @@ async def test_an_entry_with_deeply_nested_junk_is_refused_and_keeps_no_reservat
         assert caught.value.money_moved is False
         # the budget of one payment is whole: an honest merchant is paid
         assert (await client.get(url + "/paid")).json() == {"served": True}
-    assert len(payments(sandbox, payer)) == 1
+    assert len(bank_payments(sandbox, payer)) == 1
     state_of(options).close()
 
 
@@ -418,7 +416,7 @@ async def test_an_untyped_failure_before_the_rail_gives_the_reservation_back(
         assert caught.value.money_moved is False
         assert isinstance(caught.value.__cause__, RecursionError)
         assert (await client.get(sandbox.url("/weather"))).status_code == 200
-    assert len(payments(sandbox, payer)) == 1
+    assert len(bank_payments(sandbox, payer)) == 1
     state_of(options).close()
 
 
@@ -446,7 +444,7 @@ def test_the_command_line_says_a_paid_request_was_not_served(sandbox, payer, tmp
     resumed = run("resume", journal_id, env=env)
     assert resumed.returncode == 0, resumed.stderr
     assert "Amsterdam" in resumed.stdout
-    assert len(payments(sandbox, payer)) == 1
+    assert len(bank_payments(sandbox, payer)) == 1
 
 
 # --- 8. a proof re-sent by hand closes its record ------------------------------------------------
@@ -455,7 +453,6 @@ def test_the_command_line_says_a_paid_request_was_not_served(sandbox, payer, tmp
 async def test_a_proof_re_sent_by_hand_closes_its_record_and_counts_no_payment(
     sandbox, payer, options_for, serve, tmp_path
 ):
-    from x402_client import recover_payment
 
     def script(m: ScriptedMerchant, seen: Seen) -> Reply:
         if seen.proof is None:
@@ -471,7 +468,7 @@ async def test_a_proof_re_sent_by_hand_closes_its_record_and_counts_no_payment(
     async with with_eur_payment(httpx.AsyncClient(), options) as client:
         with pytest.raises(PaymentOutcomeUnknown) as caught:
             await client.get(url + "/paid")
-        (record,) = await unfinished_payments(options)
+        (record,) = await payments(options).unfinished()
         merchant.state["up"] = True
         response = await client.get(
             url + "/paid", extensions={"x402": {"proof": caught.value.proof}}
@@ -480,13 +477,13 @@ async def test_a_proof_re_sent_by_hand_closes_its_record_and_counts_no_payment(
         receipt = response.extensions["x402_payment"]
         assert (receipt.reused, receipt.payments) == (True, 0)
         assert receipt.to_json()["reused"] is True
-        assert await unfinished_payments(options) == []
+        assert await payments(options).unfinished() == []
         # recovery leaves a delivered payment alone: nothing is re-sent
         sent = len(merchant.paid_requests)
-        recovery = await recover_payment(client, record.id)
+        recovery = await payments(client).recover(record.id)
         assert recovery.status == "delivered"
         assert len(merchant.paid_requests) == sent
-    assert len(payments(sandbox, payer)) == 1
-    (entry,) = payment_ledger(options).entries()
+    assert len(bank_payments(sandbox, payer)) == 1
+    (entry,) = payments(options).ledger.entries()
     assert (entry.outcome, entry.delivered) == ("paid", True)
     state_of(options).close()

@@ -33,9 +33,8 @@ from x402_client import (
     EvmOptions,
     PaidToolResult,
     PaymentOptions,
-    payment_ledger,
+    payments,
     with_eur_payment,
-    with_eur_payment_mcp,
 )
 from x402_eur_sandbox._merchant import Price
 from x402_eur_sandbox._standard import StandardMerchant
@@ -129,7 +128,7 @@ async def test_one_budget_holds_across_httpx_requests_and_mcp_at_once(merchant, 
         with_eur_payment(httpx.AsyncClient(timeout=60), options) as client,
         Client(merchant.mcp_url) as mcp,
     ):
-        with_eur_payment_mcp(mcp, options)
+        with_eur_payment(mcp, options)
 
         async def httpx_call(wait: bool) -> None:
             try:
@@ -184,7 +183,7 @@ async def test_one_budget_holds_across_httpx_requests_and_mcp_at_once(merchant, 
     # The options' ledger: exactly N paid. A call refused once it had read the budget's
     # headroom has no entry; one that lost the reservation to another call has an entry that
     # failed at once: never reserved, never paid, no proof.
-    ledger = payment_ledger(options)
+    ledger = payments(options).ledger
     assert len(ledger.entries("paid")) == N
     assert ledger.total("EUR") == PRICE * N
     assert len(ledger.entries()) <= calls

@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import Recorder, payments, scripted_402
+from tests.conftest import Recorder, bank_payments, scripted_402
 from tests.merchants import Reply, ScriptedMerchant, Seen, now, paid_resource
 from x402_client import (
     AmountLimitExceeded,
@@ -35,7 +35,7 @@ from x402_client import (
     PaymentTransport,
     PaymentVerificationFailed,
     X402Error,
-    payment_ledger,
+    payments,
     with_eur_payment,
 )
 
@@ -71,7 +71,7 @@ async def test_a_get_redirected_to_a_paid_resource_is_paid_once(sandbox, payer, 
     async with with_eur_payment(client, options_for(payer)) as client:
         response = await client.get(hop + "/start")
     assert response.status_code == 200 and response.json()["city"] == "Amsterdam"
-    assert len(payments(sandbox, payer)) == 1
+    assert len(bank_payments(sandbox, payer)) == 1
     assert response.extensions["x402_payment"].amount == Decimal("0.10")
     assert [r.status_code for r in response.history] == [302]
 
@@ -90,7 +90,7 @@ async def test_a_paid_answer_that_redirects_back_to_its_402_is_paid_once(
     async with with_eur_payment(httpx.AsyncClient(follow_redirects=True), options_for(payer)) as c:
         with pytest.raises(PaymentVerificationFailed) as caught:
             await c.get(url + "/paid")
-    assert len(payments(sandbox, payer)) == 1
+    assert len(bank_payments(sandbox, payer)) == 1
     assert [r.proof is not None for r in merchant.requests] == [False, True, False]
     (receipt,) = caught.value.receipts
     assert receipt.amount == Decimal("0.10") and caught.value.money_moved is True
@@ -109,7 +109,7 @@ async def test_recovery_settings_never_ride_to_another_origin(sandbox, payer, op
             assert response.status_code == 402  # handed back, nothing paid
             assert response.json()["x402Version"] == 2
     assert all(seen.proof is None for seen in first.requests + other.requests)
-    assert payments(sandbox, payer) == []
+    assert bank_payments(sandbox, payer) == []
 
 
 # --- 2. state belongs to the options -----------------------------------------------------------
@@ -130,9 +130,9 @@ async def test_clients_built_from_one_options_share_its_budget(sandbox, payer, o
         with pytest.raises(BudgetExceeded):
             await client.get(sandbox.url("/weather"))
     assert outcomes == [200, "budget", "budget"]
-    assert len(payments(sandbox, payer)) == 1
-    assert payment_ledger(options).total("EUR") == Decimal("0.10")
-    assert payment_ledger(client) is payment_ledger(options)
+    assert len(bank_payments(sandbox, payer)) == 1
+    assert payments(options).ledger.total("EUR") == Decimal("0.10")
+    assert payments(client).ledger is payments(options).ledger
 
 
 # --- 3. one unaffordable entry does not abort the 402 ----------------------------------------
@@ -157,7 +157,7 @@ async def test_an_unaffordable_first_entry_falls_through_to_an_affordable_one(
         response = await client.get(url + "/paid")
     assert response.status_code == 200
     assert response.extensions["x402_payment"].amount == Decimal("0.10")
-    (paid,) = payments(sandbox, payer)
+    (paid,) = bank_payments(sandbox, payer)
     assert paid.amount == Decimal("0.10")
 
 
@@ -195,7 +195,7 @@ async def test_payable_entries_naming_internal_urls_are_prepared_at_most_max_can
     assert len(prepared) == 3
     assert sum(1 for s in caught.value.skipped if s.reason.value == "not_tried") == 37
     assert len(internal.requests) <= 3 * 2  # per candidate: at most the RPC and /supported
-    assert payments(sandbox, payer) == []
+    assert bank_payments(sandbox, payer) == []
 
 
 # --- 5. stale entries ----------------------------------------------------------------------------
@@ -214,7 +214,7 @@ async def test_an_expired_entry_is_skipped_and_a_live_one_is_paid(
     async with with_eur_payment(httpx.AsyncClient(), options_for(payer)) as client:
         response = await client.get(url + "/paid")
     assert response.extensions["x402_payment"].amount == Decimal("0.20")
-    (paid,) = payments(sandbox, payer)
+    (paid,) = bank_payments(sandbox, payer)
     assert paid.amount == Decimal("0.20")
 
 
@@ -227,7 +227,7 @@ async def test_only_expired_entries_pay_nothing(sandbox, payer, options_for, ser
         with pytest.raises(NoSatisfiableOption, match="expired") as caught:
             await client.get(url + "/paid")
     assert caught.value.money_moved is False
-    assert payments(sandbox, payer) == []
+    assert bank_payments(sandbox, payer) == []
 
 
 # --- 6. errors tell the truth about money ----------------------------------------------------------
@@ -261,7 +261,7 @@ async def test_a_failure_after_a_payment_is_a_money_moved_error(
     assert error.money_moved is not False
     (receipt,) = error.receipts
     assert receipt.amount == Decimal("0.10") and receipt.payment_request_code
-    assert len(payments(sandbox, payer)) == 1
+    assert len(bank_payments(sandbox, payer)) == 1
     assert {"malformed": InvalidChallenge, "hook": PaymentRejectedByHook, "budget": BudgetExceeded}[
         then
     ].__name__ in str(error)
@@ -289,7 +289,7 @@ async def test_a_non_x402_402_is_handed_back_untouched(sandbox, payer, options_f
     assert response.headers["x-quota"] == "0"
     assert streamed.status_code == 402 and streamed_body == body
     assert "x402_payment" not in response.extensions
-    assert payments(sandbox, payer) == []
+    assert bank_payments(sandbox, payer) == []
 
 
 async def test_a_large_non_x402_402_streams_through(sandbox, payer, options_for, serve):
@@ -310,7 +310,7 @@ async def test_only_true_approves_a_payment(sandbox, payer, options_for, verdict
         with pytest.raises(PaymentRejectedByHook) as caught:
             await client.get(sandbox.url("/weather"))
     assert repr(verdict) in str(caught.value)
-    assert payments(sandbox, payer) == []
+    assert bank_payments(sandbox, payer) == []
 
 
 # --- 9. secrets ----------------------------------------------------------------------------------
@@ -579,4 +579,4 @@ async def test_hostile_merchants(sandbox, options_for, case: Case):
             with pytest.raises(case.result):
                 await client.get("http://merchant.test" + case.path)
     assert [(seen.path, seen.proof is not None) for seen in merchant.requests] == case.sent
-    assert [str(t.amount) for t in payments(sandbox, payer)] == case.paid
+    assert [str(t.amount) for t in bank_payments(sandbox, payer)] == case.paid

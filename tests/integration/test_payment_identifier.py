@@ -59,8 +59,7 @@ from x402_client import (
     NoSatisfiableOption,
     PaymentOptions,
     PaymentOutcomeUnknown,
-    payment_ledger,
-    recover_payments,
+    payments,
     with_eur_payment,
 )
 from x402_eur_sandbox import ServedApp
@@ -244,7 +243,7 @@ async def test_each_payment_carries_its_own_identifier_the_merchant_checks(stack
             response = await client.get(url + path)
             assert response.status_code == 200, response.text
             receipts.append(response.extensions["x402_payment"])
-        entries = payment_ledger(client).entries()
+        entries = payments(client).ledger.entries()
     ids = layer.ids(OPTIONAL)[-2:] + layer.ids(REQUIRED)[-1:]
     # One identifier per payment: its own ledger id, so the journal knows it too.
     assert ids == [f"pay_{entry.id}" for entry in entries]
@@ -316,12 +315,12 @@ async def test_recovery_from_the_journal_re_sends_the_same_identifier(stack, mer
     ) as client:
         with pytest.raises(PaymentOutcomeUnknown):
             await client.get(url + OPTIONAL)
-        (entry,) = payment_ledger(client).entries()
+        (entry,) = payments(client).ledger.entries()
     # A new process on the same state file finishes it from the journal.
     async with with_eur_payment(
         httpx.AsyncClient(timeout=30), options(stack, state_path=state)
     ) as client:
-        (recovery,) = await recover_payments(client)
+        (recovery,) = await payments(client).recover_all()
     assert recovery.status == "delivered", recovery.reason
     assert recovery.record.id == entry.id
     # The journal keeps it with the payment: its proof carries it.
@@ -380,7 +379,7 @@ async def test_after_a_crash_recovery_re_sends_the_identifier_the_merchant_saw(
     async with with_eur_payment(
         httpx.AsyncClient(timeout=30), options(stack, state_path=state)
     ) as client:
-        (recovery,) = await recover_payments(client)
+        (recovery,) = await payments(client).recover_all()
     assert recovery.status == "delivered", recovery.reason
     assert first == layer.ids(OPTIONAL)[-1] == f"pay_{recovery.record.id}"
     assert layer.replayed == replayed + 1
@@ -448,7 +447,7 @@ async def test_a_required_identifier_no_rail_can_carry_pays_nothing(stack, serve
     async with with_eur_payment(httpx.AsyncClient(), PaymentOptions(evm=evm)) as client:
         with pytest.raises(NoSatisfiableOption, match="requires a payment identifier") as caught:
             await client.get(url)
-        assert payment_ledger(client).entries() == []
+        assert payments(client).ledger.entries() == []
     assert caught.value.money_moved is False
     (skipped,) = caught.value.skipped
     assert skipped.reason.value == "unpayable" and "evm-permit" in skipped.message

@@ -29,8 +29,7 @@ from tests.merchants import Reply, ScriptedMerchant, Seen
 from x402_client import (
     Budget,
     PaymentOutcomeUnknown,
-    recover_payment,
-    recover_payments,
+    payments,
     with_eur_payment,
 )
 from x402_client._state.shared import state_of
@@ -297,10 +296,10 @@ async def test_recovery_never_touches_a_payment_a_live_store_holds(
         options = options_for(payer, state_path=path, budgets=[budget])
         try:
             async with with_eur_payment(httpx.AsyncClient(), options) as client:
-                (recovery,) = await recover_payments(client)
+                (recovery,) = await payments(client).recover_all()
                 assert recovery.status == "in_progress", recovery.reason
                 assert "still running" in recovery.reason
-                again = await recover_payment(client, journal_id)
+                again = await payments(client).recover(journal_id)
                 assert again.status == "in_progress"
         finally:
             state_of(options).close()
@@ -324,7 +323,7 @@ async def test_recovery_never_touches_a_payment_a_live_store_holds(
     )
     try:
         async with with_eur_payment(httpx.AsyncClient(), restarted) as client:
-            (recovery,) = await recover_payments(client)
+            (recovery,) = await payments(client).recover_all()
         assert recovery.status == "pending", recovery.reason
         assert "not confirmed" in recovery.reason
         assert len(merchant.paid_requests) == 2
@@ -403,9 +402,9 @@ async def test_recovery_sends_the_credentials_of_the_client_it_is_given(
     try:
         async with with_eur_payment(httpx.AsyncClient(**kwargs), options) as client:
             if extra is None:
-                (recovery,) = await recover_payments(client)
+                (recovery,) = await payments(client).recover_all()
             else:
-                (recovery,) = await recover_payments(client, headers=extra)
+                (recovery,) = await payments(client).recover_all(headers=extra)
         assert recovery.status == "delivered", recovery.reason
         assert recovery.response is not None and recovery.response.json() == {"served": True}
         assert await state_of(options).journal.unfinished() == []  # type: ignore[union-attr]
@@ -425,7 +424,7 @@ async def test_a_merchant_that_wants_credentials_leaves_the_payment_unfinished(
     options = options_for(payer, state_path=path)
     try:
         async with with_eur_payment(httpx.AsyncClient(), options) as client:
-            (recovery,) = await recover_payments(client)
+            (recovery,) = await payments(client).recover_all()
             assert recovery.status == "pending", recovery.reason
             assert "401" in recovery.reason and "credentials" in recovery.reason
             assert recovery.response is None
@@ -436,7 +435,7 @@ async def test_a_merchant_that_wants_credentials_leaves_the_payment_unfinished(
                 False,
             )
             # With the credentials, the same payment is finished: no new payment.
-            done = await recover_payment(client, journal_id, headers={"Authorization": TOKEN})
+            done = await payments(client).recover(journal_id, headers={"Authorization": TOKEN})
         assert done.status == "delivered", done.reason
     finally:
         state_of(options).close()
@@ -453,7 +452,7 @@ async def test_a_merchant_still_down_leaves_the_payment_unfinished(
     try:
         authorised = httpx.AsyncClient(headers={"Authorization": TOKEN})
         async with with_eur_payment(authorised, options) as client:
-            recovery = await recover_payment(client, journal_id)
+            recovery = await payments(client).recover(journal_id)
         assert recovery.status == "pending", recovery.reason
         assert "503" in recovery.reason
         (record,) = await state_of(options).journal.unfinished()  # type: ignore[union-attr]
@@ -491,7 +490,7 @@ async def test_an_already_used_proof_of_a_payment_delivered_meanwhile_is_not_giv
     options = options_for(payer, state_path=path)
     try:
         async with with_eur_payment(httpx.AsyncClient(), options) as client:
-            recovery = await recover_payment(client, journal_id)
+            recovery = await payments(client).recover(journal_id)
     finally:
         state_of(options).close()
     assert recovery.status == "delivered", recovery.reason

@@ -29,10 +29,7 @@ from x402_client import (
     NoSatisfiableOption,
     PaymentIntent,
     PaymentOptions,
-    approve_permit2,
-    approve_permit2_sync,
-    payment_ledger,
-    unfinished_payments,
+    payments,
     with_eur_payment,
 )
 from x402_client._protocol.rail_interface import RequestSettings
@@ -89,10 +86,10 @@ def settlements(stack: Permit2Stack) -> int:
 
 async def test_pays_the_foundations_permit2_merchant_once_approved(stack):
     opts = options(stack)
-    approval = await approve_permit2(opts, stack.chain_id, stack.token)
+    approval = await payments(opts).approve_permit2(stack.chain_id, stack.token)
     assert approval.tx_hash is not None and approval.amount == UNLIMITED
     assert await stack.allowance(stack.payer_address) == UNLIMITED
-    again = await approve_permit2(opts, stack.chain_id, stack.token)
+    again = await payments(opts).approve_permit2(stack.chain_id, stack.token)
     assert again.tx_hash is None  # already approved: nothing sent
 
     payer_before = await stack.balance(stack.payer_address)
@@ -147,13 +144,13 @@ async def test_without_an_rpc_url_the_entry_is_skipped_saying_so(stack):
             await client.get(stack.paid_url)
     assert settlements(stack) == before
     with pytest.raises(ConfigurationError, match="RPC URL"):
-        await approve_permit2(options(stack, rpc=False), stack.chain_id, stack.token)
+        await payments(options(stack, rpc=False)).approve_permit2(stack.chain_id, stack.token)
 
 
 async def test_a_limited_approval_pays_until_it_is_used_up(stack):
     key, address = await stack.new_payer(tokens_atomic=5 * stack.price_atomic)
     opts = options(stack, key)
-    approval = approve_permit2_sync(opts, stack.chain_id, stack.token, "0.01")
+    approval = await payments(opts).approve_permit2(stack.chain_id, stack.token, "0.01")
     assert approval.amount == stack.price_atomic and approval.tx_hash is not None
     async with with_eur_payment(httpx.AsyncClient(timeout=30), opts) as client:
         assert (await client.get(stack.paid_url)).status_code == 200
@@ -162,7 +159,7 @@ async def test_a_limited_approval_pays_until_it_is_used_up(stack):
             await client.get(stack.paid_url)
     assert await stack.balance(address) == 4 * stack.price_atomic
     with pytest.raises(ConfigurationError, match="decimals"):
-        await approve_permit2(opts, stack.chain_id, stack.token, "0.0000001")
+        await payments(opts).approve_permit2(stack.chain_id, stack.token, "0.0000001")
 
 
 async def test_over_the_cap_and_beyond_the_budget_nothing_is_signed(stack):
@@ -202,14 +199,14 @@ async def test_the_ledger_and_the_journal_record_it_and_the_sync_client_pays_too
     assert response.status_code == 200, response.text
     receipt = response.extensions["x402_payment"]
     assert receipt.rail == "permit2"
-    (entry,) = payment_ledger(opts).entries(outcome="paid")
+    (entry,) = payments(opts).ledger.entries(outcome="paid")
     assert entry.intent.rail == "permit2" and entry.delivered
     journal = state_of(opts).journal
     assert journal is not None
     (record,) = await journal.payments()
     assert (record.rail, record.outcome, record.delivered) == ("permit2", "paid", True)
     assert record.proof == receipt.proof and record.amount == PRICE
-    assert await unfinished_payments(opts) == []
+    assert await payments(opts).unfinished() == []
     assert key.removeprefix("0x") not in json.dumps(record.to_json(), default=str)
     state_of(opts).close()
     assert await stack.balance(address) == 4 * stack.price_atomic

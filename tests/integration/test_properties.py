@@ -15,7 +15,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.conftest import payments
+from tests.conftest import bank_payments
 from tests.sandboxes import payment_options
 from x402_client import (
     InvalidChallenge,
@@ -24,8 +24,6 @@ from x402_client import (
     PaymentNotConfirmed,
     PaymentOutcomeUnknown,
     X402Error,
-    decode_proof,
-    encode_proof,
     with_eur_payment,
 )
 from x402_client._protocol.amounts import AmountError, parse_amount, parse_atomic, to_atomic
@@ -38,6 +36,7 @@ from x402_client._protocol.models import (
     PaymentProof,
     parse_accept,
 )
+from x402_client._protocol.proof import decode_proof, encode_proof
 from x402_client._protocol.provider import (
     find_transaction,
     provider_errors,
@@ -229,7 +228,7 @@ def test_client_never_pays_a_hostile_402(sandbox, scripted_server, body: Any) ->
     anyio.run(run)
     # The scripted merchant's payment request codes do not exist at the provider, so any
     # payment attempt is refused there: nothing may have moved.
-    assert payments(sandbox, payer) == []
+    assert bank_payments(sandbox, payer) == []
     assert sandbox.balance(payer) == Decimal("10.00")
 
 

@@ -29,7 +29,7 @@ from x402_client import (
     ChainAOptions,
     PaymentOptions,
     PaymentOutcomeUnknown,
-    recover_payments,
+    payments,
     with_eur_payment,
 )
 from x402_client._flow.recovery import Recovery
@@ -100,7 +100,7 @@ async def _recover(options: PaymentOptions) -> tuple[Recovery, JournalRecord, in
     still reserved."""
     try:
         async with with_eur_payment(httpx.AsyncClient(timeout=30), options) as client:
-            (recovery,) = await recover_payments(client)
+            (recovery,) = await payments(client).recover_all()
         journal = state_of(options).journal
         assert journal is not None
         after = await journal.get(recovery.record.id)

@@ -26,7 +26,7 @@ import pytest
 import requests
 import requests.adapters
 
-from tests.conftest import Recorder, payments, scripted_402
+from tests.conftest import Recorder, bank_payments, scripted_402
 from tests.integration.test_sync_client import (
     RAIL_PRICES,
     _no_loop_threads_left,
@@ -48,10 +48,7 @@ from x402_client import (
     PaymentVerificationFailed,
     UnreplayableRequest,
     X402Error,
-    budget_status_sync,
-    payment_ledger,
-    payment_settings,
-    quote_payment_sync,
+    payments,
     with_eur_payment,
 )
 from x402_eur_sandbox import Account, Sandbox
@@ -146,10 +143,10 @@ def test_a_session_pays_every_rail_the_sync_client_pays(
     tokens_after = _token_balances(rails)
     if name in ("euro", "bridge"):
         assert rails.balance(account) == Decimal("10.00") - receipt.amount
-        (made,) = payments(rails, account)
+        (made,) = bank_payments(rails, account)
         assert made.code == receipt.transaction_code
     else:
-        assert payments(rails, account) == []
+        assert bank_payments(rails, account) == []
     if name == "bridge":
         assert content == b"bridged"
         assert chain.asset_balance(chain.merchant_address, EURQ_ASSET_ID) - eurq_before == 100_000
@@ -180,7 +177,7 @@ def test_a_free_resource_is_the_adapters_own_answer_unread_and_no_loop_starts(
             assert type(streamed.raw).__module__.startswith("urllib3")
             assert sum(len(chunk) for chunk in streamed.iter_content(65536)) == size
         assert _payment_threads() == []  # no 402: the payment loop never started
-    assert payments(sandbox, payer) == []
+    assert bank_payments(sandbox, payer) == []
 
 
 def test_over_the_cap_is_refused_with_nothing_paid_and_the_402_readable(
@@ -202,8 +199,8 @@ def test_over_the_cap_is_refused_with_nothing_paid_and_the_402_readable(
     assert error.response.status_code == 402
     assert error.response.json()["accepts"][0]["scheme"] == "euro"
     assert "0.05" in str(error) and type(error).__name__ == "AmountLimitExceeded"
-    assert payments(sandbox, payer) == []
-    assert payment_ledger(options).entries() == []
+    assert bank_payments(sandbox, payer) == []
+    assert payments(options).ledger.entries() == []
     again = pickle.loads(pickle.dumps(error))  # noqa: S301 - our own bytes
     _both(again, AmountLimitExceeded)
     assert again.money_moved is False and again.response.status_code == 402
@@ -220,8 +217,8 @@ def test_beyond_the_budget_is_refused_with_nothing_paid(
             session.get(sandbox.url("/weather"))
     _both(caught.value, BudgetExceeded)
     assert caught.value.money_moved is False  # type: ignore[attr-defined]
-    assert len(payments(sandbox, payer)) == 1
-    (status,) = budget_status_sync(options)
+    assert len(bank_payments(sandbox, payer)) == 1
+    (status,) = asyncio.run(payments(options).budgets())
     assert (status.spent, status.remaining) == (Decimal("0.10"), Decimal("0.05"))
 
 
@@ -229,29 +226,28 @@ def test_quotes_the_ledger_and_the_budgets_are_read_from_the_session(
     sandbox: Sandbox, payer: Account, options_for: Callable[..., PaymentOptions]
 ) -> None:
     with _session(options_for(payer, budgets=[Budget("0.15")])) as session:
-        quote = quote_payment_sync(session, sandbox.url("/weather"), headers={"X-Trace": "q1"})
+        quote = payments(session).quote(sandbox.url("/weather"), headers={"X-Trace": "q1"})
         assert quote.status_code == 402 and quote.url == sandbox.url("/weather")
         (offer,) = quote.payable
         assert (offer.amount, offer.currency, offer.first) == (Decimal("0.10"), "EUR", True)
-        assert quote_payment_sync(session, sandbox.url("/free")).free
-        assert payments(sandbox, payer) == [] and payment_ledger(session).entries() == []
+        assert payments(session).quote(sandbox.url("/free")).free
+        assert bank_payments(sandbox, payer) == [] and payments(session).ledger.entries() == []
         paid = session.get(sandbox.url("/weather")).x402_payment
-        [entry] = payment_ledger(session).entries()
+        [entry] = payments(session).ledger.entries()
         assert (entry.outcome, entry.proof) == ("paid", paid.proof)
-        (status,) = budget_status_sync(session)
+        (status,) = payments(session).budgets()
         assert (status.spent, status.remaining) == (Decimal("0.10"), Decimal("0.05"))
-        after = quote_payment_sync(session, sandbox.url("/weather"))
+        after = payments(session).quote(sandbox.url("/weather"))
         assert after.payable == [] and after.entries[0].reason == "over_budget"
         # A PaymentAdapter the session holds answers the same.
         adapter = session.get_adapter(sandbox.url("/weather"))
-        assert payment_ledger(adapter).entries() == [entry]  # type: ignore[arg-type]
-    assert len(payments(sandbox, payer)) == 1
+        assert payments(adapter).ledger.entries() == [entry]  # type: ignore[arg-type]
+    assert len(bank_payments(sandbox, payer)) == 1
     with requests.Session() as plain:
-        for read in (payment_ledger, budget_status_sync):
-            with pytest.raises(ConfigurationError, match="call with_eur_payment first"):
-                read(plain)
         with pytest.raises(ConfigurationError, match="call with_eur_payment first"):
-            quote_payment_sync(plain, sandbox.url("/weather"))
+            payments(plain)
+        with pytest.raises(ConfigurationError, match="call with_eur_payment first"):
+            payments(plain).quote(sandbox.url("/weather"))
 
 
 @pytest.mark.parametrize(
@@ -280,7 +276,7 @@ def test_a_refused_payment_sends_no_proof(
         session.get(url + "/paid")
     _both(caught.value, refusal)
     assert [seen.proof for seen in merchant.requests] == [None]  # one request, no proof
-    assert payments(sandbox, payer) == []
+    assert bank_payments(sandbox, payer) == []
 
 
 def test_a_402_that_is_not_x402_comes_back_untouched(
@@ -292,7 +288,7 @@ def test_a_402_that_is_not_x402_comes_back_untouched(
         assert response.status_code == 402 and response.content == body
         assert response.json()["error"] == "card declined"
         assert response.x402_payment is None
-    assert payments(sandbox, payer) == []
+    assert bank_payments(sandbox, payer) == []
 
 
 def test_errors_before_any_402_stay_requests_own(
@@ -351,10 +347,10 @@ def test_one_budget_holds_across_an_httpx_client_and_a_session_exactly(
     refused = [r for r in results if r != 200]
     assert all(isinstance(r, BudgetExceeded) for r in refused), results
     assert all(isinstance(r, requests.RequestException) for r in outcomes["requests"] if r != 200)
-    assert len(payments(sandbox, payer)) == 4
+    assert len(bank_payments(sandbox, payer)) == 4
     assert sandbox.balance(payer) == Decimal("9.60")
-    assert [e.outcome for e in payment_ledger(options).entries()].count("paid") == 4
-    (status,) = budget_status_sync(options)
+    assert [e.outcome for e in payments(options).ledger.entries()].count("paid") == 4
+    (status,) = asyncio.run(payments(options).budgets())
     assert (status.spent, status.remaining) == (Decimal("0.40"), Decimal("0"))
 
 
@@ -370,7 +366,7 @@ def test_a_redirect_to_a_paid_resource_is_paid_once(
     assert response.status_code == 200 and response.json()["city"] == "Amsterdam"
     assert [r.status_code for r in response.history] == [302]
     assert response.x402_payment.amount == Decimal("0.10")
-    assert len(payments(sandbox, payer)) == 1
+    assert len(bank_payments(sandbox, payer)) == 1
 
 
 def test_the_proof_never_follows_a_redirect(
@@ -397,7 +393,7 @@ def test_the_proof_never_follows_a_redirect(
     assert (method, path) == ("POST", "/delivered")
     assert "x-payment" not in headers and "payment-signature" not in headers
     assert "x-payment" not in {k.lower() for k in response.request.headers}
-    assert len(payments(sandbox, payer)) == 1
+    assert len(bank_payments(sandbox, payer)) == 1
 
 
 def test_a_paid_answer_that_redirects_back_to_its_402_is_paid_once(
@@ -417,7 +413,7 @@ def test_a_paid_answer_that_redirects_back_to_its_402_is_paid_once(
     ):
         session.get(url + "/paid")
     _both(caught.value, PaymentVerificationFailed)
-    assert len(payments(sandbox, payer)) == 1
+    assert len(bank_payments(sandbox, payer)) == 1
     assert [r.proof is not None for r in merchant.requests] == [False, True, False]
     assert caught.value.money_moved is True and len(caught.value.receipts) == 1
 
@@ -441,7 +437,7 @@ def test_a_redirect_hop_that_fails_after_the_payment_says_money_moved(
     _both(caught.value, PaymentVerificationFailed)
     assert caught.value.money_moved is True and len(caught.value.receipts) == 1
     assert isinstance(caught.value.__cause__, requests.ConnectionError)
-    assert len(payments(sandbox, payer)) == 1
+    assert len(bank_payments(sandbox, payer)) == 1
     # Sent to another process (a pool, a task queue), it is still the same error.
     again = pickle.loads(pickle.dumps(caught.value))  # noqa: S301 - our own bytes
     _both(again, PaymentVerificationFailed)
@@ -461,9 +457,9 @@ def test_a_response_hook_that_raises_after_the_payment_says_money_moved(
     _both(caught.value, PaymentVerificationFailed)
     assert caught.value.money_moved is True and len(caught.value.receipts) == 1
     assert isinstance(caught.value.__cause__, RuntimeError)
-    (entry,) = payment_ledger(options).entries()
+    (entry,) = payments(options).ledger.entries()
     assert entry.outcome == "paid" and not entry.delivered
-    assert len(payments(sandbox, payer)) == 1
+    assert len(bank_payments(sandbox, payer)) == 1
 
 
 # --- bodies and streams --------------------------------------------------------------------------
@@ -483,12 +479,12 @@ def test_a_one_shot_body_is_refused_before_paying(
             session.post(sandbox.url("/echo"), data=one_shot)
         _both(caught.value, UnreplayableRequest)
         assert caught.value.money_moved is False
-        assert payments(sandbox, payer) == []
+        assert bank_payments(sandbox, payer) == []
         for replayable in (b"hello world", "hello world"):
             answer = session.post(sandbox.url("/echo"), data=replayable)
             assert answer.content == b"hello world" and answer.x402_payment is not None
         assert session.post(sandbox.url("/echo"), json={"a": 1}).json() == {"a": 1}
-    assert len(payments(sandbox, payer)) == 3
+    assert len(bank_payments(sandbox, payer)) == 3
 
 
 def test_a_paid_response_can_be_streamed(
@@ -508,7 +504,7 @@ def test_a_paid_response_can_be_streamed(
     # A paid body outlives its session only while the session is open.
     with pytest.raises(requests.ConnectionError, match="cannot be read"):
         outliving.content  # noqa: B018
-    assert len(payments(sandbox, payer)) == 4
+    assert len(bank_payments(sandbox, payer)) == 4
 
 
 @pytest.mark.parametrize("stream", [True, False], ids=["stream", "read-by-requests"])
@@ -531,7 +527,7 @@ def test_a_paid_body_that_breaks_off_raises_outcome_unknown(
         session.get(url + "/paid", stream=stream).content  # noqa: B018
     _both(caught.value, PaymentOutcomeUnknown)
     assert caught.value.proof and caught.value.money_moved is True
-    assert len(payments(sandbox, payer)) == 1
+    assert len(bank_payments(sandbox, payer)) == 1
 
 
 def test_timeouts_apply_to_every_hop_and_a_paid_hop_that_times_out_is_unknown(
@@ -558,7 +554,7 @@ def test_timeouts_apply_to_every_hop_and_a_paid_hop_that_times_out_is_unknown(
     assert isinstance(caught.value.__cause__, httpx.ReadTimeout)
     assert isinstance(caught.value.__cause__.__cause__, requests.ReadTimeout)
     assert caught.value.proof
-    assert len(payments(sandbox, payer)) == 1
+    assert len(bank_payments(sandbox, payer)) == 1
 
 
 # --- per-request settings -------------------------------------------------------------------------
@@ -568,19 +564,19 @@ def test_per_request_settings_never_pay_and_lower_the_cap(
     sandbox: Sandbox, payer: Account, options_for: Callable[..., PaymentOptions]
 ) -> None:
     with _session(options_for(payer)) as session:
-        with payment_settings({"pay": False}):
+        with PaymentAdapter.settings({"pay": False}):
             response = session.get(sandbox.url("/weather"))
         assert response.status_code == 402 and response.x402_payment is None
         assert response.json()["accepts"][0]["scheme"] == "euro"
         with (
-            payment_settings({"max_amount_per_payment": "0.05"}),
+            PaymentAdapter.settings({"max_amount_per_payment": "0.05"}),
             pytest.raises(AmountLimitExceeded),
         ):
             session.get(sandbox.url("/weather"))
         assert session.get(sandbox.url("/weather")).status_code == 200
     with pytest.raises(ConfigurationError, match="unknown per-request"):
-        payment_settings({"pya": False}).__enter__()
-    assert len(payments(sandbox, payer)) == 1
+        PaymentAdapter.settings({"pya": False}).__enter__()
+    assert len(bank_payments(sandbox, payer)) == 1
 
 
 # --- installing, mounting, closing ------------------------------------------------------------
@@ -620,7 +616,7 @@ def test_installing_wraps_every_mounted_adapter_and_keeps_installed_ones(
     assert session.get(sandbox.url("/weather")).status_code == 200
     session.close()
     assert _payment_threads() == []
-    assert len(payments(sandbox, payer)) == 3
+    assert len(bank_payments(sandbox, payer)) == 3
 
 
 def test_a_payment_adapter_mounted_by_hand_refuses_before_sending(
@@ -637,7 +633,7 @@ def test_a_payment_adapter_mounted_by_hand_refuses_before_sending(
         with_eur_payment(session, options_for(payer))
         assert session.get(sandbox.url("/weather")).status_code == 200
         assert session.adapters["http://"].wrapped is own  # type: ignore[attr-defined]
-    assert len(payments(sandbox, payer)) == 1
+    assert len(bank_payments(sandbox, payer)) == 1
 
 
 def test_secrets_stay_out_of_reprs_and_errors(

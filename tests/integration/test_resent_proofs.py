@@ -17,12 +17,11 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import payments
+from tests.conftest import bank_payments
 from tests.merchants import Reply, ScriptedMerchant, Seen
 from x402_client import (
     PaymentOutcomeUnknown,
-    recover_payments,
-    unfinished_payments,
+    payments,
     with_eur_payment,
 )
 from x402_client._state.shared import state_of
@@ -59,7 +58,7 @@ async def unfinished_euro_payment(sandbox, payer, options_for, serve, tmp_path) 
     with pytest.raises(PaymentOutcomeUnknown) as caught:
         await client.get(a_url + "/paid")
     assert caught.value.proof
-    (record,) = await unfinished_payments(options)
+    (record,) = await payments(options).unfinished()
     return a, a_url, options, client, caught.value.proof, record
 
 
@@ -73,7 +72,7 @@ async def test_a_proof_sent_to_another_origin_closes_nothing(
     try:
         response = await client.get(b_url + "/paid", extensions={"x402": {"proof": proof}})
         assert response.json() == {"echoed": True}
-        assert [r.id for r in await unfinished_payments(options)] == [record.id]
+        assert [r.id for r in await payments(options).unfinished()] == [record.id]
         (entry,) = payment_ledger_entries(options)
         assert not entry.delivered  # payment A is still to be delivered
         receipt = response.extensions["x402_payment"]
@@ -81,11 +80,11 @@ async def test_a_proof_sent_to_another_origin_closes_nothing(
 
         # Payment A is delivered where it was paid, by recovery.
         a.state["down"] = False
-        (recovered,) = await recover_payments(client)
+        (recovered,) = await payments(client).recover_all()
         assert recovered.status == "delivered", recovered.reason
     finally:
         await client.aclose()
-    assert len(payments(sandbox, payer)) == 1
+    assert len(bank_payments(sandbox, payer)) == 1
     state_of(options).close()
 
 
@@ -99,20 +98,19 @@ async def test_a_proof_answering_a_402_for_another_payment_closes_nothing(
     try:
         # Same origin, but its 402 asks 0.20, not the 0.10 the proof paid.
         other = await client.get(a_url + "/other", extensions={"x402": {"proof": proof}})
-        assert [r.id for r in await unfinished_payments(options)] == [record.id]
+        assert [r.id for r in await payments(options).unfinished()] == [record.id]
         assert other.extensions["x402_payment"].closed_payment is None
         # Where it was paid, for what it paid: it finishes payment A.
         paid = await client.get(a_url + "/paid", extensions={"x402": {"proof": proof}})
         assert paid.json() == {"paid": True}
         assert paid.extensions["x402_payment"].closed_payment == record.id
-        assert await unfinished_payments(options) == []
+        assert await payments(options).unfinished() == []
     finally:
         await client.aclose()
-    assert len(payments(sandbox, payer)) == 1
+    assert len(bank_payments(sandbox, payer)) == 1
     state_of(options).close()
 
 
 def payment_ledger_entries(options: Any) -> list[Any]:
-    from x402_client import payment_ledger
 
-    return list(payment_ledger(options).entries())
+    return list(payments(options).ledger.entries())

@@ -29,7 +29,7 @@ import requests
 import requests.adapters
 from urllib3.util.retry import Retry
 
-from tests.conftest import payments
+from tests.conftest import bank_payments
 from tests.merchants import Reply, ScriptedMerchant, Seen, served_raw
 from x402_client import PaymentOptions, PaymentOutcomeUnknown, with_eur_payment
 
@@ -140,7 +140,7 @@ async def via_httpx_async(url: str, options: PaymentOptions) -> int:
         return (await client.get(url)).status_code
 
 
-async def via_httpx_sync(url: str, options: PaymentOptions) -> int:
+async def via_httpx_blocking(url: str, options: PaymentOptions) -> int:
     def call() -> int:
         transport = SyncRetryingTransport(httpx.HTTPTransport())
         with with_eur_payment(httpx.Client(transport=transport), options) as client:
@@ -153,7 +153,7 @@ CLIENTS = {
     "requests HTTPAdapter(max_retries=3)": via_requests_adapter_retries,
     "requests Retry(status_forcelist=[500])": via_requests_status_retries,
     "httpx async, retrying transport": via_httpx_async,
-    "httpx sync, retrying transport": via_httpx_sync,
+    "httpx sync, retrying transport": via_httpx_blocking,
 }
 #: What each layer retries: a dropped connection, a 500, or both.
 FAILURES = {
@@ -173,7 +173,7 @@ async def test_a_re_send_below_the_payment_never_pays_a_second_time(
     merchant = ScriptedMerchant(sandbox.bank, sandbox.merchant.code, consumes_then(failed))
     with served_raw(merchant) as url, pytest.raises(PaymentOutcomeUnknown) as caught:
         await CLIENTS[kind](url + "/paid", options_for(payer))
-    assert len(payments(sandbox, payer)) == 1  # one payment, one request
+    assert len(bank_payments(sandbox, payer)) == 1  # one payment, one request
     error = caught.value
     proofs = {seen.proof for seen in merchant.paid_requests}
     assert proofs == {error.proof}  # only ever the one proof, never a second payment's
@@ -189,7 +189,7 @@ async def test_already_used_once_still_pays_one_fresh_payment(
     merchant = ScriptedMerchant(sandbox.bank, sandbox.merchant.code, used_once_then_serves)
     with served_raw(merchant) as url:
         assert await CLIENTS[kind](url + "/paid", options_for(payer)) == 200
-    assert [p.amount for p in payments(sandbox, payer)] == [Decimal("0.10")] * 2
+    assert [p.amount for p in bank_payments(sandbox, payer)] == [Decimal("0.10")] * 2
     assert len(merchant.paid_requests) == 2  # each proof went out once
 
 

@@ -22,11 +22,8 @@ from x402_client import (
     PaymentOptions,
     PaymentOutcomeUnknown,
     X402Error,
-    payment_ledger,
-    recover_payment,
-    unfinished_payments,
+    payments,
     with_eur_payment,
-    with_eur_payment_mcp,
 )
 from x402_client._state.shared import state_of
 from x402_eur_sandbox import Sandbox
@@ -87,7 +84,7 @@ async def test_our_client_pays_the_tool_and_exact_balances_move(merchant):
     before, settled = await balances(merchant), len(merchant.tools.settlements)
     paying = options(merchant)
     async with Client(merchant.mcp_url) as client:
-        with_eur_payment_mcp(client, paying)
+        with_eur_payment(client, paying)
         result = await client.call_tool("weather", {"city": "Paris"})
     assert isinstance(result, PaidToolResult) and not result.is_error
     assert result.structured_content == {"city": "Paris", "forecast": "sunny", "temperatureC": 21}
@@ -109,14 +106,14 @@ async def test_our_client_pays_the_tool_and_exact_balances_move(merchant):
     )
     assert len(merchant.tools.settlements) == settled + 1
     assert await balances(merchant) == (before[0] - PRICE_ATOMIC, before[1] + PRICE_ATOMIC)
-    [entry] = payment_ledger(paying).entries()
+    [entry] = payments(paying).ledger.entries()
     assert entry.outcome == "paid" and entry.intent.resource == "mcp://tool/weather"
 
 
 async def test_a_free_tool_answers_without_payment(merchant):
     before = await balances(merchant)
     async with Client(merchant.mcp_url) as client:
-        with_eur_payment_mcp(client, options(merchant))
+        with_eur_payment(client, options(merchant))
         result = await client.call_tool("echo", {"text": "hello"})
     assert not isinstance(result, PaidToolResult) and not result.is_error
     assert result.structured_content == {"text": "hello"}
@@ -126,7 +123,7 @@ async def test_a_free_tool_answers_without_payment(merchant):
 async def test_a_tool_error_after_the_payment_settles_nothing(merchant):
     before, settled = await balances(merchant), len(merchant.tools.settlements)
     async with Client(merchant.mcp_url) as client:
-        with_eur_payment_mcp(client, options(merchant))
+        with_eur_payment(client, options(merchant))
         with pytest.raises(PaymentOutcomeUnknown) as caught:
             await client.call_tool("weather", {"city": ""})
     assert "the tool answered the paid call with an error" in str(caught.value)
@@ -137,7 +134,7 @@ async def test_a_tool_error_after_the_payment_settles_nothing(merchant):
 async def test_a_proof_paid_once_is_refused_the_second_time(merchant):
     paying = options(merchant)
     async with Client(merchant.mcp_url) as client:
-        with_eur_payment_mcp(client, paying)
+        with_eur_payment(client, paying)
         first = await client.call_tool("weather", {"city": "Oslo"})
         before, settled = await balances(merchant), len(merchant.tools.settlements)
         with pytest.raises(X402Error) as caught:
@@ -163,10 +160,10 @@ async def test_credential_arguments_stay_out_of_the_journal_and_the_call_is_fini
     before, settled = await balances(merchant), len(merchant.tools.settlements)
     try:
         async with Client(merchant.mcp_url) as client:
-            with_eur_payment_mcp(client, paying)
+            with_eur_payment(client, paying)
             with pytest.raises(PaymentOutcomeUnknown):
                 await client.call_tool("weather", {"city": "", "session_token": "s3cret"})
-            [record] = await unfinished_payments(paying)
+            [record] = await payments(paying).unfinished()
             assert record.request_body_redacted
             assert json.loads(record.request_body or b"{}") == {
                 "city": "",
@@ -174,7 +171,7 @@ async def test_credential_arguments_stay_out_of_the_journal_and_the_call_is_fini
             }
             assert all(b"s3cret" not in file.read_bytes() for file in state if file.exists())
             async with with_eur_payment(httpx.AsyncClient(), paying) as http:
-                recovery = await recover_payment(http, record.id)
+                recovery = await payments(http).recover(record.id)
             assert recovery.status == "pending"
             assert "arguments held credentials" in recovery.reason
             assert "call the tool again" in recovery.reason
@@ -185,7 +182,7 @@ async def test_credential_arguments_stay_out_of_the_journal_and_the_call_is_fini
                 x402={"proof": record.proof},
             )
         assert isinstance(result, PaidToolResult) and not result.is_error
-        assert await unfinished_payments(paying) == []
+        assert await payments(paying).unfinished() == []
     finally:
         state_of(paying).close()
     assert len(merchant.tools.settlements) == settled + 1
@@ -198,7 +195,7 @@ async def test_the_sandbox_serves_it_with_the_standard_merchant():
         assert sandbox.paid_tool_server_url == sandbox.standard.url + "/mcp"
         before = await sandbox.standard.token_balance(sandbox.standard.payer_address)
         async with Client(sandbox.paid_tool_server_url) as client:
-            with_eur_payment_mcp(client, payment_options(sandbox))
+            with_eur_payment(client, payment_options(sandbox))
             result = await client.call_tool("weather", {"city": "Lisbon"})
         assert isinstance(result, PaidToolResult)
         after = await sandbox.standard.token_balance(sandbox.standard.payer_address)

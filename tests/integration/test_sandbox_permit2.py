@@ -22,7 +22,7 @@ from x402_client import (
     EvmOptions,
     NoSatisfiableOption,
     PaymentOptions,
-    approve_permit2,
+    payments,
     with_eur_payment,
 )
 from x402_client._rails._evm_signing import DigestSigner
@@ -118,7 +118,7 @@ async def test_without_the_approval_the_client_skips_then_approves_explicitly(me
         with pytest.raises(NoSatisfiableOption, match="approve_permit2"):
             await client.get(merchant.resource_url(PATH))
         await _rpc(merchant, "anvil_setBalance", account.address, hex(10**17))
-        approval = await approve_permit2(options, CHAIN_ID, str(merchant.token))
+        approval = await payments(options).approve_permit2(CHAIN_ID, str(merchant.token))
         assert approval.tx_hash is not None
         response = await client.get(merchant.resource_url(PATH))
     assert response.status_code == 200, response.text

@@ -18,7 +18,12 @@ import pytest
 from web3 import Web3
 
 from tests.sandboxes import asset_of
-from x402_client import EvmOptions, PaymentOptions, payment_ledger, with_eur_payment
+from x402_client import (
+    EvmOptions,
+    PaymentOptions,
+    payments,
+    with_eur_payment,
+)
 from x402_client._rails._evm_signing import DigestSigner
 from x402_client._rails.upto import new_upto_authorization, upto_digest, upto_payload
 from x402_eur_sandbox._permit2 import (
@@ -91,7 +96,7 @@ async def test_the_client_pays_what_was_charged_and_books_it(merchant):
     assert merchant.settlements[-1]["amount"] == "20000"
     tx = await _rpc(merchant, "eth_getTransactionByHash", merchant.settlements[-1]["transaction"])
     assert tx["to"].lower() == UPTO_PERMIT2_PROXY_ADDRESS.lower()
-    (entry,) = payment_ledger(options).entries(outcome="paid")
+    (entry,) = payments(options).ledger.entries(outcome="paid")
     assert entry.amount == Decimal("0.02")
 
 
@@ -186,7 +191,7 @@ def test_upto_settle_calldata_is_the_abi_encoding() -> None:
 
 async def test_an_authorization_never_settled_is_given_back_once_its_deadline_passed(tmp_path):
     # A chain of its own: the test moves its clock past the authorization's deadline.
-    from x402_client import Budget, recover_payments
+    from x402_client import Budget
     from x402_client._state.shared import state_of
 
     async with StandardMerchant(chain_id=CHAIN_ID + 1) as merchant:
@@ -200,7 +205,7 @@ async def test_an_authorization_never_settled_is_given_back_once_its_deadline_pa
         async with with_eur_payment(httpx.AsyncClient(timeout=30), options) as client:
             receipt = (await client.get(merchant.resource_url(PATH))).extensions["x402_payment"]
             assert (receipt.amount, receipt.settlement_verified) == (Decimal("0.05"), False)
-            (early,) = await recover_payments(client)
+            (early,) = await payments(client).recover_all()
             assert early.status == "pending" and "until its deadline" in early.reason
             (status,) = await state_of(options).budgets.status()
             assert status.spent == Decimal("0.05")
@@ -208,10 +213,10 @@ async def test_an_authorization_never_settled_is_given_back_once_its_deadline_pa
             # The chain's clock, not ours, says when the deadline passed.
             await _rpc(merchant, "evm_increaseTime", hex(accept_timeout(merchant) + 60))
             await _rpc(merchant, "evm_mine")
-            (late,) = await recover_payments(client)
+            (late,) = await payments(client).recover_all()
             assert late.status == "delivered", late.reason
             assert "nothing moved" in late.reason
-            assert await recover_payments(client) == []
+            assert await payments(client).recover_all() == []
         (status,) = await state_of(options).budgets.status()
         assert status.spent == Decimal(0)
         (entry,) = await state_of(options).journal.payments()  # type: ignore[union-attr]

@@ -37,9 +37,7 @@ from x402_client import (
     PaymentProgress,
     SqliteStore,
     X402Error,
-    approve_permit2,
-    payment_ledger,
-    quote_payment,
+    payments,
     with_eur_payment,
 )
 from x402_client._protocol.redact import safe_url
@@ -314,7 +312,7 @@ async def test_no_frame_of_a_failed_permit2_approval_holds_the_rpc_key(serve) ->
     for case, (rpc, expected) in rpcs.items():
         keyed = EvmOptions(private_key=EVM_KEY, rpc_urls={8453: f"{rpc}/v3/{RPC_KEY}"})
         with pytest.raises(expected) as caught:
-            await approve_permit2(PaymentOptions(evm=keyed), 8453, usdc)
+            await payments(PaymentOptions(evm=keyed)).approve_permit2(8453, usdc)
         assert "chain id 1" in str(caught.value) or "was not sent" in str(caught.value), case
         assert leaked_from_frames(caught.value, RPC_KEY, EVM_KEY) == [], case
         assert RPC_KEY not in str(caught.value), case
@@ -348,7 +346,7 @@ async def test_no_frame_of_a_chain_a_node_error_holds_the_node_url(serve) -> Non
 async def test_no_frame_on_an_mcp_tool_error_path_nor_its_result_holds_a_secret(
     sandbox, payer, serve
 ) -> None:
-    from x402_client.mcp_server import PaymentTools
+    from x402_client.mcp import PaymentTools
 
     wrong_chain = await serve(rpc_stub({"result": "0x1"}))
     options = PaymentOptions(
@@ -383,14 +381,14 @@ async def test_no_frame_on_an_mcp_tool_error_path_nor_its_result_holds_a_secret(
 async def test_receipts_ledger_journal_quotes_and_mcp_results_show_no_query_credential(
     sandbox, payer, options_for, tmp_path
 ) -> None:
-    from x402_client.mcp_server import PaymentTools
+    from x402_client.mcp import PaymentTools
 
     url = sandbox.url("/weather") + "?city=Paris&" + CREDENTIALS
     shown = sandbox.url("/weather") + "?city=Paris&" + REDACTED_CREDENTIALS
     options = options_for(payer, state_path=tmp_path / "state.sqlite3")
     async with with_eur_payment(httpx.AsyncClient(follow_redirects=True), options) as client:
         response = await client.get(url)
-        quote = await quote_payment(client, url)
+        quote = await payments(client).quote(url)
         tools = PaymentTools(client, options)
         results = [
             (await tools.call("fetch", {"url": url}))[0],
@@ -402,7 +400,7 @@ async def test_receipts_ledger_journal_quotes_and_mcp_results_show_no_query_cred
     assert receipt.resource == url  # what the client works with: the URL it requested
     assert receipt.to_json()["resource"] == shown
     assert results[0]["url"] == shown and results[0]["receipt"]["resource"] == shown
-    ledger = payment_ledger(options)
+    ledger = payments(options).ledger
     assert ledger.entries()[0].intent.resource == url
     with SqliteStore(options.state_path) as store:
         journal = await store.payments()
@@ -510,7 +508,7 @@ async def test_paying_with_a_keyed_rpc_url_logs_no_secret_even_at_debug(
     try:
         async with with_eur_payment(httpx.AsyncClient(), options) as client:
             response = await client.get(url)
-            exported = payment_ledger(client).to_jsonl()
+            exported = payments(client).ledger.to_jsonl()
     finally:
         root.removeHandler(capture)
         root.setLevel(level)

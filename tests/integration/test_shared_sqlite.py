@@ -15,7 +15,7 @@ from decimal import Decimal
 import anyio
 import pytest
 
-from tests.conftest import payments
+from tests.conftest import bank_payments
 from x402_client import Budget
 from x402_client._state.sqlite_store import SqliteStore
 
@@ -73,7 +73,7 @@ async def test_three_processes_on_one_state_file_pay_exactly_the_budget(sandbox,
 
     assert sum(paid for paid, _ in results) == 10, results
     assert sum(refused for _, refused in results) == 3 * REQUESTS - 10, results
-    made = payments(sandbox, payer)
+    made = bank_payments(sandbox, payer)
     assert len(made) == 10
     assert sandbox.balance(payer) == Decimal("99.00")
 

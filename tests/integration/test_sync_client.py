@@ -21,7 +21,7 @@ from urllib.parse import quote
 import httpx
 import pytest
 
-from tests.conftest import payments, scripted_402
+from tests.conftest import bank_payments, scripted_402
 from tests.merchants import Reply, ScriptedMerchant, Seen
 from tests.sandboxes import evm_options, payment_options
 from tests.waiting import eventually_sync
@@ -37,9 +37,7 @@ from x402_client import (
     PaymentVerificationFailed,
     SyncPaymentTransport,
     UnreplayableRequest,
-    budget_status_sync,
-    payment_ledger,
-    quote_payment_sync,
+    payments,
     with_eur_payment,
 )
 from x402_eur_sandbox import Account, Price, Sandbox, ServedApp
@@ -127,7 +125,7 @@ def test_sync_client_pays_a_euro_entry(rails: Sandbox) -> None:
     assert isinstance(receipt, PaymentReceipt)
     assert (receipt.rail, receipt.amount, receipt.currency) == ("euro", Decimal("0.10"), "EUR")
     assert (receipt.payment_request_code or "").startswith("pr_")
-    (made,) = payments(rails, account)
+    (made,) = bank_payments(rails, account)
     assert made.code == receipt.transaction_code
 
 
@@ -167,7 +165,7 @@ def test_sync_client_pays_a_bridge_entry(rails: Sandbox) -> None:
     assert chain.asset_balance(chain.merchant_address, EURQ_ASSET_ID) - merchant_before == 100_000
     receipt = response.extensions["x402_payment"]
     assert (receipt.rail, receipt.network) == ("bridge", "ledgera:mainnet")
-    (made,) = payments(rails, account)
+    (made,) = bank_payments(rails, account)
     assert receipt.transaction_code == made.code
     assert receipt.blockchain_tx_id == made.blockchain_tx_id
 
@@ -220,10 +218,10 @@ def test_a_sync_and_an_async_client_of_one_options_respect_one_budget_exactly(
     assert len(results) == 2 * per_side
     assert results.count(200) == 5
     assert all(isinstance(r, BudgetExceeded) for r in results if r != 200), results
-    assert len(payments(sandbox, payer)) == 5
+    assert len(bank_payments(sandbox, payer)) == 5
     assert sandbox.balance(payer) == Decimal("9.50")
-    assert [e.outcome for e in payment_ledger(options).entries()].count("paid") == 5
-    (status,) = budget_status_sync(options)
+    assert [e.outcome for e in payments(options).ledger.entries()].count("paid") == 5
+    (status,) = asyncio.run(payments(options).budgets())
     assert (status.spent, status.remaining) == (Decimal("0.50"), Decimal("0"))
 
 
@@ -234,7 +232,7 @@ def test_concurrent_threads_on_one_sync_client_each_pay_once(
         responses = list(pool.map(lambda _: client.get(sandbox.url("/weather")), range(20)))
         assert len({id(r.extensions["x402_payment"]) for r in responses}) == 20
     assert [r.status_code for r in responses] == [200] * 20
-    assert len(payments(sandbox, payer)) == 20
+    assert len(bank_payments(sandbox, payer)) == 20
     assert sandbox.balance(payer) == Decimal("8.00")
 
 
@@ -250,7 +248,7 @@ def test_a_redirect_to_a_paid_resource_is_paid_once(
     assert response.status_code == 200 and response.json()["city"] == "Amsterdam"
     assert [r.status_code for r in response.history] == [302]
     assert response.extensions["x402_payment"].amount == Decimal("0.10")
-    assert len(payments(sandbox, payer)) == 1
+    assert len(bank_payments(sandbox, payer)) == 1
 
 
 def test_a_paid_answer_that_redirects_back_to_its_402_is_paid_once(
@@ -269,7 +267,7 @@ def test_a_paid_answer_that_redirects_back_to_its_402_is_paid_once(
         pytest.raises(PaymentVerificationFailed) as caught,
     ):
         client.get(url + "/paid")
-    assert len(payments(sandbox, payer)) == 1
+    assert len(bank_payments(sandbox, payer)) == 1
     assert [r.proof is not None for r in merchant.requests] == [False, True, False]
     assert caught.value.money_moved is True and len(caught.value.receipts) == 1
 
@@ -285,8 +283,8 @@ def test_a_402_that_is_not_x402_comes_back_untouched(
         assert response.content == body
         assert response.json()["error"] == "card declined"
         assert "x402_payment" not in response.extensions
-        assert payment_ledger(client).entries() == []
-    assert payments(sandbox, payer) == []
+        assert payments(client).ledger.entries() == []
+    assert bank_payments(sandbox, payer) == []
 
 
 def test_per_request_never_pay_hands_the_402_back_unread(
@@ -300,7 +298,7 @@ def test_per_request_never_pay_hands_the_402_back_unread(
         assert response.status_code == 402
         assert not response.is_stream_consumed
         assert response.read() and response.json()["accepts"][0]["scheme"] == "euro"
-    assert payments(sandbox, payer) == []
+    assert bank_payments(sandbox, payer) == []
 
 
 # --- streams -------------------------------------------------------------------------------------
@@ -320,7 +318,7 @@ def test_a_paid_response_can_be_streamed(
         # Stopping early closes the paid body (through the payment loop) without a warning.
         with client.stream("GET", sandbox.url(f"/download?size={size}")) as response:
             assert len(next(response.iter_raw())) > 0
-    assert len(payments(sandbox, payer)) == 3
+    assert len(bank_payments(sandbox, payer)) == 3
 
 
 def test_a_free_stream_passes_through_unread_in_the_callers_thread(
@@ -333,7 +331,7 @@ def test_a_free_stream_passes_through_unread_in_the_callers_thread(
             assert sum(len(chunk) for chunk in response.iter_raw()) == size
         # No 402 was seen: the payment loop never started.
         assert _payment_threads() == []
-    assert payments(sandbox, payer) == []
+    assert bank_payments(sandbox, payer) == []
 
 
 class _BreaksOff(httpx.SyncByteStream):
@@ -367,7 +365,7 @@ def test_a_paid_body_that_breaks_off_raises_outcome_unknown_in_the_callers_threa
             response.read()
     assert caught.value.proof and caught.value.money_moved is True
     assert isinstance(caught.value.__cause__, httpx.ReadError)
-    assert len(payments(sandbox, payer)) == 1
+    assert len(bank_payments(sandbox, payer)) == 1
 
 
 def test_a_one_shot_body_is_refused_before_paying(
@@ -381,7 +379,7 @@ def test_a_one_shot_body_is_refused_before_paying(
         with pytest.raises(UnreplayableRequest):
             client.post(sandbox.url("/echo"), content=upload())
         assert client.post(sandbox.url("/echo"), content=b"hello world").content == b"hello world"
-    assert len(payments(sandbox, payer)) == 1
+    assert len(bank_payments(sandbox, payer)) == 1
 
 
 # --- quotes, budgets, ledger -----------------------------------------------------------------
@@ -392,22 +390,22 @@ def test_quote_budget_status_and_ledger_of_a_sync_client(
 ) -> None:
     options = options_for(payer, budgets=[Budget("0.15")])
     with _client(options) as client:
-        quote = quote_payment_sync(client, sandbox.url("/weather"))
+        quote = payments(client).quote(sandbox.url("/weather"))
         assert quote.status_code == 402
         (entry,) = quote.payable
         assert (entry.amount, entry.currency, entry.first) == (Decimal("0.10"), "EUR", True)
-        assert quote_payment_sync(client, sandbox.url("/free")).free
+        assert payments(client).quote(sandbox.url("/free")).free
         client.get(sandbox.url("/weather"))
-        (status,) = budget_status_sync(client)
+        (status,) = payments(client).budgets()
         assert (status.spent, status.remaining) == (Decimal("0.10"), Decimal("0.05"))
-        after = quote_payment_sync(client, sandbox.url("/weather"))
+        after = payments(client).quote(sandbox.url("/weather"))
         assert after.payable == [] and after.entries[0].reason == "over_budget"
-        (paid,) = payment_ledger(client).entries()
+        (paid,) = payments(client).ledger.entries()
         assert paid.outcome == "paid" and paid.delivered
         transport = client._transport
         assert isinstance(transport, SyncPaymentTransport)
-        assert payment_ledger(transport) is payment_ledger(options)
-    assert len(payments(sandbox, payer)) == 1
+        assert payments(transport).ledger is payments(options).ledger
+    assert len(bank_payments(sandbox, payer)) == 1
 
 
 # --- wrong kinds, and the loop thread's life ----------------------------------------------------
@@ -431,8 +429,8 @@ def test_a_sync_transport_in_an_async_client_says_what_to_use() -> None:
         with pytest.raises(ConfigurationError, match="PaymentTransport"):
             await httpx.AsyncClient(transport=transport).__aenter__()  # type: ignore[arg-type]
         transport.close()
-        with pytest.raises(ConfigurationError, match=r"quote_payment_sync is for httpx\.Client"):
-            quote_payment_sync(client, "http://127.0.0.1:9/")  # type: ignore[arg-type]
+        with pytest.raises(ConfigurationError, match=r"call with_eur_payment first"):
+            payments(client)
 
     asyncio.run(main())
     with pytest.raises(ConfigurationError, match="sync transport"):
@@ -443,7 +441,7 @@ def test_with_eur_payment_on_something_else_names_both_clients() -> None:
     with pytest.raises(ConfigurationError, match=r"httpx\.AsyncClient or an httpx\.Client"):
         with_eur_payment(object(), {})  # type: ignore[call-overload]
     with httpx.Client() as plain, pytest.raises(ConfigurationError, match="with_eur_payment"):
-        payment_ledger(plain)
+        payments(plain)
 
 
 def test_closing_the_client_stops_its_payment_loop(
@@ -466,7 +464,7 @@ def test_closing_the_client_stops_its_payment_loop(
     assert not isinstance(next(iter(client._mounts.values())).wrapped, SyncPaymentTransport)  # type: ignore[union-attr]
     client.close()
     assert _payment_threads() == []
-    assert len(payments(sandbox, payer)) == 3
+    assert len(bank_payments(sandbox, payer)) == 3
 
     transport = SyncPaymentTransport(httpx.HTTPTransport(), options)
     with httpx.Client(transport=transport) as built:
@@ -488,4 +486,4 @@ def test_a_callback_that_pays_through_its_own_client_is_refused_not_deadlocked(
         with pytest.raises(PaymentRejectedByHook) as caught:
             client.get(sandbox.url("/weather"))
     assert isinstance(caught.value.__cause__, ConfigurationError)
-    assert payments(sandbox, payer) == []
+    assert bank_payments(sandbox, payer) == []

@@ -4,6 +4,8 @@ Over real sockets against the sandbox on 127.0.0.1."""
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import threading
 from collections.abc import Iterator
 from decimal import Decimal
@@ -13,9 +15,10 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.conftest import payments
+from tests.conftest import bank_payments
 from tests.integration.test_sync_client import served
 from tests.merchants import Reply, ScriptedMerchant, Seen
+from tests.needs import require
 from tests.sandboxes import payment_options
 from tests.waiting import eventually_sync
 from x402_client import (
@@ -23,10 +26,9 @@ from x402_client import (
     PaymentOptions,
     PaymentOutcomeUnknown,
     PaymentProgress,
-    recover_payment_sync,
-    recover_payments_sync,
-    resume_bridge_payment_sync,
-    unfinished_payments_sync,
+    Payments,
+    SyncPayments,
+    payments,
     with_eur_payment,
 )
 from x402_client._state.shared import state_of
@@ -87,42 +89,86 @@ def test_a_sync_client_recovers_an_undelivered_payment_without_paying_again(
         restarted = payment_options(
             sandbox, api_key=payer.api_key, from_account=payer.code, state_path=path
         )
-        (record,) = unfinished_payments_sync(restarted)
+        with _client(restarted) as listing:
+            (record,) = payments(listing).unfinished()
         assert record.payment_request_code and record.proof
         assert record.outcome == "paid" and not record.delivered
 
         # Without the merchant's key the payment stays unfinished: the journal has no key.
         with _client(restarted) as bare:
-            assert [r.id for r in unfinished_payments_sync(bare)] == [record.id]
-            pending = recover_payment_sync(bare, record.id)
+            assert [r.id for r in payments(bare).unfinished()] == [record.id]
+            pending = payments(bare).recover(record.id)
         assert pending.status == "pending" and "401" in pending.reason
 
         with _client(restarted, headers=keyed) as client:
-            (recovery,) = recover_payments_sync(client)
-            assert unfinished_payments_sync(client) == []
+            (recovery,) = payments(client).recover_all()
+            assert payments(client).unfinished() == []
         assert recovery.status == "delivered"
         assert recovery.response is not None and recovery.response.json() == {"served": True}
         last = merchant.requests[-1].headers
         assert last["x-trace"] == "t-1" and last["x-api-key"] == MERCHANT_KEY
-        assert unfinished_payments_sync(restarted) == []
-        assert len(payments(sandbox, payer)) == 1
+        assert len(bank_payments(sandbox, payer)) == 1
         assert sandbox.balance(payer) == Decimal("9.90")
         state_of(restarted).close()
 
 
-def test_sync_recovery_names_the_async_form_for_an_async_client(
+def test_a_requests_session_recovers_an_undelivered_payment_without_paying_again(
+    sandbox: Sandbox, payer: Account, tmp_path: Path
+) -> None:
+    requests = require("requests", "pip install 'x402-eur[requests]'")
+    merchant = _merchant(sandbox)
+    path = tmp_path / "state.sqlite3"
+    keyed = {"X-Api-Key": MERCHANT_KEY}
+    with served(merchant) as url:
+        options = payment_options(
+            sandbox,
+            api_key=payer.api_key,
+            from_account=payer.code,
+            state_path=path,
+            merchant_error_retries=0,
+        )
+        with _client(options, headers=keyed) as client, pytest.raises(PaymentOutcomeUnknown):
+            client.get(url + "/paid", headers={"X-Trace": "t-2"})
+        state_of(options).close()
+
+        merchant.state["down"] = False
+        restarted = payment_options(
+            sandbox, api_key=payer.api_key, from_account=payer.code, state_path=path
+        )
+        plain = requests.Session()
+        plain.headers.update(keyed)  # the session's own headers go with recovery's request
+        with with_eur_payment(plain, restarted) as session:
+            (record,) = payments(session).unfinished()
+            recovery = payments(session).recover(record.id)
+            assert payments(session).unfinished() == []
+        assert recovery.status == "delivered"
+        assert recovery.response is not None and recovery.response.json() == {"served": True}
+        last = merchant.requests[-1]
+        assert last.headers["x-api-key"] == MERCHANT_KEY and last.headers["x-trace"] == "t-2"
+        assert len(bank_payments(sandbox, payer)) == 1
+        state_of(restarted).close()
+
+
+def test_payments_of_a_client_take_the_clients_form(
     sandbox: Sandbox, payer: Account, tmp_path: Path
 ) -> None:
     options = payment_options(
         sandbox, api_key=payer.api_key, from_account=payer.code, state_path=tmp_path / "s.sqlite3"
     )
-    client = with_eur_payment(httpx.AsyncClient(), options)
-    with pytest.raises(ConfigurationError, match=r"await recover_payments\("):
-        recover_payments_sync(client)  # type: ignore[arg-type]
-    with pytest.raises(ConfigurationError, match=r"await unfinished_payments\("):
-        unfinished_payments_sync(client)  # type: ignore[arg-type]
+    asynchronous = payments(with_eur_payment(httpx.AsyncClient(), options))
+    assert isinstance(asynchronous, Payments) and inspect.iscoroutinefunction(
+        asynchronous.unfinished
+    )
+    with _client(options) as client:
+        synchronous = payments(client)
+        assert isinstance(synchronous, SyncPayments) and synchronous.unfinished() == []
+        assert synchronous.options is options and synchronous.ledger is asynchronous.ledger
     with httpx.Client() as plain, pytest.raises(ConfigurationError, match="with_eur_payment"):
-        recover_payment_sync(plain, "p_1")
+        payments(plain)
+    with pytest.raises(
+        ConfigurationError, match=r"sends requests: call payments\(\) with the paying client itself"
+    ):
+        asyncio.run(payments(options).recover("p_1"))
     state_of(options).close()
 
 
@@ -153,7 +199,7 @@ def test_a_sync_client_resumes_a_bridge_payment_without_paying_again(bridged: Sa
         pytest.raises(PaymentOutcomeUnknown) as caught,
     ):
         client.post(bridged.url("/echo"), content=b"bridged")
-    (made,) = payments(bridged, account)
+    (made,) = bank_payments(bridged, account)
     assert caught.value.transaction_code == made.code
 
     def settle_once_waiting(event: PaymentProgress) -> None:
@@ -161,8 +207,9 @@ def test_a_sync_client_resumes_a_bridge_payment_without_paying_again(bridged: Sa
             chain.settle_bridge(event.transaction_code)
 
     with _client(options(on_progress=settle_once_waiting)) as client:
-        response = resume_bridge_payment_sync(client, caught.value)
+        response = payments(client).recover(caught.value).response
+    assert response is not None
     assert response.status_code == 200 and response.content == b"bridged"
     assert response.extensions["x402_payment"].transaction_code == made.code
-    assert payments(bridged, account) == [made]  # no second payment
+    assert bank_payments(bridged, account) == [made]  # no second payment
     assert bridged.balance(account) == Decimal("9.90")

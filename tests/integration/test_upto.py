@@ -32,9 +32,7 @@ from x402_client import (
     PaymentOptions,
     PaymentOutcomeUnknown,
     PaymentVerificationFailed,
-    payment_ledger,
-    recover_payments,
-    unfinished_payments,
+    payments,
     with_eur_payment,
 )
 from x402_client._state.shared import state_of
@@ -122,10 +120,10 @@ async def test_the_merchant_settles_less_than_the_maximum_and_the_rest_is_releas
     assert all(i.rail == "upto" for i in hook.intents)
     assert await stack.balance(address) == 5 * stack.price_atomic - 2 * 4_000
     assert await stack.balance(stack.merchant_address) == merchant_before + 2 * 4_000
-    entries = payment_ledger(opts).entries(outcome="paid")
+    entries = payments(opts).ledger.entries(outcome="paid")
     assert [e.amount for e in entries] == [Decimal("0.004")] * 2
     assert all(e.intent.amount == MAXIMUM and e.delivered for e in entries)
-    assert payment_ledger(opts).total("EUR") == Decimal("0.008")
+    assert payments(opts).ledger.total("EUR") == Decimal("0.008")
     (status,) = await state_of(opts).budgets.status()
     assert status.spent == Decimal("0.008")
     sent = stack.facilitator.requests[-1][1]["paymentPayload"]["payload"]["permit2Authorization"]
@@ -192,7 +190,7 @@ async def test_a_settlement_claiming_more_than_authorized_is_an_error_saying_mon
     # What the chain says moved is booked, not the claim.
     assert error.receipt.settled_amount == Decimal("0.003")
     assert error.receipt.settlement_verified is True
-    (entry,) = payment_ledger(opts).entries()
+    (entry,) = payments(opts).ledger.entries()
     assert (entry.outcome, entry.amount) == ("paid", Decimal("0.003"))
     (status,) = await state_of(opts).budgets.status()
     assert status.spent == Decimal("0.003")
@@ -232,9 +230,9 @@ async def test_an_unsettled_payment_keeps_the_maximum_until_recovery_settles_it(
         with pytest.raises(PaymentOutcomeUnknown) as caught:
             await client.get(stack.metered_url)
     assert caught.value.money_moved is None
-    (unfinished,) = await unfinished_payments(opts)
+    (unfinished,) = await payments(opts).unfinished()
     assert (unfinished.rail, unfinished.amount) == ("upto", MAXIMUM)
-    (entry,) = payment_ledger(opts).entries()
+    (entry,) = payments(opts).ledger.entries()
     assert (entry.outcome, entry.amount) == ("unknown", MAXIMUM)
     (status,) = await state_of(opts).budgets.status()
     assert status.spent == MAXIMUM  # held until the payment is settled or given up
@@ -244,7 +242,7 @@ async def test_an_unsettled_payment_keeps_the_maximum_until_recovery_settles_it(
     stack.fail_status = None
     stack.charge_atomic = 3_500
     async with with_eur_payment(httpx.AsyncClient(timeout=30), opts) as client:
-        (recovered,) = await recover_payments(client)
+        (recovered,) = await payments(client).recover_all()
         assert recovered.status == "delivered", recovered.reason
         assert recovered.response is not None
         receipt = recovered.response.extensions["x402_payment"]
@@ -252,7 +250,7 @@ async def test_an_unsettled_payment_keeps_the_maximum_until_recovery_settles_it(
         # Once only: the same proof re-sent again books nothing twice.
         with pytest.raises(PaymentVerificationFailed):
             await client.get(stack.metered_url, extensions={"x402": {"proof": receipt.proof}})
-    (entry,) = payment_ledger(opts).entries()
+    (entry,) = payments(opts).ledger.entries()
     assert (entry.outcome, entry.amount) == ("paid", Decimal("0.0035"))
     (status,) = await state_of(opts).budgets.status()
     assert status.spent == Decimal("0.0035")
@@ -352,7 +350,7 @@ async def test_a_merchant_that_reports_less_than_it_settled_is_booked_what_moved
     assert all(r.amount == MAXIMUM and r.settlement_verified for r in served)
     moved = 5 * stack.price_atomic - await stack.balance(address)
     assert moved == 3 * stack.price_atomic
-    assert payment_ledger(opts).total("EUR") == Decimal("0.03")
+    assert payments(opts).ledger.total("EUR") == Decimal("0.03")
     (status,) = await state_of(opts).budgets.status()
     assert status.spent == Decimal("0.03")
 
@@ -366,7 +364,7 @@ async def test_a_merchant_that_reports_more_than_it_settled_is_booked_what_moved
         receipt = (await client.get(stack.metered_url)).extensions["x402_payment"]
     assert (receipt.claimed_amount, receipt.settled_amount) == (Decimal("0.009"), Decimal("0.002"))
     assert receipt.amount == Decimal("0.002") and receipt.settlement_verified is True
-    (entry,) = payment_ledger(opts).entries()
+    (entry,) = payments(opts).ledger.entries()
     assert entry.amount == Decimal("0.002")
     assert await stack.balance(address) == 5 * stack.price_atomic - 2_000
 
@@ -393,16 +391,16 @@ async def test_a_settlement_the_chain_cannot_confirm_keeps_the_maximum_until_rec
         (status,) = await state_of(opts).budgets.status()
         assert status.spent == MAXIMUM  # held: the chain did not say what moved
 
-        (still,) = await recover_payments(client)  # the endpoint still fails: left as it is
+        (still,) = await payments(client).recover_all()  # the endpoint still fails: left as it is
         assert still.status == "pending" and "held at the maximum" in still.reason
         (status,) = await state_of(opts).budgets.status()
         assert status.spent == MAXIMUM
 
         proxy.failing = {}
-        (recovered,) = await recover_payments(client)
+        (recovered,) = await payments(client).recover_all()
         assert recovered.status == "delivered", recovered.reason
         assert "0.003 of at most 0.01, verified on chain" in recovered.reason
-        assert await recover_payments(client) == []  # booked once
+        assert await payments(client).recover_all() == []  # booked once
     (status,) = await state_of(opts).budgets.status()
     assert status.spent == Decimal("0.003")
     state_of(opts).close()
@@ -444,11 +442,11 @@ async def test_a_proof_re_sent_to_another_origin_frees_no_reservation(stack, ser
         assert response.status_code == 200
         (status,) = await state_of(opts).budgets.status()
         assert status.spent == MAXIMUM  # nothing freed on another origin's word
-        assert len(await unfinished_payments(opts)) == 1
+        assert len(await payments(opts).unfinished()) == 1
         assert response.extensions["x402_payment"].closed_payment is None
         stack.fail_status = None
         stack.charge_atomic = 1_500
-        (recovered,) = await recover_payments(client)  # where it was paid: settled once
+        (recovered,) = await payments(client).recover_all()  # where it was paid: settled once
         assert recovered.status == "delivered", recovered.reason
     (status,) = await state_of(opts).budgets.status()
     assert status.spent == Decimal("0.0015")

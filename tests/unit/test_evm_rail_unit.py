@@ -12,9 +12,10 @@ import pytest
 from eth_account import Account
 from eth_account.messages import encode_typed_data
 
-from x402_client import EvmOptions, PaymentOptions, decode_proof
+from x402_client import EvmOptions, PaymentOptions
 from x402_client._flow.payment import Payer
 from x402_client._protocol.models import EvmPermitExtra, SupportedKinds, parse_accept
+from x402_client._protocol.proof import decode_proof
 from x402_client._rails.evm import (
     EvmPermitRail,
     classify_evm_extra,

@@ -10,7 +10,7 @@ import pytest
 from x402_client import cli
 from x402_client._frontend import common as _frontend
 from x402_client.cli._common import _open_state, _UsageError
-from x402_client.mcp import _command
+from x402_client.mcp import _launch
 
 URL = "http://127.0.0.1:9/"
 
@@ -80,8 +80,8 @@ def test_a_state_file_that_cannot_be_opened_is_said_the_same_way(monkeypatch, tm
     assert str(caught.value) == f"x402-eur fetch: {expected.replace('. Name', chr(10) + 'Name')}"
 
     mcp = cli._parser().parse_args(["mcp", "--budget", "1", "--state", str(garbage)])
-    with pytest.raises(_command._Refusal) as refused:
-        _command._options(mcp, [])
+    with pytest.raises(_launch._Refusal) as refused:
+        _launch._options(mcp, [])
     assert str(refused.value) == expected
 
 

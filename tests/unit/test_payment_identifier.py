@@ -233,7 +233,8 @@ def test_a_quote_says_which_entries_a_required_identifier_rules_out():
     import httpx
 
     from x402_client import Asset, EvmOptions, PaymentOptions
-    from x402_client._flow.quote import quote_response
+    from x402_client._flow.payment import Payer
+    from x402_client._flow.quote import quote_of
 
     options = PaymentOptions(
         evm=EvmOptions(private_key="0x" + "42" * 32, rpc_urls={137: "http://127.0.0.1:1"}),
@@ -247,7 +248,7 @@ def test_a_quote_says_which_entries_a_required_identifier_rules_out():
     }
     header = base64.b64encode(json.dumps(required).encode()).decode()
     response = httpx.Response(402, headers={"payment-required": header}, content=b"{}")
-    quote = quote_response(response, options)
+    quote = quote_of(response, Payer(options))
     assert [(e.index, e.payable, e.reason) for e in quote.entries] == [
         (0, False, "unpayable"),
         (1, True, None),

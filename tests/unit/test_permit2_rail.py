@@ -11,7 +11,7 @@ from eth_account import Account
 from eth_account.messages import encode_typed_data
 from eth_utils.crypto import keccak
 
-from x402_client import EvmOptions, PaymentOptions
+from x402_client import EvmOptions, PaymentOptions, payments
 from x402_client._protocol.assets import Asset
 from x402_client._protocol.models import ExactAcceptEntry
 from x402_client._rails._evm_signing import checksum_address, recover_signer
@@ -269,7 +269,7 @@ def test_the_eip3009_rail_leaves_permit2_entries_to_the_permit2_rail() -> None:
 async def test_approve_permit2_refuses_what_cannot_work(
     options: dict[str, Any], asset: str, amount: str | None, message: str
 ) -> None:
-    from x402_client import ConfigurationError, approve_permit2
+    from x402_client import ConfigurationError
 
     with pytest.raises(ConfigurationError, match=message):
-        await approve_permit2(_options(**options), CHAIN, asset, amount)
+        await payments(_options(**options)).approve_permit2(CHAIN, asset, amount)

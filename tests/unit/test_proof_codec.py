@@ -21,9 +21,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.factories import euro_intent
-from x402_client import decode_proof, encode_proof
 from x402_client._protocol import exact_json as _json
 from x402_client._protocol.models import EuroPayload, PaymentProof
+from x402_client._protocol.proof import decode_proof, encode_proof
 from x402_client._protocol.secret import SecretStr
 from x402_client._protocol.settlement import receipt_of
 from x402_client._protocol.types import Paid, PaymentReceipt

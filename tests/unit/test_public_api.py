@@ -21,31 +21,53 @@ from x402_client import (
 )
 from x402_client._protocol.secret import SecretStr
 
+#: The most public names the package may hold: a surface a user can keep in their head.
+MOST_NAMES = 45
 
-def test_all_is_sorted_and_complete() -> None:
-    names = x402_client.__all__
 
-    # isort style (ruff RUF022): CONSTANTS, then Classes, then functions; each alphabetical
-    def kind(name: str) -> int:
-        return 0 if name.isupper() else 1 if name[0].isupper() else 2
+def declared(stub: str) -> list[str]:
+    """The names `__init__.pyi` declares, one `from .module import Name as Name` per line;
+    any other statement in it fails (the stub is the one place the surface is written)."""
+    names = []
+    for line in stub.splitlines():
+        words = line.split()
+        if not words or line.startswith("#"):
+            continue
+        assert len(words) == 6 and words[0] == "from" and words[2] == "import", line
+        assert words[3] == words[5] and words[4] == "as", line
+        names.append(words[5])
+    return names
 
-    assert names == sorted(names, key=lambda n: (kind(n), n))
+
+def stub_text() -> str:
+    from pathlib import Path
+
+    return (Path(x402_client.__file__).parent / "__init__.pyi").read_text()
+
+
+def test_the_surface_is_declared_once_and_small() -> None:
+    names = declared(stub_text())
+    assert len(names) == len(set(names)), "a name declared twice"
+    assert len(names) <= MOST_NAMES, f"{len(names)} public names, at most {MOST_NAMES}"
+    assert sorted(x402_client.__all__) == sorted(names)
     for name in names:
-        assert hasattr(x402_client, name), name
-    assert set(x402_client._EXPORTS) | {"__version__"} == set(names)
+        assert getattr(x402_client, name) is not None, name
+    assert set(dir(x402_client)) >= set(names)
 
 
-def test_every_async_helper_has_a_sync_form() -> None:
-    for name in (
-        "budget_status",
-        "quote_payment",
-        "recover_payment",
-        "recover_payments",
-        "resume_bridge_payment",
-        "unfinished_payments",
-    ):
-        assert f"{name}_sync" in x402_client.__all__, name
-        assert callable(getattr(x402_client, f"{name}_sync")), name
+def test_the_bounds_fail_when_broken() -> None:
+    with pytest.raises(AssertionError):
+        declared("from .a import A as A\nMORE = 1\n")
+    with pytest.raises(AssertionError):
+        declared("from .a import A as B\n")
+    many = "".join(f"from .m import N{i} as N{i}\n" for i in range(MOST_NAMES + 1))
+    assert len(declared(many)) > MOST_NAMES
+
+
+def test_a_name_outside_the_surface_is_no_attribute() -> None:
+    for gone in ("quote_payment", "payment_ledger", "with_eur_payment_mcp", "os"):
+        with pytest.raises(AttributeError):
+            getattr(x402_client, gone)
 
 
 def test_every_error_is_an_httpx_error() -> None:
@@ -194,7 +216,7 @@ def _through(entry: str, options: Any) -> tuple[PaymentOptions, Callable[[], Non
     close what it built."""
     import requests
 
-    from x402_client import PaymentAdapter, SyncPaymentTransport, with_eur_payment_mcp
+    from x402_client import PaymentAdapter, SyncPaymentTransport
 
     given = () if options is ... else (options,)
     if entry == "PaymentTransport":
@@ -219,7 +241,7 @@ def _through(entry: str, options: Any) -> tuple[PaymentOptions, Callable[[], Non
     if entry == "with_eur_payment(MCP session)":
         with_eur_payment(tools, *given)
     else:
-        with_eur_payment_mcp(tools, *given)
+        with_eur_payment(tools, *given)
     return tools.call_tool.options, lambda: None  # type: ignore[attr-defined]
 
 

@@ -8,10 +8,8 @@ from decimal import Decimal
 
 import pytest
 
-import x402_client
 from x402_client import (
     AmountLimitExceeded,
-    BridgeResumeRefused,
     BridgeTransferFailed,
     BudgetExceeded,
     ConfigurationError,
@@ -25,11 +23,10 @@ from x402_client import (
     PaymentReceipt,
     PaymentRejectedByHook,
     PaymentVerificationFailed,
-    RecoveryAdvice,
-    SpenderMismatch,
     UnreplayableRequest,
     X402Error,
 )
+from x402_client._protocol.errors import BridgeResumeRefused, RecoveryAdvice, SpenderMismatch
 
 
 def _receipt() -> PaymentReceipt:
@@ -77,7 +74,7 @@ def test_an_unknown_bridge_outcome_is_resumed_from_its_transaction_code() -> Non
     advice = error.recovery()
     assert advice == RecoveryAdvice(money_moved=None, outcome="unknown", transaction_code="T42")
     assert advice.hint == (
-        "do not pay again; resume_bridge_payment(client, error), or the same request with "
+        "do not pay again; payments(client).recover(error), or the same request with "
         "extensions={'x402': {'resume_transaction_code': 'T42'}} (pays nothing)"
     )
     assert str(advice) == advice.hint
@@ -94,7 +91,7 @@ def test_an_unknown_outcome_with_a_proof_and_a_journal_id_names_both() -> None:
         "PR1",
     )
     assert advice.hint == (
-        "do not pay again; recover_payment(client, '3f9c2a77') finishes it; or the same "
+        "do not pay again; payments(client).recover('3f9c2a77') finishes it; or the same "
         "request with extensions={'x402': {'proof': error.proof}} (pays nothing)"
     )
 
@@ -129,16 +126,11 @@ def test_a_refused_signed_authorization_may_have_moved_money() -> None:
     error = PaymentVerificationFailed("refused", reason="r", money_moved=None)
     advice = error.recovery()
     assert advice is not None and advice.money_moved is None and advice.outcome == "paid"
-    assert advice.hint == "do not pay again: payment_ledger(options) lists the payment"
+    assert advice.hint == "do not pay again: payments(client).ledger lists the payment"
     receipt = _receipt()
     paid = PaymentVerificationFailed("refused", reason="r", receipt=receipt).recovery()
     assert paid is not None
     assert paid.hint == "do not pay again: the receipts identify the payment for the merchant"
-
-
-def test_recovery_advice_is_public() -> None:
-    assert "RecoveryAdvice" in x402_client.__all__
-    assert x402_client.RecoveryAdvice is RecoveryAdvice
 
 
 def test_the_mcp_server_gives_the_advice_as_fields_an_agent_can_use() -> None:
@@ -175,7 +167,7 @@ def test_the_command_line_leaves_out_the_python_instruction_of_a_message() -> No
     error = PaymentOutcomeUnknown(
         "bridge transaction T42: the wait timed out; the EURO payment was made. Resume "
         "with extensions={'x402': {'resume_transaction_code': 'T42'}} (or "
-        "`resume_bridge_payment`); do not pay again",
+        "payments(client).recover(error)); do not pay again",
         transaction_code="T42",
     )
     assert _failure_text(Namespace(), error) == (

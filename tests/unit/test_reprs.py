@@ -12,8 +12,15 @@ import httpx
 import pytest
 
 from tests.factories import euro_intent
-from x402_client import Budget, JournalRecord, PaymentReceipt, Quote, QuoteEntry, Recovery
+from x402_client import (
+    Budget,
+    PaymentReceipt,
+    Quote,
+    Recovery,
+)
+from x402_client._flow.quote import QuoteEntry
 from x402_client._protocol.budgets import BudgetStatus, CurrencyStatus, window_text
+from x402_client._state.sqlite_store import JournalRecord
 
 EURQ = "0x5FbDB2315678afecb367f032d93F642f64180aa3"
 PROOF = "eyJwcm9vZiI6InNlY3JldC1wcm9vZiJ9"

@@ -6,7 +6,7 @@ from decimal import Decimal
 
 import pytest
 
-from x402_client import InvalidChallenge, decode_proof, encode_proof
+from x402_client import InvalidChallenge
 from x402_client._protocol.challenge import (
     VerifierReason,
     classify_reason,
@@ -26,6 +26,7 @@ from x402_client._protocol.models import (
     VerificationResult,
     parse_accept,
 )
+from x402_client._protocol.proof import decode_proof, encode_proof
 
 EURO = {
     "scheme": "euro",

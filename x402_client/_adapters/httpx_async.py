@@ -20,7 +20,6 @@ import httpx
 
 from .._options import PaymentOptions, coerce_options
 from .._protocol.errors import ConfigurationError
-from .._protocol.ledger import PaymentLedger
 from .._state.http import default_ssl_context, wrap_transports
 
 if TYPE_CHECKING:
@@ -30,12 +29,10 @@ if TYPE_CHECKING:
     import requests
 
     from .._flow.payment import Payer
-    from .httpx_sync import SyncPaymentTransport
 
 __all__ = [
     "PaymentTransport",
     "install_boundary",
-    "payment_ledger",
     "with_eur_payment",
     "wrap_transports",
 ]
@@ -200,8 +197,8 @@ def with_eur_payment(
     (`docs/sync.md`). A `requests.Session` (the `requests` extra) pays like an
     `httpx.Client`: a `PaymentAdapter` over each of its adapters, the receipt in
     `response.x402_payment` (`docs/requests.md`). An MCP client session (`mcp.ClientSession`,
-    `mcp.Client`: anything with `call_tool`) pays its paid tool calls, as
-    `with_eur_payment_mcp` does (`docs/mcp-payments.md`).
+    `mcp.Client`: anything with `call_tool`) pays its paid tool calls and hands back a
+    `PaidToolResult` (`docs/mcp-payments.md`).
 
     `options` is a `PaymentOptions` or a mapping of its keys; None (or none given) reads
     `PaymentOptions.from_env()`, as every entry does. The client's transport and each of
@@ -227,9 +224,9 @@ def with_eur_payment(
     is_session = loaded is not None and isinstance(client, loaded.Session)
     if not is_session and not isinstance(client, (httpx.AsyncClient, httpx.Client)):
         if callable(getattr(client, "call_tool", None)):
-            from .mcp_session import with_eur_payment_mcp  # loaded by MCP users only
+            from .mcp_session import install as install_mcp  # loaded by MCP users only
 
-            return with_eur_payment_mcp(client, options)
+            return install_mcp(client, options)
         raise ConfigurationError(
             "with_eur_payment needs an httpx.AsyncClient or an httpx.Client (or a "
             f"requests.Session, or an MCP client session), not {type(client).__name__}"
@@ -244,7 +241,7 @@ def with_eur_payment(
 
     payer = Payer(resolved)
     if isinstance(client, httpx.Client):
-        from .httpx_sync import install as install_sync  # loaded by sync users only
+        from .httpx_blocking import install as install_sync  # loaded by sync users only
 
         return install_sync(client, payer)
     return _install_async(client, payer)
@@ -263,41 +260,3 @@ def _install_async(client: httpx.AsyncClient, payer: Payer) -> httpx.AsyncClient
     wrap_transports(client, install, "PaymentTransport")
     install_boundary(client)
     return client
-
-
-def payment_ledger(
-    client: httpx.AsyncClient
-    | httpx.Client
-    | PaymentTransport
-    | SyncPaymentTransport
-    | requests.Session
-    | PaymentOptions,
-) -> PaymentLedger:
-    """The ledger of every payment made with the options of `client` (an async or sync
-    client, a `PaymentTransport` or `SyncPaymentTransport`, a paying `requests.Session`,
-    or a `PaymentOptions` object).
-
-    ```python
-    for entry in payment_ledger(client).entries(outcome="unknown"):
-        print(entry.intent.amount, entry.proof)
-    ```
-    """
-    if isinstance(client, PaymentOptions):
-        from .._state.shared import state_of
-
-        return state_of(client).ledger
-    transport = (
-        client
-        if isinstance(client, (httpx.AsyncBaseTransport, httpx.BaseTransport))
-        else getattr(client, "_transport", None)
-    )
-    if isinstance(transport, PaymentTransport):
-        return transport.payer.state.ledger
-    if not isinstance(client, httpx.AsyncClient):
-        from .httpx_sync import SyncPaymentTransport, session_transport
-
-        if not isinstance(transport, SyncPaymentTransport):
-            transport = session_transport(client)
-        if transport is not None:
-            return transport.payer.state.ledger
-    raise ConfigurationError("this client has no payment handling: call with_eur_payment first")

@@ -3,7 +3,7 @@
 ```python
 from mcp import Client                      # or a ClientSession you opened yourself
 async with Client("https://tools.example/mcp") as client:
-    with_eur_payment_mcp(client, options)   # the same options an httpx client pays with
+    with_eur_payment(client, options)       # the same options an httpx client pays with
     result = await client.call_tool("weather", {"city": "Paris"})
     receipt = getattr(result, "x402_payment", None)   # a PaidToolResult's PaymentReceipt
 ```
@@ -76,8 +76,8 @@ __all__ = [
     "PAYMENT_META",
     "PAYMENT_RESPONSE_META",
     "PaidToolResult",
+    "install",
     "payment_required_of",
-    "with_eur_payment_mcp",
 ]
 
 #: `params._meta` key of the payment payload on a paid tool call.
@@ -89,7 +89,7 @@ _TOOL_ERROR = 424
 #: Request extension: the tool call a hop stands for. Response extension: its result.
 _CALL = "x402_mcp_call"
 _RESULT = "x402_mcp_result"
-#: Where `with_eur_payment_mcp` keeps what it installed on a session.
+#: Where `with_eur_payment` keeps what it installed on a session.
 _INSTALLED = "_x402_mcp_payment"
 
 _Session = TypeVar("_Session")
@@ -296,9 +296,7 @@ def _paid(result: Any, receipt: PaymentReceipt | None) -> Any:
     )
 
 
-def with_eur_payment_mcp(
-    session: _Session, options: PaymentOptions | Mapping[str, Any] | None = None
-) -> _Session:
+def install(session: _Session, options: PaymentOptions | Mapping[str, Any] | None) -> _Session:
     """Install x402 payment on an MCP client `session` and return that same session.
 
     `session` is an `mcp.ClientSession` or an `mcp.Client` (the `mcp` extra), or any object
@@ -320,7 +318,7 @@ def with_eur_payment_mcp(
     call_tool = getattr(session, "call_tool", None)
     if not callable(call_tool):
         raise ConfigurationError(
-            "with_eur_payment_mcp needs an MCP client session (mcp.ClientSession or "
+            "with_eur_payment needs an MCP client session (mcp.ClientSession or "
             f"mcp.Client), not {type(session).__name__}"
         )
     calls = _ToolCalls(call_tool, resolved)

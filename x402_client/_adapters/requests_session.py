@@ -40,7 +40,7 @@ module adds is the translation at both edges (`docs/requests.md`):
 - **Timeouts** are requests' own, per hop: each send (the first, the paid re-send) gets the
   call's `timeout=`; the payment itself runs under the options' timeouts.
 - **Receipts** ride on the response: `response.x402_payment` (`PaymentReceipt` or None).
-- **Per-request settings** (httpx's `extensions={"x402": ...}`): `payment_settings(...)`,
+- **Per-request settings** (httpx's `extensions={"x402": ...}`): `PaymentAdapter.settings(...)`,
   a context manager, since requests has no per-request extensions.
 - **Adapters.** Each adapter mounted when `with_eur_payment` runs is wrapped under its own
   prefix and keeps sending; a `PaymentAdapter` already mounted is kept and given the new
@@ -82,13 +82,12 @@ from .._flow.payment import (
 )
 from .._options import PaymentOptions, coerce_options
 from .._protocol.errors import ConfigurationError, X402Error
-from .httpx_sync import ADAPTER_SETTINGS, SyncPaymentTransport, _Driver
+from .httpx_blocking import ADAPTER_SETTINGS, SyncPaymentTransport, _Driver
 
 __all__ = [
     "RECEIPT_ATTRIBUTE",
     "PaymentAdapter",
     "install",
-    "payment_settings",
     "requests_error",
 ]
 
@@ -528,29 +527,6 @@ _CURRENT: contextvars.ContextVar[_Send | None] = contextvars.ContextVar(
 )
 
 
-@contextlib.contextmanager
-def payment_settings(settings: Mapping[str, Any]) -> Iterator[None]:
-    """Per-request x402 settings for the requests a paying `requests.Session` sends in this
-    block, in this thread: what `extensions={"x402": settings}` is to an httpx request.
-
-    ```python
-    with payment_settings({"proof": error.proof}):      # re-send a proof, pay nothing new
-        response = session.get(url)
-    with payment_settings({"max_amount_per_payment": "0.05"}):
-        response = session.get(url)
-    ```
-
-    The keys are checked on entry (`ConfigurationError` for an unknown one). Each logical
-    request started in the block takes them at its first hop; its redirect hops keep them.
-    """
-    parse_settings(settings)
-    token = ADAPTER_SETTINGS.set(dict(settings))
-    try:
-        yield
-    finally:
-        ADAPTER_SETTINGS.reset(token)
-
-
 class PaymentAdapter(requests.adapters.BaseAdapter):
     """A requests adapter that answers x402 challenges, over the session's own adapter.
 
@@ -578,6 +554,30 @@ class PaymentAdapter(requests.adapters.BaseAdapter):
             _AdapterTransport(wrapped),
             payer=payer if payer is not None else Payer(coerce_options(options)),
         )
+
+    @staticmethod
+    @contextlib.contextmanager
+    def settings(settings: Mapping[str, Any]) -> Iterator[None]:
+        """Per-request x402 settings for the requests a paying `requests.Session` sends in
+        this block, in this thread: what `extensions={"x402": settings}` is to httpx.
+
+        ```python
+        with PaymentAdapter.settings({"proof": error.proof}):  # re-send it, pay nothing new
+            response = session.get(url)
+        with PaymentAdapter.settings({"max_amount_per_payment": "0.05"}):
+            response = session.get(url)
+        ```
+
+        The keys are checked on entry (`ConfigurationError` for an unknown one). Each
+        logical request started in the block takes them at its first hop; its redirect hops
+        keep them.
+        """
+        parse_settings(settings)
+        token = ADAPTER_SETTINGS.set(dict(settings))
+        try:
+            yield
+        finally:
+            ADAPTER_SETTINGS.reset(token)
 
     @classmethod
     def _sharing(cls, adapter: requests.adapters.BaseAdapter, driver: _Driver) -> PaymentAdapter:

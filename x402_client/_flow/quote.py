@@ -1,46 +1,36 @@
-"""Asking what a resource costs without paying, and what the budgets have left.
+"""Asking what a resource costs without paying.
 
-```python
-quote = await quote_payment(client, "https://merchant.example/paid")
-for entry in quote.entries:
-    print(entry.index, entry.amount, entry.currency, entry.payable, entry.reason)
-
-report = await budget_status(client)
-for status in report:
-    print(status.budget.key, status.spent, status.remaining)
-for currency in report.currencies:      # every currency the client can pay
-    print(currency.currency, currency.max_amount_per_payment, currency.budgeted, currency.note)
-```
-
-A quote is the pure selection policy (`_policy.select`) applied to the merchant's 402,
-with the client's own options, caps and budget headroom: for each entry, whether this
-client would pay it and, if not, why. Nothing is paid and nothing but the resource is
-requested (no RPC read, no facilitator call), so an entry marked payable may still turn
-out unpayable when the client prepares it (a balance too low, an RPC down).
+A quote is the pure selection policy (`_protocol.policy.select`) applied to the
+merchant's 402, with the client's own options, caps and budget headroom: for each entry,
+whether this client would pay it and, if not, why. Nothing is paid and nothing but the
+resource is requested (no RPC read, no facilitator call), so an entry marked payable may
+still turn out unpayable when the client prepares it (a balance too low, an RPC down).
+`payments(client).quote(url)` is how users ask (`_adapters.paying_client`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from decimal import Decimal
 from typing import Any
 
 import httpx
 
-from .._options import PaymentOptions
 from .._protocol.amounts import money_of
-from .._protocol.budgets import BudgetReport
-from .._protocol.errors import ConfigurationError
 from .._protocol.policy import Selection, select
 from .._protocol.rail_interface import RequestSettings
 from .._protocol.redact import safe_url
 from .._protocol.types import PaymentIntent
-from .._state.shared import state_of
 from .payment import EXTENSION, Payer
 
-__all__ = ["Quote", "QuoteEntry", "budget_status", "quote_payment", "quote_response"]
+__all__ = ["Quote", "QuoteEntry", "Send", "quote", "quote_of"]
+
+#: Sends one request through the paying client the user gave (its auth, default headers
+#: and cookies apply) and answers with the response read whole: `(method, url, kwargs)`,
+#: the kwargs httpx's `request` takes.
+Send = Callable[[str, str, dict[str, Any]], Awaitable[httpx.Response]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -164,29 +154,17 @@ class Quote:
         }
 
 
-def _payer_of(source: httpx.AsyncClient | PaymentOptions) -> tuple[Payer, bool]:
-    """The payer to describe entries with, and whether we made it (and must close it)."""
-    if isinstance(source, PaymentOptions):
-        return Payer(source), True
-    transport = getattr(source, "_transport", None)
-    payer = getattr(transport, "payer", None)
-    if not isinstance(payer, Payer):
-        raise ConfigurationError("this client has no payment handling: call with_eur_payment first")
-    return payer, False
-
-
-def quote_response(
+def quote_of(
     response: httpx.Response,
-    options: PaymentOptions | httpx.AsyncClient,
+    payer: Payer,
     *,
     headroom: Mapping[str, Decimal] | None = None,
     now: float | None = None,
 ) -> Quote:
-    """The quote for a 402 `response` you already have (read it first: `response.read()`).
+    """The quote for a 402 `response` already read, with `payer`'s options and rails.
 
-    `headroom` defaults to no budget limit: use `quote_payment` to count the budgets.
-    Every dialect is read: the euro gates' 402 body, the standard x402 v1 body and the v2
-    `PAYMENT-REQUIRED` header.
+    `headroom` defaults to no budget limit. Every dialect is read: the euro gates' 402
+    body, the standard x402 v1 body and the v2 `PAYMENT-REQUIRED` header.
     """
     from .._protocol.dialects import read_challenge
     from .._protocol.errors import InvalidChallenge
@@ -194,7 +172,6 @@ def quote_response(
     url = str(response.request.url) if response._request is not None else ""
     if response.status_code != 402:
         return Quote(url, response.status_code, [])
-    payer, _ = _payer_of(options)
     try:
         challenge = read_challenge(
             response.content, response.headers, limit=payer.options.max_body_bytes
@@ -246,27 +223,13 @@ def _entries(accepts: Sequence[Any], selection: Selection) -> dict[int, QuoteEnt
     return entries
 
 
-async def quote_payment(
-    client: httpx.AsyncClient,
-    url: str,
-    method: str = "GET",
-    **request_kwargs: Any,
+async def quote(
+    payer: Payer, send: Send, method: str, url: str, request_kwargs: dict[str, Any]
 ) -> Quote:
-    """Ask `url` what it costs with `client` (a paying client), paying nothing."""
-    payer, _ = _payer_of(client)
+    """Ask `url` what it costs, through `send`, paying nothing."""
     extensions = dict(request_kwargs.pop("extensions", None) or {})
     extensions[EXTENSION] = {"pay": False}
-    response = await client.request(method, url, extensions=extensions, **request_kwargs)
-    await response.aread()
+    response = await send(method, url, {**request_kwargs, "extensions": extensions})
     budgets = payer.state.budgets
     headroom = await budgets.headroom() if budgets.budgets else {}
-    return quote_response(response, client, headroom=headroom)
-
-
-async def budget_status(source: httpx.AsyncClient | PaymentOptions) -> BudgetReport:
-    """Each budget of the options behind `source` with what it spent and what remains (a
-    list of `BudgetStatus`) and, in `.currencies`, every currency the options can pay with
-    its per-payment cap and whether a budget covers it: once a budget is set, a currency
-    that none covers is not paid."""
-    options = source if isinstance(source, PaymentOptions) else _payer_of(source)[0].options
-    return await state_of(options).budgets.status()
+    return quote_of(response, payer, headroom=headroom)

@@ -1,13 +1,13 @@
 """Finishing payments a dead process left unfinished, from the journal, never paying twice.
 
 With `PaymentOptions(state_path=...)` every payment is journaled before money moves and
-updated the moment each code exists (`_sqlite.SqliteStore`). After a crash:
+updated the moment each code exists (`_state.sqlite_store.SqliteStore`). After a crash:
 
 ```python
-client = with_eur_payment(httpx.AsyncClient(), options)      # the same state_path
-for record in await unfinished_payments(options):
+pay = payments(with_eur_payment(httpx.AsyncClient(), options))   # the same state_path
+for record in await pay.unfinished():
     print(record.id, record.rail, record.amount, record.transaction_code)
-for recovery in await recover_payments(client):
+for recovery in await pay.recover_all():
     print(recovery.status, recovery.reason, recovery.response)
 ```
 
@@ -54,9 +54,9 @@ lets go of it whatever comes of it.
 It sends through the client it is given, with that client's auth, default headers and
 cookies: the journal keeps no credentials (`headers=` adds some per call), not even those
 of a request body (`_redact_body`): a payment whose body held some is left `pending`, never
-re-sent with a redacted body, until `recover_payment(..., content=)` gives the body. The
-same recovery runs for an `httpx.Client` (`recover_payments_sync`, in `_sync`): there, its
-requests go through the sync client's own `request`, in a worker thread. A merchant
+re-sent with a redacted body, until `recover(..., content=)` gives the body. The same
+recovery runs for sync clients (`httpx.Client`, `requests.Session`): there, its requests
+go through the client's own `request`, in a worker thread. A merchant
 that answers 401 or 403 has not said the payment cannot be finished: the record stays
 unfinished (`pending`), and the reason says to pass the credentials.
 """
@@ -66,7 +66,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Literal, cast
@@ -91,16 +91,17 @@ from .._protocol.policy import EXPIRY_SKEW
 from .._protocol.proof import encode_proof
 from .._protocol.redact import redact_urls, strip_redacted
 from .._state.payment_api import PaymentAPI
-from .._state.shared import PaymentState, state_of
+from .._state.shared import PaymentState
 from .._state.sqlite_store import JournalRecord, SqliteStore
 from .payment import EXTENSION, Payer
+from .quote import Send
 
 if TYPE_CHECKING:
     from .._options import ChainAOptions
     from .._protocol.provider import TransactionRecord
     from .._protocol.rail_interface import MeteredRail
 
-__all__ = ["Recovery", "recover_payment", "recover_payments", "unfinished_payments"]
+__all__ = ["Recovery", "journal_of", "recover_all", "recover_one", "unfinished"]
 
 logger = logging.getLogger("x402_client")
 
@@ -109,9 +110,6 @@ Status = Literal["delivered", "failed", "unrecoverable", "pending", "in_progress
 Headers = Mapping[str, str] | Sequence[tuple[str, str]]
 #: The body of a recovery's request, given by the caller when the journal did not keep it.
 Content = bytes | str
-#: How a recovery sends a request: `(method, url, request_kwargs)` through the paying
-#: client (`client.request`), the answer read in full.
-Send = Callable[[str, str, dict[str, Any]], Awaitable[httpx.Response]]
 
 #: Settle-on-proof rails: the merchant moves the money with the signed proof, so without a
 #: proof handed over nothing can have moved.
@@ -143,10 +141,11 @@ class Recovery:
     has not confirmed the payment, the merchant did not answer or wants credentials, the
     indexer, node or payment API gave no definite answer, the journal did not keep the
     request's body): try again later, or with what `reason` asks for; `in_progress`: a
-    live process is working on it; nothing was done.
+    live process is working on it; nothing was done. `record` is the journaled payment,
+    None for a payment recovered from an error alone (no journal).
     """
 
-    record: JournalRecord
+    record: JournalRecord | None
     status: Status
     reason: str
     response: httpx.Response | None = None
@@ -155,8 +154,10 @@ class Recovery:
     def __repr__(self) -> str:
         # One truth: the status, with the record as recovery left it (the same state).
         record = self.record
-        money = money_of(record.amount, record.currency, record.asset_symbol)
         answered = "" if self.response is None else f", answered {self.response.status_code}"
+        if record is None:
+            return f"Recovery({self.status}{answered}: {redact_urls(self.reason)})"
+        money = money_of(record.amount, record.currency, record.asset_symbol)
         return (
             f"Recovery({self.status}: {record.id[:12]}, {money} on {record.rail}"
             f"{answered}: {redact_urls(self.reason)})"
@@ -171,23 +172,15 @@ class Recovery:
         ]
         if self.response is not None:
             facts.append(("answer", f"HTTP {self.response.status_code}"))
+        if self.record is None:
+            return fields_table("payment", facts)
         facts += [(label, value) for label, value in self.record.facts() if label != "state"]
         return fields_table(f"payment {self.record.id}", facts)
 
 
-def _options_of(source: httpx.AsyncClient | httpx.Client | PaymentOptions) -> PaymentOptions:
-    if isinstance(source, PaymentOptions):
-        return source
-    payer = getattr(getattr(source, "_transport", None), "payer", None)
-    if not isinstance(payer, Payer):
-        raise ConfigurationError("this client has no payment handling: call with_eur_payment")
-    return payer.options
-
-
-def _state(
-    source: httpx.AsyncClient | httpx.Client | PaymentOptions,
-) -> tuple[PaymentState, SqliteStore]:
-    state = state_of(_options_of(source))
+def journal_of(payer: Payer) -> tuple[PaymentState, SqliteStore]:
+    """The payer's state and its journal (`ConfigurationError` without a state file)."""
+    state = payer.state
     if state.journal is None:
         raise ConfigurationError(
             "recovery needs the payment journal: set PaymentOptions(state_path=...)"
@@ -195,11 +188,11 @@ def _state(
     return state, state.journal
 
 
-async def unfinished_payments(source: httpx.AsyncClient | PaymentOptions) -> list[JournalRecord]:
+async def unfinished(payer: Payer) -> list[JournalRecord]:
     """Journaled payments whose money moved or may have, and whose resource was not
-    delivered (oldest first): what `recover_payments` works on. Those a live process is
-    still working on are included, `in_progress`."""
-    _, journal = _state(source)
+    delivered (oldest first): what recovery works on. Those a live process is still
+    working on are included, `in_progress`."""
+    _, journal = journal_of(payer)
     return await journal.unfinished()
 
 
@@ -249,17 +242,6 @@ def _codes(record: JournalRecord) -> str:
     ]
     what = f"{format_money(record.amount, record.currency)} ({record.rail}) to {record.pay_to}"
     return f"{what} for {record.resource}" + (f"; {', '.join(codes)}" if codes else "")
-
-
-def sender(client: httpx.AsyncClient) -> Send:
-    """`Send` through an async client."""
-
-    async def send(method: str, url: str, request_kwargs: dict[str, Any]) -> httpx.Response:
-        response = await client.request(method, url, **request_kwargs)
-        await response.aread()
-        return response
-
-    return send
 
 
 def _body_not_kept(record: JournalRecord) -> str | None:
@@ -344,33 +326,18 @@ def _not_now(status: int) -> str | None:
     return None
 
 
-async def recover_payment(
-    client: httpx.AsyncClient,
-    journal_id: str,
-    *,
-    headers: Headers | None = None,
-    content: Content | None = None,
-) -> Recovery:
-    """Finish one journaled payment (see the module docstring); never pays again.
-
-    The request is re-sent through `client`, with its auth, default headers and cookies,
-    and with `headers` (they replace journaled headers of the same name). `content` is
-    the request's body, sent in place of the journaled one: the journal does not keep a
-    body's credentials, and recovery of a payment whose body held some is `pending` until
-    it is given. A payment a live process is working on is left alone: `in_progress`.
-    """
-    return await recover_one(client, journal_id, headers, sender(client), content)
-
-
 async def recover_one(
-    source: httpx.AsyncClient | httpx.Client,
+    payer: Payer,
     journal_id: str,
     headers: Headers | None,
     send: Send,
     content: Content | None = None,
 ) -> Recovery:
-    """`recover_payment` for the paying client `source`, its requests sent by `send`."""
-    state, journal = _state(source)
+    """Finish one journaled payment (see the module docstring), its request re-sent by
+    `send` through the paying client with `headers` (they replace journaled headers of
+    the same name) and `content` as its body when given; never pays again. A payment a
+    live process is working on is left alone: `in_progress`."""
+    state, journal = journal_of(payer)
     record = await journal.get(journal_id)
     if record is None:
         raise ConfigurationError(f"no journaled payment {journal_id!r}")
@@ -383,7 +350,7 @@ async def recover_one(
     try:
         # What the process that owned it left, now that none does.
         record = await journal.get(record.id) or record
-        options = _options_of(source)
+        options = payer.options
         result = _settled(record) or await _recover(
             _Recovering(state, journal, record, headers, send, options.chain_a, options, content)
         )
@@ -401,9 +368,9 @@ async def recover_one(
     # The record as recovery left it (delivered, failed, marked unrecoverable or as it
     # was), so that it tells what `status` tells; less its own claim: it let go of it.
     try:
-        final = await journal.get(record.id) or result.record
+        final = await journal.get(record.id) or result.record or record
     except Exception:  # the journal cannot be read back: the record as recovery found it
-        final = result.record
+        final = result.record or record
     return dataclasses.replace(result, record=dataclasses.replace(final, in_progress=False))
 
 
@@ -709,32 +676,20 @@ def _bridge_payments(
     return found
 
 
-async def recover_payments(
-    client: httpx.AsyncClient, *, headers: Headers | None = None
-) -> list[Recovery]:
-    """Recover every unfinished journaled payment, oldest first (`recover_payment`, with
-    `headers` for each). Those a live process is working on are reported `in_progress`
-    and left alone."""
-    return await recover_all(client, headers, sender(client))
-
-
-async def recover_all(
-    source: httpx.AsyncClient | httpx.Client, headers: Headers | None, send: Send
-) -> list[Recovery]:
-    """`recover_payments` for the paying client `source`, its requests sent by `send`:
-    every unfinished payment, then every `upto` settlement still held at its maximum."""
-    _, journal = _state(source)
+async def recover_all(payer: Payer, headers: Headers | None, send: Send) -> list[Recovery]:
+    """Recover every unfinished journaled payment, oldest first (`recover_one`, with
+    `headers` for each), then every `upto` settlement still held at its maximum. Those a
+    live process is working on are reported `in_progress` and left alone."""
+    _, journal = journal_of(payer)
     results = []
     for record in await journal.unfinished():
-        results.append(await recover_one(source, record.id, headers, send))
+        results.append(await recover_one(payer, record.id, headers, send))
     for record in await journal.held_settlements():
-        results.append(await reconcile_settlement(source, record))
+        results.append(await reconcile_settlement(payer, record))
     return results
 
 
-async def reconcile_settlement(
-    source: httpx.AsyncClient | httpx.Client, record: JournalRecord
-) -> Recovery:
+async def reconcile_settlement(payer: Payer, record: JournalRecord) -> Recovery:
     """An `upto` payment served while what it moved could not be read from the chain (the
     RPC endpoint failed, the merchant named no transaction that settled it): ask the chain
     again. What moved is booked and the rest of the maximum given back (`delivered`); an
@@ -742,10 +697,8 @@ async def reconcile_settlement(
     anything else keeps the maximum (`pending`, with the reason), unless the chain can
     never tell (the nonce was consumed where no named transaction says how much): then
     the maximum stays booked for good."""
-    state, journal = _state(source)
-    payer = getattr(getattr(source, "_transport", None), "payer", None)
-    rails: list[Any] = getattr(payer, "rails", [])
-    rail = next((cast("MeteredRail", r) for r in rails if r.name == "upto"), None)
+    state, journal = journal_of(payer)
+    rail = next((cast("MeteredRail", r) for r in payer.rails if r.name == "upto"), None)
     if rail is None:
         return Recovery(record, "pending", "no upto rail (EVM key and RPC URL) to read the chain")
     if not await journal.claim(record.id):

@@ -258,9 +258,9 @@ class CurrencyStatus:
 
 
 class BudgetReport(list[BudgetStatus]):
-    """What `budget_status` answers: each budget (`BudgetStatus`, in the order given), and
-    in `currencies` every currency the options can pay (`CurrencyStatus`: its cap, and
-    whether a budget covers it)."""
+    """What `payments(client).budgets()` answers: each budget (`BudgetStatus`, in the
+    order given), and in `currencies` every currency the options can pay
+    (`CurrencyStatus`: its cap, and whether a budget covers it)."""
 
     def __init__(
         self, statuses: Iterable[BudgetStatus] = (), currencies: Iterable[CurrencyStatus] = ()

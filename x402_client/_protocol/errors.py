@@ -82,7 +82,7 @@ class RecoveryAdvice:
 
     `money_moved` is the error's (True, or None for "may have"). `outcome` is "paid" (the
     payment was made and the resource not delivered) or "unknown". `payment_id` is the
-    payment's journal id when a state file journaled it (`recover_payment(client, id)` and
+    payment's journal id when a state file journaled it (`payments(client).recover(id)` and
     `x402-eur resume ID` finish it). `proof` is the X-PAYMENT value whose re-sending is safe
     (pays nothing); `transaction_code` the bridge transaction to resume instead of paying;
     `payment_request_code` the euro payment request that was paid. `receipts` record what
@@ -102,10 +102,10 @@ class RecoveryAdvice:
         """What to do, for a Python caller."""
         ways = []
         if self.payment_id is not None:
-            ways.append(f"recover_payment(client, {self.payment_id!r}) finishes it")
+            ways.append(f"payments(client).recover({self.payment_id!r}) finishes it")
         if self.transaction_code is not None:
             ways.append(
-                "resume_bridge_payment(client, error), or the same request with "
+                "payments(client).recover(error), or the same request with "
                 f"extensions={{'x402': {{'resume_transaction_code': {self.transaction_code!r}}}}}"
             )
         if self.proof is not None:
@@ -118,7 +118,7 @@ class RecoveryAdvice:
                     f"do not pay again: payment request {self.payment_request_code} "
                     "identifies the payment for the provider"
                 )
-            return "do not pay again: payment_ledger(options) lists the payment"
+            return "do not pay again: payments(client).ledger lists the payment"
         return "do not pay again; " + "; or ".join(ways) + " (pays nothing)"
 
     def __str__(self) -> str:
@@ -397,7 +397,7 @@ class PaymentOutcomeUnknown(X402Error):
       `extensions={"x402": {"proof": error.proof}}`; the merchant either serves the
       resource or says the proof was already used.
     - `transaction_code`, when set (the bridge): resume without paying again, with
-      `resume_bridge_payment(client, error)` or by re-sending the request with
+      `payments(client).recover(error)` or by re-sending the request with
       `extensions={"x402": {"resume_transaction_code": error.transaction_code}}`.
     - `payment_request_code`: the euro payment request that was being paid.
     """

@@ -10,7 +10,7 @@ sent, answer, ...) and an outcome:
 - `pending`: still in progress.
 
 ```python
-ledger = payment_ledger(client)
+ledger = payments(client).ledger
 for entry in ledger.entries(outcome="unknown"):
     print(entry.intent.amount, entry.transaction_code, entry.proof)
 ```

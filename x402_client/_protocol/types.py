@@ -75,7 +75,7 @@ class PaymentReceipt:
     `amount` equals it; when it could not (the RPC endpoint did not answer, the merchant
     named no transaction that settled the authorization), `settled_amount` is None and
     `amount` is the authorized maximum, booked until the authorization's deadline has passed
-    and recovery can tell (`recover_payments`). Other rails leave all four None: their
+    and recovery can tell (`payments(client).recover_all()`). Other rails leave all four None: their
     `amount` is exactly what moved.
 
     A re-sent proof's receipt (`reused`) says in `closed_payment` which payment it finished

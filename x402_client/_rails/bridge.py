@@ -152,7 +152,7 @@ class _Poll:
         return PaymentOutcomeUnknown(
             f"bridge transaction {code}: {why}; the EURO payment was made. Resume "
             f"with extensions={{'x402': {{'resume_transaction_code': '{code}'}}}} "
-            "(or `resume_bridge_payment`); do not pay again",
+            "(or payments(client).recover(error)); do not pay again",
             transaction_code=code,
             intent=self.intent,
         )

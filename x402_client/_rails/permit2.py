@@ -394,7 +394,7 @@ class ChainReader:
 
 
 def _approval_call(chain_id: int, asset: str) -> str:
-    return f"x402_client.approve_permit2(options, chain_id={chain_id}, asset={asset!r})"
+    return f"payments(client).approve_permit2(chain_id={chain_id}, asset={asset!r})"
 
 
 class Permit2Rail:

@@ -11,7 +11,7 @@ updated the moment each fact exists, so a crash leaves a record of what may have
 paid and what recovery needs (the proof, the codes, the request to re-send).
 
 ```python
-store = SqliteStore(default_state_path())
+store = SqliteStore(SqliteStore.default_path())
 journal_id = await store.open_payment(
     intent=intent, request_method="GET", request_url=url, request_body=None,
     request_headers=list(request.headers.items()), reservations=[(key, reservation_id)],
@@ -571,7 +571,7 @@ class SqliteStore:
     one machine (see the module docstring for the journal's calls).
 
     ```python
-    store = SqliteStore(default_state_path())
+    store = SqliteStore(SqliteStore.default_path())
     options = PaymentOptions(..., budgets=[Budget("5", window=86400)], budget_store=store)
     ...
     await store.aclose()   # yours to close: several clients may share one store
@@ -582,6 +582,13 @@ class SqliteStore:
     (seconds since the epoch) is for tests. Budget totals are SQLite 64-bit integers of
     atomic units: up to about 9.2 million million EUR.
     """
+
+    @staticmethod
+    def default_path() -> pathlib.Path:
+        """Where the command line and the MCP server keep their state: `$X402_EUR_STATE`,
+        else `$XDG_DATA_HOME/x402-eur/state.sqlite3` (XDG's default data home is
+        `~/.local/share`)."""
+        return default_state_path()
 
     def __init__(
         self,

@@ -12,7 +12,7 @@
   `x402_client/cli/reference.md`).
 
 State: `fetch`, `quote`, `payments` and `resume` keep the payment journal and the budgets
-in one SQLite file (`default_state_path()`: `$X402_EUR_STATE`, else
+in one SQLite file (`SqliteStore.default_path()`: `$X402_EUR_STATE`, else
 `$XDG_DATA_HOME/x402-eur/state.sqlite3`), so `--budget 0.20/24h` holds across runs and a
 payment a crash left unfinished can be resumed. `--state PATH` names another file,
 `--no-state` keeps everything in memory for one run.

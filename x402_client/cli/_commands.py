@@ -199,7 +199,7 @@ async def _quote(args: argparse.Namespace) -> int:
     import httpx
 
     from .._adapters.httpx_async import with_eur_payment
-    from .._flow.quote import quote_payment
+    from .._adapters.paying_client import payments
     from .._state.http import default_ssl_context
 
     body = _request_body(args)
@@ -211,7 +211,9 @@ async def _quote(args: argparse.Namespace) -> int:
         _open_state(args, options)
         client = httpx.AsyncClient(follow_redirects=True, timeout=60, verify=default_ssl_context())
         async with with_eur_payment(client, options) as client:
-            quote = await quote_payment(client, args.url, method, headers=args.header, content=body)
+            quote = await payments(client).quote(
+                args.url, method, headers=args.header, content=body
+            )
     finally:
         _close_state(options)
     if args.json:
@@ -317,7 +319,7 @@ async def _resume(args: argparse.Namespace) -> int:
     import httpx
 
     from .._adapters.httpx_async import with_eur_payment
-    from .._flow.recovery import recover_payment
+    from .._adapters.paying_client import payments
     from .._state.http import default_ssl_context
 
     record = await _find_record(args)
@@ -334,8 +336,8 @@ async def _resume(args: argparse.Namespace) -> int:
             )
             async with with_eur_payment(client, options) as client:
                 with display:
-                    recovery = await recover_payment(
-                        client, record.id, headers=args.header, content=body
+                    recovery = await payments(client).recover(
+                        record.id, headers=args.header, content=body
                     )
             if recovery.response is not None:
                 output.write(recovery.response.content)

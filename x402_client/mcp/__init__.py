@@ -44,7 +44,7 @@ admit more. A refusal is `DestinationRefused`: nothing was sent, no money moved.
 
 Layout: `_tools` (the tools over one paying client), `_schemas` (how MCP describes them),
 `_results` (bodies, budgets and errors with their recovery), `_http_guard` (Host, Origin
-and bearer checks), `_server` (the MCP server and its transports), `_command` (the
+and bearer checks), `_server` (the MCP server and its transports), `_launch` (the
 options and the checks before serving). Budgets, amounts, hosts, origins and the state
 file are read as the command line reads them (`x402_client._frontend.common`).
 """
@@ -59,8 +59,8 @@ from .._frontend.common import (
     TOKEN_ENV,
 )
 from .._protocol.budget_spec import parse_budget, parse_budgets
-from ._command import configure_parser, run
 from ._http_guard import require_bearer, require_own_host
+from ._launch import configure_parser, run
 from ._results import ToolError
 from ._schemas import TOOLS, ToolSpec
 from ._server import build_server

@@ -206,11 +206,11 @@ class PaymentTools:
     async def quote(self, url: str, method: str = "GET") -> dict[str, Any]:
         import httpx
 
-        from .._flow.quote import quote_payment
+        from .._adapters.paying_client import payments
 
         where = f"{method} {safe_url(url)}"
         try:
-            quote = await quote_payment(self.client, url, method)
+            quote = await payments(self.client).quote(url, method)
         except httpx.InvalidURL as exc:
             raise ToolError("InvalidArguments", f"the request cannot be made: {exc}") from None
         except Exception as exc:
@@ -220,10 +220,10 @@ class PaymentTools:
         return _frontend.quote_json(quote)
 
     async def payments(self, limit: int = 20) -> dict[str, Any]:
-        from .._adapters.httpx_async import payment_ledger
         from .._protocol.amounts import format_amount
+        from .._state.shared import state_of
 
-        entries = payment_ledger(self.options).entries()
+        entries = state_of(self.options).ledger.entries()
         listed = []
         for entry in reversed(entries[-limit:]):
             item = entry.to_json()
@@ -234,9 +234,10 @@ class PaymentTools:
         return {"payments": listed, "count": len(entries)}
 
     async def budget(self) -> dict[str, Any]:
-        from .._flow.quote import budget_status
+        from .._state.shared import state_of
 
-        return _budget_json(await budget_status(self.options), self.options)
+        report = await state_of(self.options).budgets.status()
+        return _budget_json(report, self.options)
 
 
 def _expected(exc: BaseException) -> bool:

@@ -36,42 +36,16 @@ import logging
 import sys
 import threading
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar
 
-import anyio
 import httpx
 
-from .._flow.payment import EXTENSION, Boundary, LogicalRequest, Payer
-from .._flow.quote import Quote, quote_response
-from .._flow.resume import resumed_request
+from .._flow.payment import Boundary, LogicalRequest, Payer
 from .._options import PaymentOptions, coerce_options
-from .._protocol.budgets import BudgetReport
-from .._protocol.errors import ConfigurationError, PaymentOutcomeUnknown
+from .._protocol.errors import ConfigurationError
 from .._state.http import default_ssl_context, wrap_transports
-from .._state.shared import state_of
 
-if TYPE_CHECKING:
-    from decimal import Decimal
-
-    import requests
-
-    # Loaded by recovery only: the journal brings SQLite, which paying does not need.
-    from .._flow.recovery import Content, Headers, Recovery, Send
-    from .._rails.approval import Permit2Approval
-    from .._state.sqlite_store import JournalRecord
-
-__all__ = [
-    "ADAPTER_SETTINGS",
-    "SyncPaymentTransport",
-    "approve_permit2_sync",
-    "budget_status_sync",
-    "install",
-    "quote_payment_sync",
-    "recover_payment_sync",
-    "recover_payments_sync",
-    "resume_bridge_payment_sync",
-    "unfinished_payments_sync",
-]
+__all__ = ["ADAPTER_SETTINGS", "SyncPaymentTransport", "install", "session_transport"]
 
 logger = logging.getLogger("x402_client")
 
@@ -84,9 +58,8 @@ _NOT_FOR_ASYNC = (
     "SyncPaymentTransport is for httpx.Client; for an httpx.AsyncClient use "
     "PaymentTransport (or with_eur_payment(httpx.AsyncClient(...)))"
 )
-_NO_PAYMENT = "this client has no payment handling: call with_eur_payment first"
 #: The per-request settings of the requests a paying `requests.Session` sends in this
-#: context (`payment_settings(...)`): what `extensions={"x402": ...}` is to httpx.
+#: context (`PaymentAdapter.settings(...)`): what `extensions={"x402": ...}` is to httpx.
 ADAPTER_SETTINGS: contextvars.ContextVar[Mapping[str, Any] | None] = contextvars.ContextVar(
     "x402_requests_settings", default=None
 )
@@ -511,7 +484,7 @@ def _install_boundary(client: httpx.Client, driver: _Driver) -> None:
     object.__setattr__(client, "send", bounded_send)
 
 
-# --- quotes and budgets ----------------------------------------------------------------------
+# --- the paying session behind a requests.Session ------------------------------------------
 
 
 def session_transport(source: Any) -> SyncPaymentTransport | None:
@@ -525,187 +498,3 @@ def session_transport(source: Any) -> SyncPaymentTransport | None:
         if isinstance(found, SyncPaymentTransport):
             return found
     return None
-
-
-def _driver_of(source: Any, what: str, instead: str) -> _Driver:
-    transport = source if isinstance(source, SyncPaymentTransport) else None
-    if transport is None and isinstance(source, httpx.Client):
-        found = getattr(source, "_transport", None)
-        transport = found if isinstance(found, SyncPaymentTransport) else None
-    if transport is None:
-        transport = session_transport(source)
-    if transport is not None:
-        return transport._driver
-    if isinstance(source, httpx.AsyncClient):
-        raise ConfigurationError(
-            f"{what} is for httpx.Client; for an httpx.AsyncClient use `await {instead}(...)`"
-        )
-    raise ConfigurationError(_NO_PAYMENT)
-
-
-def quote_payment_sync(
-    client: httpx.Client | requests.Session,
-    url: str,
-    method: str = "GET",
-    **request_kwargs: Any,
-) -> Quote:
-    """`quote_payment` for a paying `httpx.Client` or `requests.Session`: what `url`
-    costs, paying nothing. `request_kwargs` are the client's own (`headers=`, `json=`,
-    ...); the session sends the request with its cookies and auth."""
-    driver = _driver_of(client, "quote_payment_sync", "quote_payment")
-    if not isinstance(client, httpx.Client):
-        return _quote_with_session(client, driver, method, url, request_kwargs)
-    extensions = dict(request_kwargs.pop("extensions", None) or {})
-    extensions[EXTENSION] = {"pay": False}
-    response = client.request(method, url, extensions=extensions, **request_kwargs)
-    response.read()
-    budgets = driver.payer.state.budgets
-    # On the client's own loop: a store's connections belong to the loop that uses them.
-    headroom = driver.run(budgets.headroom()) if budgets.budgets else {}
-    return quote_response(response, driver.payer.options, headroom=headroom)
-
-
-def _quote_with_session(
-    session: requests.Session,
-    driver: _Driver,
-    method: str,
-    url: str,
-    request_kwargs: dict[str, Any],
-) -> Quote:
-    token = ADAPTER_SETTINGS.set({"pay": False})
-    try:
-        with session.request(method, url, **request_kwargs) as answer:
-            content = answer.content
-    finally:
-        ADAPTER_SETTINGS.reset(token)
-    # The answer as httpx would have handed it back: what `quote_response` reads (its
-    # body already decoded by requests).
-    framing = ("content-encoding", "content-length", "transfer-encoding")
-    response = httpx.Response(
-        answer.status_code,
-        headers=[(k, v) for k, v in answer.headers.items() if k.lower() not in framing],
-        content=content,
-        request=httpx.Request(method, answer.url),
-    )
-    budgets = driver.payer.state.budgets
-    headroom = driver.run(budgets.headroom()) if budgets.budgets else {}
-    return quote_response(response, driver.payer.options, headroom=headroom)
-
-
-def budget_status_sync(
-    source: httpx.Client | SyncPaymentTransport | requests.Session | PaymentOptions,
-) -> BudgetReport:
-    """`budget_status` for sync code: each budget of the options behind `source` (a paying
-    `httpx.Client`, its transport, a paying `requests.Session`, or the `PaymentOptions`),
-    what it spent, what remains, and `.currencies`: every currency the options can pay."""
-    if isinstance(source, PaymentOptions):
-        return _run_alone(state_of(source).budgets.status())
-    driver = _driver_of(source, "budget_status_sync", "budget_status")
-    return driver.run(driver.payer.state.budgets.status())
-
-
-def _run_alone(coro: Coroutine[Any, Any, _T]) -> _T:
-    """Run `coro` for options without a client, so without a loop of their own: on a
-    short-lived one, in a thread of its own so that this works from inside a running
-    event loop too."""
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, coro).result()
-
-
-def approve_permit2_sync(
-    options: PaymentOptions,
-    chain_id: int,
-    asset: str,
-    amount: Decimal | str | None = None,
-) -> Permit2Approval:
-    """`approve_permit2` for sync code (runs on a short-lived event loop of its own)."""
-    from .._rails.approval import approve_permit2
-
-    return _run_alone(approve_permit2(options, chain_id, asset, amount))
-
-
-# --- recovery --------------------------------------------------------------------------------
-
-
-def unfinished_payments_sync(
-    source: httpx.Client | SyncPaymentTransport | PaymentOptions,
-) -> list[JournalRecord]:
-    """`unfinished_payments` for sync code: the journaled payments whose money moved or may
-    have and whose resource was not delivered, oldest first, for `source` (a paying
-    `httpx.Client`, its transport, or the `PaymentOptions`)."""
-    from .._flow.recovery import _state
-
-    if isinstance(source, PaymentOptions):
-        _, journal = _state(source)
-        return _run_alone(journal.unfinished())
-    driver = _driver_of(source, "unfinished_payments_sync", "unfinished_payments")
-    _, journal = _state(driver.payer.options)
-    return driver.run(journal.unfinished())
-
-
-def _recovery_driver(client: httpx.Client, what: str, instead: str) -> _Driver:
-    driver = _driver_of(client, what, instead)
-    if not isinstance(client, httpx.Client):
-        raise ConfigurationError(f"{what} sends through the paying httpx.Client, not its transport")
-    return driver
-
-
-def _sender(client: httpx.Client) -> Send:
-    """A recovery's `Send` through the sync `client`'s own `request` (its auth, default
-    headers and cookies apply), in a worker thread, the answer read there."""
-
-    def request(method: str, url: str, request_kwargs: dict[str, Any]) -> httpx.Response:
-        response = client.request(method, url, **request_kwargs)
-        try:
-            response.read()
-        except BaseException:
-            response.close()
-            raise
-        return response
-
-    async def send(method: str, url: str, request_kwargs: dict[str, Any]) -> httpx.Response:
-        return await anyio.to_thread.run_sync(request, method, url, request_kwargs)
-
-    return send
-
-
-def recover_payments_sync(
-    client: httpx.Client, *, headers: Headers | None = None
-) -> list[Recovery]:
-    """`recover_payments` for a paying `httpx.Client`: finish every unfinished journaled
-    payment, oldest first, never paying again. The requests go through `client`, with its
-    auth, default headers and cookies, and with `headers`."""
-    from .._flow.recovery import recover_all
-
-    driver = _recovery_driver(client, "recover_payments_sync", "recover_payments")
-    return driver.run(recover_all(client, headers, _sender(client)))
-
-
-def recover_payment_sync(
-    client: httpx.Client,
-    journal_id: str,
-    *,
-    headers: Headers | None = None,
-    content: Content | None = None,
-) -> Recovery:
-    """`recover_payment` for a paying `httpx.Client`: finish the journaled payment
-    `journal_id`, never paying again (its request goes through `client`, with `headers`,
-    and `content` as its body when the journal did not keep it)."""
-    from .._flow.recovery import recover_one
-
-    driver = _recovery_driver(client, "recover_payment_sync", "recover_payment")
-    return driver.run(recover_one(client, journal_id, headers, _sender(client), content))
-
-
-def resume_bridge_payment_sync(
-    client: httpx.Client,
-    error: PaymentOutcomeUnknown,
-    method: str = "GET",
-    url: str | None = None,
-    **request_kwargs: Any,
-) -> httpx.Response:
-    """`resume_bridge_payment` for a paying `httpx.Client`: re-send the request behind
-    `error` so that it proves `error.transaction_code` instead of paying again."""
-    _recovery_driver(client, "resume_bridge_payment_sync", "resume_bridge_payment")
-    method, target, request_kwargs = resumed_request(error, method, url, request_kwargs)
-    return client.request(method, target, **request_kwargs)
