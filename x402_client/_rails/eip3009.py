@@ -20,8 +20,9 @@ entry (network `eip155:<id>`) gets `validAfter = 0`, a v1 entry (a network name 
 `validAfter <= now` check, whatever the clocks say.
 
 Signing is the fastest correct path the dependencies allow: the EIP-712 digest is
-computed here (the domain separator cached per chain, token, name and version) and signed
-with the key object made once per rail. `coincurve` (libsecp256k1) signs when installed,
+computed here (`0x1901 ‖ domainSeparator` cached per chain, token, name and version, the
+payer's part of the struct hash once per key) and signed with the key object made once per
+rail. `coincurve` (libsecp256k1) signs when installed,
 else eth-keys' own backend. Signatures are deterministic (RFC 6979, low s), byte for
 byte what eth-account's `sign_typed_data` produces; the tests hold it to that.
 
@@ -33,33 +34,20 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import logging
 import os
 import re
-import time
-from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
-from types import MappingProxyType
+from collections.abc import Mapping
 from typing import Any
 
-from .._protocol.assets import Asset, find_asset
-from .._protocol.models import AcceptEntry, ExactAcceptEntry
-from .._protocol.rail_interface import (
-    Note,
-    NotForThisRail,
-    RailContext,
-    RequestSettings,
-    no_note,
-    unpayable,
-)
-from .._protocol.types import Paid, PaymentIntent
-from .._protocol.types import Rail as RailName
-from . import EIP712_DOMAIN, setting
+from .._protocol.assets import Asset
+from .._protocol.models import ExactAcceptEntry
+from .._protocol.rail_interface import NotForThisRail, RailContext
+from . import EIP712_DOMAIN
+from ._evm_family import V1_NETWORKS, SigningRail, chain_id_of, token_intent, unknown_asset
 from ._evm_signing import ADDRESS_RE as _ADDRESS_RE
 from ._evm_signing import UINT256_LIMIT as _UINT256_LIMIT
-from ._evm_signing import DigestSigner, SignerCache, keccak256, recover_signer
+from ._evm_signing import DigestSigner, keccak256, recover_signer
 from ._evm_signing import address_word as _address_word
-from ._evm_signing import evm_extra_installed as _evm_extra_installed
 from ._evm_signing import uint_word as _uint_word
 
 __all__ = [
@@ -77,43 +65,12 @@ __all__ = [
     "keccak256",
     "new_authorization",
     "recover_signer",
+    "token_intent",
     "transfer_typed_data",
     "unknown_asset",
 ]
 
-logger = logging.getLogger("x402_client")
-
 EVM_EXTRA_MISSING = "EIP-3009 entries need the evm extra: pip install 'x402-eur[evm]'"
-
-#: x402 v1 network names and their chain ids: the foundation's table,
-#: `x402/mechanisms/evm/v1/constants.py::V1_NETWORK_CHAIN_IDS` (x402 2.25.0).
-V1_NETWORKS: Mapping[str, int] = MappingProxyType(
-    {
-        "base": 8453,
-        "base-sepolia": 84532,
-        "ethereum": 1,
-        "polygon": 137,
-        "polygon-amoy": 80002,
-        "avalanche": 43114,
-        "avalanche-fuji": 43113,
-        "abstract": 2741,
-        "abstract-testnet": 11124,
-        "iotex": 4689,
-        "sei": 1329,
-        "sei-testnet": 1328,
-        "peaq": 3338,
-        "story": 1513,
-        "educhain": 656476,
-        "skale-base-sepolia": 1444673419,
-        "megaeth": 4326,
-        "monad": 143,
-        "monad-testnet": 10143,
-        "stable": 988,
-        "stable-testnet": 2201,
-        "celo": 42220,
-        "flare": 14,
-    }
-)
 
 EIP712_DOMAIN_TYPE = (
     "EIP712Domain(string name,string version,uint256 chainId,address verifyingContract)"
@@ -125,22 +82,8 @@ TRANSFER_WITH_AUTHORIZATION_TYPE = (
 #: How long before "now" a v1 authorization becomes valid (the foundation's v1 client).
 V1_VALID_AFTER_SKEW = 600
 
-# CAIP-2 for EVM: a decimal chain id without leading zeros (a uint64 in practice).
-_CAIP2_RE = re.compile(r"\Aeip155:([1-9][0-9]{0,19})\Z")
 _UINT_RE = re.compile(r"\A(?:0|[1-9][0-9]{0,77})\Z")
 _NONCE_RE = re.compile(r"\A0x[0-9a-fA-F]{64}\Z")
-
-
-def chain_id_of(network: str) -> int | None:
-    """The chain id of an EVM network: `eip155:8453` (v2) or a v1 name (`base`); else None."""
-    match = _CAIP2_RE.match(network)
-    if match is not None:
-        return int(match.group(1))
-    return V1_NETWORKS.get(network)
-
-
-def _is_v1_network(network: str) -> bool:
-    return network in V1_NETWORKS
 
 
 # --- hashing -----------------------------------------------------------------------------
@@ -169,6 +112,17 @@ def _domain_separator(name: str, version: str, chain_id: int, token_lower: str) 
 def domain_separator(name: str, version: str, chain_id: int, token: str) -> bytes:
     """The EIP-712 domain separator of a token (cached per chain, token, name, version)."""
     return _domain_separator(name, version, chain_id, token.lower())
+
+
+@functools.lru_cache(maxsize=256)
+def _digest_prefix(name: str, version: str, chain_id: int, token: str) -> bytes:
+    """`0x1901 ‖ domainSeparator`: what every digest of one token's domain starts with."""
+    return b"\x19\x01" + domain_separator(name, version, chain_id, token)
+
+
+def _from_words(payer: str) -> bytes:
+    """The type hash and the `from` word: what every struct hash of one payer starts with."""
+    return _type_hashes()[1] + _address_word(payer)
 
 
 # --- the authorization -------------------------------------------------------------------
@@ -270,11 +224,10 @@ def new_authorization(
     )
 
 
-def _struct_hash(authorization: TransferAuthorization) -> bytes:
-    _, transfer_type_hash = _type_hashes()
+def _struct_hash(authorization: TransferAuthorization, from_words: bytes) -> bytes:
+    """The struct hash; `from_words` is `_from_words(authorization.from_address)`."""
     return keccak256(
-        transfer_type_hash
-        + _address_word(authorization.from_address)
+        from_words
         + _address_word(authorization.to)
         + _uint_word(authorization.value)
         + _uint_word(authorization.valid_after)
@@ -287,9 +240,8 @@ def authorization_digest(
     authorization: TransferAuthorization, *, name: str, version: str, chain_id: int, token: str
 ) -> bytes:
     """The EIP-712 digest that is signed: `keccak256(0x1901 ‖ domainSeparator ‖ structHash)`."""
-    return keccak256(
-        b"\x19\x01" + domain_separator(name, version, chain_id, token) + _struct_hash(authorization)
-    )
+    prefix = _digest_prefix(name, version, chain_id, token)
+    return keccak256(prefix + _struct_hash(authorization, _from_words(authorization.from_address)))
 
 
 def transfer_typed_data(
@@ -337,23 +289,7 @@ def authorization_payload(authorization: TransferAuthorization, signature: bytes
 # --- the rail ----------------------------------------------------------------------------
 
 
-def _blockers(entry: ExactAcceptEntry, extra: Mapping[str, Any]) -> list[str]:
-    """What in an EIP-3009 entry itself keeps it from being paid (not the options)."""
-    blockers = []
-    method = extra.get("assetTransferMethod", "eip3009")
-    if method != "eip3009":
-        blockers.append(f"asset transfer method {str(method)[:40]!r} is not supported")
-    name, version = extra.get("name"), extra.get("version")
-    if not isinstance(name, str) or not name or not isinstance(version, str) or not version:
-        blockers.append("it comes without the token's EIP-712 extra.name and extra.version")
-    if not _ADDRESS_RE.match(entry.asset):
-        blockers.append("its asset is not a token address")
-    if not _ADDRESS_RE.match(entry.pay_to):
-        blockers.append("its payTo is not an address")
-    return blockers
-
-
-class Eip3009Rail:
+class Eip3009Rail(SigningRail[ExactAcceptEntry]):
     """Signs EIP-3009 authorizations for standard x402 `exact` entries on any EVM chain.
 
     Built once per payer: `Eip3009Rail(context)`. It reads the key from
@@ -362,125 +298,57 @@ class Eip3009Rail:
     """
 
     name = "eip3009"
+    scheme = "exact"
+    entry_type = ExactAcceptEntry
+    paying = "EIP-3009 transfer"
+    signed = "an EIP-3009 authorization"
+    extra_missing = EVM_EXTRA_MISSING
     #: Nothing to read before signing: the nonce is random and the facilitator checks
     #: the balance.
     prepare = None
-    #: The schemes of the entries it describes (the selection asks no other rail).
-    schemes = frozenset({"exact"})
-    #: The proof is a signed authorization: the merchant's facilitator moves the money.
-    money_moves_before_proof = False
-    frames_own_proof = False
-    resumes_transactions = False
 
     def __init__(self, context: RailContext) -> None:
-        self._context = context
-        self._signers = SignerCache()
+        super().__init__(context)
+        #: The payer's address and `_from_words` of it (made once per key).
+        self._payer: tuple[str, bytes] = ("", b"")
 
-    def __repr__(self) -> str:
-        return "Eip3009Rail()"
-
-    # --- Rail ------------------------------------------------------------------------------
-
-    def describe(self, entry: AcceptEntry, resource: str) -> PaymentIntent | str:
-        if not isinstance(entry, ExactAcceptEntry):
-            return NotForThisRail("not an exact entry")
-        chain_id = chain_id_of(entry.network)
-        if chain_id is None:
-            return NotForThisRail("not an EVM entry")
-        extra = entry.extra or {}
+    def claim(self, extra: Mapping[str, Any]) -> NotForThisRail | None:
         if "spender" in extra:
             return NotForThisRail("not an EIP-3009 entry")
         if extra.get("assetTransferMethod") == "permit2":
             return NotForThisRail("not an EIP-3009 entry (a Permit2 one)")
-        options = self._context.options
-        asset = find_asset(chain_id, entry.asset, options.assets)
-        blockers = _blockers(entry, extra)
-        blockers += unknown_asset(entry, asset)
-        settings = [setting("evm_private_key")] if options.evm is None else []
-        if not _evm_extra_installed():
-            blockers.append(EVM_EXTRA_MISSING)
-        if asset is None or blockers or settings:
-            name = extra.get("name")
-            label = asset.symbol if asset is not None else name if isinstance(name, str) else ""
-            what = f"EIP-3009 transfer for {label[:20] or 'a token'} on {entry.network[:40]}"
-            return unpayable(what, blockers, settings)
-        return token_intent(entry, asset, resource)
+        return None
 
-    @asynccontextmanager
-    async def pay(
-        self,
-        entry: AcceptEntry,
-        intent: PaymentIntent,
-        settings: RequestSettings,
-        note: Note = no_note,
-    ) -> AsyncIterator[Paid]:
-        assert isinstance(entry, ExactAcceptEntry)
+    def entry_blockers(
+        self, entry: ExactAcceptEntry, extra: Mapping[str, Any], asset: Asset | None
+    ) -> tuple[list[str], str]:
+        blockers = []
+        method = extra.get("assetTransferMethod", "eip3009")
+        if method != "eip3009":
+            blockers.append(f"asset transfer method {str(method)[:40]!r} is not supported")
+        name, version = extra.get("name"), extra.get("version")
+        if not isinstance(name, str) or not name or not isinstance(version, str) or not version:
+            blockers.append("it comes without the token's EIP-712 extra.name and extra.version")
+        label = asset.symbol if asset is not None else name if isinstance(name, str) else ""
+        return blockers, label[:20] or "a token"
+
+    def authorize(
+        self, entry: ExactAcceptEntry, chain_id: int, signer: DigestSigner, now: float
+    ) -> dict[str, Any]:
         extra = entry.extra or {}
-        chain_id = chain_id_of(entry.network)
-        assert chain_id is not None
-        signer = self.signer
         authorization = new_authorization(
             payer=signer.address,
             pay_to=entry.pay_to,
             value=entry.max_amount_required,
             max_timeout_seconds=entry.max_timeout_seconds,
-            now=time.time(),
-            v1=_is_v1_network(entry.network),
+            now=now,
+            v1=entry.network in V1_NETWORKS,
         )
-        digest = authorization_digest(
-            authorization,
-            name=str(extra["name"]),
-            version=str(extra["version"]),
-            chain_id=chain_id,
-            token=entry.asset,
-        )
-        payload = authorization_payload(authorization, signer.sign(digest))
-        logger.debug(
-            "x402: signed an EIP-3009 authorization on %s for %s", entry.network, signer.address
-        )
-        yield Paid(proof="", payload=payload, payer=signer.address)
-
-    async def aclose(self) -> None:
-        """Nothing to close: the rail holds no connection."""
-
-    # --- the key ---------------------------------------------------------------------------
-
-    @property
-    def signer(self) -> DigestSigner:
-        """The payer's signer, made once per key (deriving the address is not free)."""
-        return self._signers.signer(self._context.options)
-
-
-def unknown_asset(entry: ExactAcceptEntry, asset: Asset | None) -> list[str]:
-    """The skip reason of a token address the client does not know (`asset` None), if any
-    (a malformed address has a reason of its own)."""
-    if asset is not None or not _ADDRESS_RE.match(entry.asset):
-        return []
-    return [
-        f"unknown asset {entry.asset[:42]} on {entry.network} (declare it in "
-        f"PaymentOptions.assets or {setting('assets')} to pay it)"
-    ]
-
-
-def token_intent(
-    entry: ExactAcceptEntry, asset: Asset, resource: str, *, rail: RailName = "eip3009"
-) -> PaymentIntent:
-    """The intent of paying a standard `exact` entry in a known token (`asset`), on `rail`
-    (the EIP-3009 and Permit2 rails pay the same entries, authorized differently)."""
-    return PaymentIntent(
-        rail=rail,
-        scheme=entry.scheme,
-        network=entry.network,
-        asset=entry.asset,
-        asset_symbol=asset.symbol,
-        amount=asset.amount(entry.max_amount_required),
-        currency=asset.currency,
-        pay_to=entry.pay_to,
-        resource=resource,
-        atomic_amount=entry.max_amount_required,
-        description=entry.description,
-        accept=entry.to_wire(),
-    )
+        prefix = _digest_prefix(str(extra["name"]), str(extra["version"]), chain_id, entry.asset)
+        if self._payer[0] != signer.address:
+            self._payer = (signer.address, _from_words(signer.address))
+        digest = keccak256(prefix + _struct_hash(authorization, self._payer[1]))
+        return authorization_payload(authorization, signer.sign(digest))
 
 
 def build(context: RailContext) -> Eip3009Rail | None:

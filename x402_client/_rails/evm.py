@@ -64,12 +64,12 @@ from .._protocol.rail_interface import (
     RailContext,
     RequestSettings,
     no_note,
-    unpayable,
 )
 from .._protocol.redact import endpoint_url, guard_library_logs
 from .._protocol.types import Paid, PaymentIntent
 from .._state.http import BodyTooLarge, default_ssl_context, read_bounded
 from . import EIP712_DOMAIN, setting
+from ._evm_family import EvmRail, Reading
 from ._evm_signing import check_chain_id
 
 if TYPE_CHECKING:
@@ -79,9 +79,9 @@ __all__ = [
     "EVM_EXTRA_MISSING",
     "PERMIT_SYMBOLS",
     "EvmPermitRail",
+    "PermitDescriber",
     "PermitsOff",
     "classify_evm_extra",
-    "describe_permit",
     "permit_deadline",
     "permit_proof",
     "permit_typed_data",
@@ -98,6 +98,7 @@ PERMIT_SYMBOLS = frozenset({"EURQ", "USDQ"})
 PERMIT_VERSION = "1"
 
 _ADDRESS_RE = re.compile(r"\A0x[0-9a-fA-F]{40}\Z")
+_NO_FACILITATOR = "it comes without a facilitator to check the spender with"
 _RPC_TIMEOUT = 15.0
 _SUPPORTED_TIMEOUT = 10.0
 #: How old a nonce read by `prepare` may be for `pay` to sign with it (see the module doc).
@@ -154,66 +155,61 @@ def classify_evm_extra(extra: Mapping[str, Any] | None) -> EvmPermitExtra | str:
         return f"invalid extra.{where}: {err['msg']}"
 
 
-def describe_permit(
-    entry: AcceptEntry,
-    resource: str,
-    *,
-    rpc_urls: Mapping[int, Any] | None,
-    installed: bool,
-) -> PaymentIntent | str:
-    """The intent of a permit entry, or every reason it cannot be paid. `rpc_urls` None:
-    the rail is off (no EVM key), and the reasons say what enabling it takes."""
-    if not isinstance(entry, ExactAcceptEntry):
-        return NotForThisRail("not an exact entry")
-    chain_id = EVM_NETWORKS.get(entry.network)
-    if chain_id is None:
-        return NotForThisRail("not an EVM entry")
-    extra = classify_evm_extra(entry.extra)
-    if isinstance(extra, NotForThisRail):
-        return extra
-    blockers: list[str] = []
-    if isinstance(extra, str):
-        blockers.append(extra)
-        raw = (entry.extra or {}).get("symbol")
-        symbol = raw[:20] if isinstance(raw, str) and raw else "a token"
-    else:
+class PermitDescriber(EvmRail[ExactAcceptEntry, EvmPermitExtra]):
+    """What the permit rail says of an entry, whether the options enable it or not
+    (`rpc_urls` None: there is no EVM key, and the reasons say what enabling it takes)."""
+
+    name = "evm-permit"
+    scheme = "exact"
+    entry_type = ExactAcceptEntry
+    paying = "EVM permit"
+    extra_missing = EVM_EXTRA_MISSING
+
+    def __init__(self, rpc_urls: Mapping[int, Any] | None) -> None:
+        self._rpc_urls = rpc_urls
+        self._installed = _extra_installed()
+
+    def chain_of(self, network: str) -> int | None:
+        return EVM_NETWORKS.get(network)
+
+    def read(
+        self, entry: ExactAcceptEntry, chain_id: int
+    ) -> Reading[EvmPermitExtra] | NotForThisRail:
+        extra = classify_evm_extra(entry.extra)
+        if isinstance(extra, NotForThisRail):
+            return extra
+        after = [] if entry.facilitator else [_NO_FACILITATOR]
+        if isinstance(extra, str):
+            raw = (entry.extra or {}).get("symbol")
+            symbol = raw[:20] if isinstance(raw, str) and raw else "a token"
+            return Reading(symbol, [extra], after)
         symbol = extra.symbol[:20]
         if extra.symbol not in PERMIT_SYMBOLS:
-            blockers.append(f"EVM token {symbol!r} is not EURQ or USDQ")
-    if not _ADDRESS_RE.match(entry.asset):
-        blockers.append("its asset is not a token address")
-    if not _ADDRESS_RE.match(entry.pay_to):
-        blockers.append("its payTo is not an address")
-    if not entry.facilitator:
-        blockers.append("it comes without a facilitator to check the spender with")
-    settings = [setting("evm_private_key")] if rpc_urls is None else []
-    if rpc_urls is not None and chain_id not in rpc_urls:
-        blockers.append(f"no RPC URL configured for chain {chain_id}")
-    if rpc_urls is None or chain_id not in rpc_urls:
-        settings.append(setting(f"evm_rpc_urls_{chain_id}"))
-    if not installed:
-        blockers.append(EVM_EXTRA_MISSING)
-    if blockers or settings or not isinstance(extra, EvmPermitExtra):
-        return unpayable(f"EVM permit for {symbol} on {entry.network}", blockers, settings)
-    return exact_intent(entry, rail="evm-permit", symbol=extra.symbol, resource=resource)
+            return Reading(symbol, [f"EVM token {symbol!r} is not EURQ or USDQ"], after)
+        return Reading(symbol, [], after, extra)
+
+    def needs(self, chain_id: int) -> tuple[list[str], list[str]]:
+        rpc_urls = self._rpc_urls
+        if rpc_urls is None:
+            return [], [setting("evm_private_key"), setting(f"evm_rpc_urls_{chain_id}")]
+        if chain_id not in rpc_urls:
+            return [f"no RPC URL configured for chain {chain_id}"], [
+                setting(f"evm_rpc_urls_{chain_id}")
+            ]
+        return [], []
+
+    def intent(
+        self, entry: ExactAcceptEntry, token: EvmPermitExtra, resource: str
+    ) -> PaymentIntent:
+        return exact_intent(entry, rail="evm-permit", symbol=token.symbol, resource=resource)
 
 
-class PermitsOff:
+class PermitsOff(PermitDescriber):
     """The permit rail when the options have no `evm`: it says what paying a permit entry
     would take, and pays nothing."""
 
-    name = "evm-permit"
-    #: The schemes of the entries it describes (the selection asks no other rail).
-    schemes = frozenset({"exact"})
-    resumes_transactions = False
-
     def __init__(self) -> None:
-        self._installed = _extra_installed()
-
-    def describe(self, entry: AcceptEntry, resource: str) -> PaymentIntent | str:
-        described = describe_permit(entry, resource, rpc_urls=None, installed=self._installed)
-        assert isinstance(described, str)
-        return described
+        super().__init__(None)
 
 
 def permit_deadline(now: float, max_timeout_seconds: int) -> int:
@@ -405,24 +401,20 @@ class _TokenInfo:
     symbol: str
 
 
-class EvmPermitRail:
+class EvmPermitRail(PermitDescriber):
     """Signs EIP-2612 permits for `exact` entries on `eip155:1` and `eip155:137`.
 
     Holds one `AsyncWeb3` per RPC URL and one httpx client for `/supported`; close them
     with `aclose()` (the payer does).
     """
 
-    name = "evm-permit"
-    #: The schemes of the entries it describes (the selection asks no other rail).
-    schemes = frozenset({"exact"})
     #: The proof is a signed permit: no money moves until the merchant settles it.
     money_moves_before_proof = False
     frames_own_proof = True
-    resumes_transactions = False
 
     def __init__(self, context: RailContext, options: EvmOptions) -> None:
         #: Without the evm extra, permit entries are skipped (`describe` says how to install it).
-        self._installed = _extra_installed()
+        super().__init__(options.rpc_urls)
         self._context = context
         self._options = options
         self._owner: str | None = None
@@ -449,15 +441,15 @@ class EvmPermitRail:
 
     # --- Rail ------------------------------------------------------------------------------
 
-    def describe(self, entry: AcceptEntry, resource: str) -> PaymentIntent | str:
-        rpc_urls = self._options.rpc_urls
-        return describe_permit(entry, resource, rpc_urls=rpc_urls, installed=self._installed)
+    def _chosen_permit(self, entry: AcceptEntry) -> tuple[ExactAcceptEntry, int, EvmPermitExtra]:
+        """An entry `describe` made an intent of, its chain id and its permit `extra`."""
+        chosen, chain_id = self.chosen(entry)
+        extra = classify_evm_extra(chosen.extra)
+        assert isinstance(extra, EvmPermitExtra)
+        return chosen, chain_id, extra
 
     async def prepare(self, entry: AcceptEntry, intent: PaymentIntent) -> str | None:
-        assert isinstance(entry, ExactAcceptEntry)
-        extra = classify_evm_extra(entry.extra)
-        assert not isinstance(extra, str)
-        chain_id = EVM_NETWORKS[entry.network]
+        entry, chain_id, extra = self._chosen_permit(entry)
         try:
             token = await self._token_info(chain_id, entry.asset)
         except _RpcUnavailable as exc:
@@ -499,10 +491,7 @@ class EvmPermitRail:
         settings: RequestSettings,
         note: Note = no_note,
     ) -> AsyncIterator[Paid]:
-        assert isinstance(entry, ExactAcceptEntry)
-        extra = classify_evm_extra(entry.extra)
-        assert not isinstance(extra, str)
-        chain_id = EVM_NETWORKS[entry.network]
+        entry, chain_id, extra = self._chosen_permit(entry)
         owner = self.owner
         key = (chain_id, entry.asset.lower(), owner.lower())
         activity = self._activity()

@@ -29,48 +29,31 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import logging
 import os
-import time
-from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import Any, TypeVar
 
 import httpx
 
 from .._protocol.amounts import format_amount
-from .._protocol.assets import find_asset
+from .._protocol.assets import Asset, find_asset
 from .._protocol.errors import ConfigurationError
 from .._protocol.models import AcceptEntry, ExactAcceptEntry, UptoAcceptEntry
-from .._protocol.rail_interface import (
-    Note,
-    NotForThisRail,
-    RailContext,
-    RequestSettings,
-    no_note,
-    unpayable,
-)
+from .._protocol.rail_interface import NotForThisRail, RailContext
 from .._protocol.redact import endpoint_url, private_endpoints
-from .._protocol.types import Paid, PaymentIntent
+from .._protocol.types import PaymentIntent
 from .._state.http import default_ssl_context
-from . import setting
+from ._evm_family import SigningRail
 from ._evm_signing import (
-    ADDRESS_RE,
     UINT256_LIMIT,
     DigestSigner,
-    SignerCache,
     address_word,
     check_chain_id,
     check_fields,
     checksum_address,
-    evm_extra_installed,
     keccak256,
     uint_word,
 )
-from .eip3009 import chain_id_of, token_intent, unknown_asset
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = [
     "EXACT_PERMIT2_PROXY_ADDRESS",
@@ -81,6 +64,7 @@ __all__ = [
     "PERMIT_WITNESS_TRANSFER_FROM_TYPE",
     "ChainReader",
     "Permit2Authorization",
+    "Permit2Family",
     "Permit2Rail",
     "RpcUnavailable",
     "new_permit2_authorization",
@@ -91,8 +75,6 @@ __all__ = [
     "witness_transfer_digest",
     "witness_transfer_document",
 ]
-
-logger = logging.getLogger("x402_client")
 
 #: Uniswap's Permit2, at the same address on every EVM chain.
 PERMIT2_ADDRESS = "0x000000000022D473030F116dDEE9F6B43aC78BA3"
@@ -397,119 +379,59 @@ def _approval_call(chain_id: int, asset: str) -> str:
     return f"payments(client).approve_permit2(chain_id={chain_id}, asset={asset!r})"
 
 
-class Permit2Rail:
-    """Signs Permit2 witness transfers for standard x402 `exact` entries on any EVM chain.
+EntryT = TypeVar("EntryT", bound=ExactAcceptEntry | UptoAcceptEntry)
 
-    Built once per payer: `Permit2Rail(context)`. It reads the key from
-    `context.options.evm.private_key`, the RPC endpoints (for the allowance) from
-    `context.options.evm.rpc_urls`, and the assets it may pay from `_assets.KNOWN_ASSETS`
-    plus `context.options.assets`.
-    """
 
-    name = "permit2"
-    #: The schemes of the entries it describes (the selection asks no other rail).
-    schemes = frozenset({"exact"})
-    #: The proof is a signed permit: the merchant's facilitator moves the money.
-    money_moves_before_proof = False
-    #: The v2 frame (`accepted`, `resource`) is the flow's to add.
-    frames_own_proof = False
-    resumes_transactions = False
+class Permit2Family(SigningRail[EntryT]):
+    """What the rails that pay through Permit2 (`exact` and `upto`) share: the RPC URL the
+    approval is read with, and `prepare`, which reads it. Built once per payer."""
 
     def __init__(self, context: RailContext) -> None:
-        self._context = context
-        self._signers = SignerCache()
+        super().__init__(context)
         self._reader: ChainReader | None = None
 
-    def __repr__(self) -> str:
-        return "Permit2Rail()"
+    def entry_blockers(
+        self, entry: EntryT, extra: Mapping[str, Any], asset: Asset | None
+    ) -> tuple[list[str], str]:
+        blockers = []
+        if not entry.network.startswith("eip155:"):
+            blockers.append("it is on an x402 v1 network (Permit2 is paid on v2 eip155 networks)")
+        return blockers, asset.symbol if asset is not None else "a token"
 
-    # --- Rail ------------------------------------------------------------------------------
-
-    def describe(self, entry: AcceptEntry, resource: str) -> PaymentIntent | str:
-        if not isinstance(entry, ExactAcceptEntry):
-            return NotForThisRail("not an exact entry")
-        chain_id = chain_id_of(entry.network)
-        if chain_id is None:
-            return NotForThisRail("not an EVM entry")
-        extra = entry.extra or {}
-        if extra.get("assetTransferMethod") != "permit2" or "spender" in extra:
-            return NotForThisRail("not a Permit2 entry")
-        options = self._context.options
-        asset = find_asset(chain_id, entry.asset, options.assets)
-        blockers = _blockers(entry)
-        blockers += unknown_asset(entry, asset)
-        settings = [] if options.evm is not None else [setting("evm_private_key")]
-        if options.evm is None or chain_id not in options.evm.rpc_urls:
+    def needs(self, chain_id: int) -> tuple[list[str], list[str]]:
+        evm = self._context.options.evm
+        blockers, settings = super().needs(chain_id)
+        if evm is None or chain_id not in evm.rpc_urls:
             blockers.append(
                 f"no RPC URL configured for chain {chain_id} (EvmOptions.rpc_urls), so the "
                 "Permit2 approval cannot be checked"
             )
-        if not evm_extra_installed():
-            blockers.append(PERMIT2_EVM_EXTRA_MISSING)
-        if asset is None or blockers or settings:
-            label = asset.symbol if asset is not None else "a token"
-            return unpayable(
-                f"Permit2 transfer for {label} on {entry.network[:40]}", blockers, settings
-            )
-        return token_intent(entry, asset, resource, rail="permit2")
+        return blockers, settings
 
     async def prepare(self, entry: AcceptEntry, intent: PaymentIntent) -> str | None:
-        assert isinstance(entry, (ExactAcceptEntry, UptoAcceptEntry))
-        chain_id = chain_id_of(entry.network)
-        assert chain_id is not None
+        chosen, chain_id = self.chosen(entry)
         owner = self.signer.address
         try:
-            allowance = await self._chain().allowance(chain_id, entry.asset, owner, PERMIT2_ADDRESS)
+            allowance = await self._chain().allowance(
+                chain_id, chosen.asset, owner, PERMIT2_ADDRESS
+            )
         except RpcUnavailable as exc:
             return f"the Permit2 approval cannot be checked: {exc}"
-        if allowance >= entry.max_amount_required:
+        if allowance >= chosen.max_amount_required:
             return None
-        asset = find_asset(chain_id, entry.asset, self._context.options.assets)
+        asset = find_asset(chain_id, chosen.asset, self._context.options.assets)
         assert asset is not None
         return (
-            f"Permit2 is not approved to move {asset.symbol} for {owner} on {entry.network} "
+            f"Permit2 is not approved to move {asset.symbol} for {owner} on {chosen.network} "
             f"(allowance {format_amount(asset.amount(allowance))}, the payment "
             f"needs {format_amount(intent.amount)}): approve it once with "
-            f"{_approval_call(chain_id, entry.asset)} (one ERC-20 approve transaction; "
+            f"{_approval_call(chain_id, chosen.asset)} (one ERC-20 approve transaction; "
             "it costs gas, nothing is paid)"
         )
-
-    @asynccontextmanager
-    async def pay(
-        self,
-        entry: AcceptEntry,
-        intent: PaymentIntent,
-        settings: RequestSettings,
-        note: Note = no_note,
-    ) -> AsyncIterator[Paid]:
-        assert isinstance(entry, ExactAcceptEntry)
-        chain_id = chain_id_of(entry.network)
-        assert chain_id is not None
-        signer = self.signer
-        authorization = new_permit2_authorization(
-            payer=signer.address,
-            token=entry.asset,
-            pay_to=entry.pay_to,
-            amount=entry.max_amount_required,
-            max_timeout_seconds=entry.max_timeout_seconds,
-            now=time.time(),
-        )
-        payload = permit2_payload(
-            authorization, signer.sign(permit2_digest(authorization, chain_id=chain_id))
-        )
-        logger.debug("x402: signed a Permit2 transfer on %s for %s", entry.network, signer.address)
-        yield Paid(proof="", payload=payload, payer=signer.address)
 
     async def aclose(self) -> None:
         if self._reader is not None:
             await self._reader.aclose()
-
-    # --- helpers ---------------------------------------------------------------------------
-
-    @property
-    def signer(self) -> DigestSigner:
-        """The payer's `DigestSigner`, made once per key."""
-        return self._signers.signer(self._context.options)
 
     def _chain(self) -> ChainReader:
         evm = self._context.options.evm
@@ -519,16 +441,40 @@ class Permit2Rail:
         return self._reader
 
 
-def _blockers(entry: ExactAcceptEntry) -> list[str]:
-    """What in a Permit2 entry itself keeps it from being paid (not the options)."""
-    blockers = []
-    if not entry.network.startswith("eip155:"):
-        blockers.append("it is on an x402 v1 network (Permit2 is paid on v2 eip155 networks)")
-    if not ADDRESS_RE.match(entry.asset):
-        blockers.append("its asset is not a token address")
-    if not ADDRESS_RE.match(entry.pay_to):
-        blockers.append("its payTo is not an address")
-    return blockers
+class Permit2Rail(Permit2Family[ExactAcceptEntry]):
+    """Signs Permit2 witness transfers for standard x402 `exact` entries on any EVM chain.
+
+    Built once per payer: `Permit2Rail(context)`. It reads the key from
+    `context.options.evm.private_key`, the RPC endpoints (for the allowance) from
+    `context.options.evm.rpc_urls`, and the assets it may pay from `_assets.KNOWN_ASSETS`
+    plus `context.options.assets`.
+    """
+
+    name = "permit2"
+    scheme = "exact"
+    entry_type = ExactAcceptEntry
+    paying = "Permit2 transfer"
+    signed = "a Permit2 transfer"
+    extra_missing = PERMIT2_EVM_EXTRA_MISSING
+
+    def claim(self, extra: Mapping[str, Any]) -> NotForThisRail | None:
+        if extra.get("assetTransferMethod") != "permit2" or "spender" in extra:
+            return NotForThisRail("not a Permit2 entry")
+        return None
+
+    def authorize(
+        self, entry: ExactAcceptEntry, chain_id: int, signer: DigestSigner, now: float
+    ) -> dict[str, Any]:
+        authorization = new_permit2_authorization(
+            payer=signer.address,
+            token=entry.asset,
+            pay_to=entry.pay_to,
+            amount=entry.max_amount_required,
+            max_timeout_seconds=entry.max_timeout_seconds,
+            now=now,
+        )
+        digest = permit2_digest(authorization, chain_id=chain_id)
+        return permit2_payload(authorization, signer.sign(digest))
 
 
 def build(context: RailContext) -> Permit2Rail | None:

@@ -32,40 +32,31 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import logging
 import os
 import re
-import time
-from collections.abc import AsyncIterator, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import Mapping
 from typing import Any
 
 import httpx
 
-from .._protocol.models import AcceptEntry, UptoAcceptEntry
-from .._protocol.rail_interface import (
-    Note,
-    NotForThisRail,
-    RailContext,
-    RequestSettings,
-    SettlementCheck,
-    no_note,
-    unpayable,
-)
-from .._protocol.types import Paid, PaymentIntent
+from .._protocol.models import UptoAcceptEntry
+from .._protocol.rail_interface import NotForThisRail, RailContext, SettlementCheck
+from .._protocol.types import PaymentIntent
+from ._evm_family import chain_id_of
 from ._evm_signing import (
     ADDRESS_RE,
+    DigestSigner,
     address_word,
     check_fields,
     checksum_address,
     keccak256,
 )
 from ._evm_signing import uint_word as _uint
-from .eip3009 import chain_id_of
 from .permit2 import (
     PERMIT2_ADDRESS,
+    PERMIT2_EVM_EXTRA_MISSING,
     ChainReader,
-    Permit2Rail,
+    Permit2Family,
     RpcUnavailable,
     permit2_payload,
     witness_transfer_digest,
@@ -83,8 +74,6 @@ __all__ = [
     "upto_payload",
     "upto_typed_data",
 ]
-
-logger = logging.getLogger("x402_client")
 
 #: The x402 foundation's `x402UptoPermit2Proxy`, the spender of every `upto` payment (the
 #: foundation's facilitator refuses any other).
@@ -360,7 +349,7 @@ async def check_settlement(
         return SettlementCheck("unverified", f"the chain could not be read ({exc})")
 
 
-class UptoRail(Permit2Rail):
+class UptoRail(Permit2Family[UptoAcceptEntry]):
     """Signs `upto` Permit2 authorizations (at most the entry's amount) on any EVM chain.
 
     Shares the Permit2 rail's key, RPC endpoints and approval check (`prepare`); built once
@@ -368,49 +357,26 @@ class UptoRail(Permit2Rail):
     """
 
     name = "upto"
-    #: The schemes of the entries it describes (the selection asks no other rail).
-    schemes = frozenset({"upto"})
-    money_moves_before_proof = False
-    frames_own_proof = False
-    resumes_transactions = False
+    scheme = "upto"
+    entry_type = UptoAcceptEntry
+    paying = "upto authorization"
+    signed = "an upto authorization"
+    extra_missing = PERMIT2_EVM_EXTRA_MISSING
 
-    def __repr__(self) -> str:
-        return "UptoRail()"
+    def claim(self, extra: Mapping[str, Any]) -> NotForThisRail | None:
+        # Every upto entry is paid through Permit2, whatever its `assetTransferMethod`.
+        return NotForThisRail("not a Permit2 entry") if "spender" in extra else None
 
-    def describe(self, entry: AcceptEntry, resource: str) -> PaymentIntent | str:
-        if not isinstance(entry, UptoAcceptEntry):
-            return NotForThisRail("not an upto entry")
-        if chain_id_of(entry.network) is None:
-            return NotForThisRail("not an EVM entry")
-        # The Permit2 rail's checks (asset, payTo, key, RPC URL) on the same fields.
-        described = super().describe(_as_permit2_entry(entry), resource)
-        if isinstance(described, NotForThisRail):
-            return described
-        missing = None
+    def witness_blockers(self, entry: UptoAcceptEntry) -> list[str]:
         if _facilitator_of(entry) is None:
-            missing = "it names no facilitatorAddress (extra) to bind the authorization to"
-        if isinstance(described, str):
-            text = described.replace("Permit2 transfer for", "upto authorization for", 1)
-            return text if missing is None else f"{text}; {missing}"
-        if missing is not None:
-            what = f"upto authorization for {described.asset_symbol} on {entry.network[:40]}"
-            return unpayable(what, [missing])
-        return _intent(entry, described, resource)
+            return ["it names no facilitatorAddress (extra) to bind the authorization to"]
+        return []
 
-    @asynccontextmanager
-    async def pay(
-        self,
-        entry: AcceptEntry,
-        intent: PaymentIntent,
-        settings: RequestSettings,
-        note: Note = no_note,
-    ) -> AsyncIterator[Paid]:
-        assert isinstance(entry, UptoAcceptEntry)
-        chain_id = chain_id_of(entry.network)
+    def authorize(
+        self, entry: UptoAcceptEntry, chain_id: int, signer: DigestSigner, now: float
+    ) -> dict[str, Any]:
         facilitator = _facilitator_of(entry)
-        assert chain_id is not None
         assert facilitator is not None
-        signer = self.signer
         authorization = new_upto_authorization(
             payer=signer.address,
             token=entry.asset,
@@ -418,15 +384,10 @@ class UptoRail(Permit2Rail):
             facilitator=facilitator,
             amount=entry.max_amount_required,
             max_timeout_seconds=entry.max_timeout_seconds,
-            now=time.time(),
+            now=now,
         )
-        payload = upto_payload(
-            authorization, signer.sign(upto_digest(authorization, chain_id=chain_id))
-        )
-        logger.debug(
-            "x402: signed an upto authorization on %s for %s", entry.network, signer.address
-        )
-        yield Paid(proof="", payload=payload, payer=signer.address)
+        digest = upto_digest(authorization, chain_id=chain_id)
+        return upto_payload(authorization, signer.sign(digest))
 
     async def check_settlement(
         self, intent: PaymentIntent, payload: Mapping[str, Any] | None, transaction: str | None
@@ -438,28 +399,6 @@ class UptoRail(Permit2Rail):
         if chain_id is None or payload is None or evm is None or chain_id not in evm.rpc_urls:
             return SettlementCheck("unverified", f"no RPC URL to read {intent.network} with")
         return await check_settlement(self._chain(), chain_id, payload, transaction)
-
-
-def _as_permit2_entry(entry: UptoAcceptEntry) -> Any:
-    """The entry as the Permit2 rail's checks read it (the same asset, payTo, chain)."""
-    from .._protocol.models import ExactAcceptEntry
-
-    data = entry.to_wire()
-    data["scheme"] = "exact"
-    data["extra"] = {**(entry.extra or {}), "assetTransferMethod": "permit2"}
-    return ExactAcceptEntry.model_validate(data)
-
-
-def _intent(entry: UptoAcceptEntry, described: PaymentIntent, resource: str) -> PaymentIntent:
-    """The Permit2 rail's intent for the same asset and amount, as an `upto` one: its
-    amount is the most the merchant may settle."""
-    return dataclasses.replace(
-        described,
-        rail="upto",
-        scheme=entry.scheme,
-        resource=resource,
-        accept=entry.to_wire(),
-    )
 
 
 def build(context: RailContext) -> UptoRail | None:
