@@ -11,6 +11,9 @@ each rail states only what differs, as a few class attributes and small hooks.
    the `evm` extra;
 3. the intent (`intent`), or `unpayable("<paying> for <token> on <network>", ...)`.
 
+What it says of an entry is remembered for the same entry object, resource and options: a
+merchant's repeated challenge is read once, so a paying client describes its entries once.
+
 `prepare` is the rail's own chain reads (`None` on a rail that needs none). The rails that
 sign an EIP-712 digest with the payer's key (`SigningRail`) share `pay`: the rail builds and
 signs its authorization (`authorize`), the pipeline yields the payload.
@@ -88,6 +91,9 @@ V1_NETWORKS: Mapping[str, int] = MappingProxyType(
 # CAIP-2 for EVM: a decimal chain id without leading zeros (a uint64 in practice).
 _CAIP2_RE = re.compile(r"\Aeip155:([1-9][0-9]{0,19})\Z")
 
+#: How many entries' descriptions a rail keeps (a few merchants' worth).
+_DESCRIBED_KEPT = 64
+
 EntryT = TypeVar("EntryT", bound=ExactAcceptEntry | UptoAcceptEntry)
 TokenT = TypeVar("TokenT")
 
@@ -137,8 +143,14 @@ class EvmRail(Generic[EntryT, TokenT]):
     #: The schemes of the entries it describes (the selection asks no other rail): its one.
     schemes: frozenset[str]
     resumes_transactions = False
-    #: Whether the `evm` extra is installed (read once per rail).
-    _installed: bool
+
+    def __init__(self, *, installed: bool) -> None:
+        #: Whether the `evm` extra is installed (read once per rail).
+        self._installed = installed
+        #: What `describe` said of the entries seen last: (entry, options, description)
+        #: by the entry's id and the resource.
+        self._described: dict[tuple[int, str], tuple[AcceptEntry, object, PaymentIntent | str]]
+        self._described = {}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -146,6 +158,25 @@ class EvmRail(Generic[EntryT, TokenT]):
             cls.schemes = frozenset({cls.scheme})
 
     def describe(self, entry: AcceptEntry, resource: str) -> PaymentIntent | str:
+        # A merchant's repeated challenge is read once (`_protocol.dialects`): the same
+        # entry object comes back request after request, and what a rail says of it does
+        # not change while the options do not. Held here, its id stays its own.
+        key = (id(entry), resource)
+        options = self.options_read()
+        known = self._described.get(key)
+        if known is not None and known[0] is entry and known[1] is options:
+            return known[2]
+        described = self._describe(entry, resource)
+        if len(self._described) >= _DESCRIBED_KEPT:
+            self._described.clear()
+        self._described[key] = (entry, options, described)
+        return described
+
+    def options_read(self) -> object:
+        """The options `describe` reads beyond the rail's own (None: none)."""
+        return None
+
+    def _describe(self, entry: AcceptEntry, resource: str) -> PaymentIntent | str:
         if not isinstance(entry, self.entry_type):
             return NotForThisRail(f"not an {self.scheme} entry")
         ours = cast(EntryT, entry)
@@ -203,9 +234,12 @@ class SigningRail(EvmRail[EntryT, Asset]):
     frames_own_proof = False
 
     def __init__(self, context: RailContext) -> None:
+        super().__init__(installed=evm_extra_installed())
         self._context = context
         self._signers = SignerCache()
-        self._installed = evm_extra_installed()
+
+    def options_read(self) -> object:
+        return self._context.options
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"

@@ -166,8 +166,8 @@ class PermitDescriber(EvmRail[ExactAcceptEntry, EvmPermitExtra]):
     extra_missing = EVM_EXTRA_MISSING
 
     def __init__(self, rpc_urls: Mapping[int, Any] | None) -> None:
+        super().__init__(installed=_extra_installed())
         self._rpc_urls = rpc_urls
-        self._installed = _extra_installed()
 
     def chain_of(self, network: str) -> int | None:
         return EVM_NETWORKS.get(network)
