@@ -44,9 +44,7 @@ from .._protocol.models import ExactAcceptEntry
 from .._protocol.rail_interface import NotForThisRail, RailContext
 from . import EIP712_DOMAIN
 from ._evm_family import V1_NETWORKS, SigningRail, chain_id_of, token_intent, unknown_asset
-from ._evm_signing import ADDRESS_RE as _ADDRESS_RE
-from ._evm_signing import UINT256_LIMIT as _UINT256_LIMIT
-from ._evm_signing import DigestSigner, keccak256, recover_signer
+from ._evm_signing import DigestSigner, check_fields, keccak256, recover_signer
 from ._evm_signing import address_word as _address_word
 from ._evm_signing import uint_word as _uint_word
 
@@ -145,15 +143,7 @@ class TransferAuthorization:
     nonce: bytes = dataclasses.field(repr=False)
 
     def __post_init__(self) -> None:
-        for name in ("from_address", "to"):
-            if not _ADDRESS_RE.match(getattr(self, name)):
-                raise ValueError(f"{name} is not a 0x address")
-        for name in ("value", "valid_after", "valid_before"):
-            number = getattr(self, name)
-            if isinstance(number, bool) or not isinstance(number, int):
-                raise ValueError(f"{name} must be an int")
-            if not 0 <= number < _UINT256_LIMIT:
-                raise ValueError(f"{name} is out of uint256 range")
+        check_fields(self, ("from_address", "to"), ("value", "valid_after", "valid_before"))
         if not isinstance(self.nonce, bytes) or len(self.nonce) != 32:
             raise ValueError("nonce must be 32 bytes")
 
