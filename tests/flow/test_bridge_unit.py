@@ -466,3 +466,19 @@ async def test_recover_an_error_with_only_a_proof_re_sends_the_proof():
     assert request.headers["X-A"] == "1"
     # on the merchant's 402, the client answers with this proof and pays nothing
     assert request.extensions["x402"] == {"proof": "PROOF"}
+
+
+async def test_recover_an_error_the_merchant_still_cannot_serve_is_pending():
+    def handler(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(503)
+
+    error = PaymentOutcomeUnknown(
+        "lost", proof="PROOF", request=httpx.Request("GET", "https://merchant.example/weather")
+    )
+    async with with_eur_payment(
+        httpx.AsyncClient(transport=httpx.MockTransport(handler)), {}
+    ) as client:
+        recovery = await payments(client).recover(error)
+    assert (recovery.status, recovery.record) == ("pending", None)
+    assert recovery.response is not None and "503" in recovery.reason
+    assert "pending" in repr(recovery) and "503" in repr(recovery)

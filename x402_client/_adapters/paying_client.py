@@ -55,6 +55,9 @@ _T = TypeVar("_T")
 
 _NO_PAYMENT = "this client has no payment handling: call with_eur_payment first"
 
+#: The per-request settings that finish a payment: one of them is set anew on a re-send.
+_FINISHING = frozenset({"proof", "resume_transaction_code", "journal_id"})
+
 # Recomputed by httpx for the re-sent request, or specific to the failed attempt.
 _DROPPED_HEADERS = frozenset(
     {"x-payment", "payment-signature", "content-length", "transfer-encoding"}
@@ -150,8 +153,9 @@ class Payments:
 
         An error without a journal record is finished from what it carries: its request
         is re-sent with its `transaction_code` (the bridge wait resumed) or its `proof`;
-        the answer comes back as a `delivered` recovery (`record` None), and a failure
-        raises as the request would.
+        the answer comes back as a recovery with `record` None (`delivered`, or `pending`
+        when the merchant answered an error status), and a payment error raises as the
+        request would.
         """
         from .._flow.recovery import recover_one
 
@@ -203,10 +207,15 @@ async def _resend_behind(
             f"transaction code ({moved})"
         )
     method, url, kwargs = _request_behind(error, headers, content)
-    given = kwargs.pop("extensions", {})
-    previous = given.get(EXTENSION) if isinstance(given, Mapping) else None
-    merged = {**previous, **settings} if isinstance(previous, Mapping) else settings
+    previous = kwargs.pop("extensions", {}).get(EXTENSION) or {}
+    # what finished the first attempt is replaced by what finishes this one
+    kept = {k: v for k, v in previous.items() if k not in _FINISHING}
+    merged = {**kept, **settings}
     response = await send(method, url, {**kwargs, "extensions": {EXTENSION: merged}})
+    if response.status_code >= 400:
+        # paid, not served yet: nothing new was paid; the same call finishes it later
+        later = f"the merchant answered {response.status_code}; try again later"
+        return Recovery(None, "pending", later, response)
     return Recovery(None, "delivered", what, response)
 
 
@@ -215,6 +224,8 @@ def _request_behind(
 ) -> tuple[str, str, dict[str, Any]]:
     """The request `error` ended: as it was sent (less its proof and framing headers), or,
     when the error carries none, a GET of the paid resource."""
+    from .._flow.payment import EXTENSION
+
     try:
         original: httpx.Request | None = error.request
     except RuntimeError:  # httpx raises when an error was made without a request
@@ -234,13 +245,16 @@ def _request_behind(
             content = original.content or None
         except httpx.RequestNotRead:
             content = None
+    # Only the caller's x402 settings travel: the rest of the extensions belonged to the
+    # request that ended (its logical request, its timeouts).
+    settings = original.extensions.get(EXTENSION)
     return (
         original.method,
         str(original.url),
         {
             "headers": [*kept, *extra.multi_items()],
             "content": content,
-            "extensions": dict(original.extensions),
+            "extensions": {EXTENSION: settings} if isinstance(settings, Mapping) else {},
         },
     )
 
