@@ -34,11 +34,14 @@ Every mistake is answered in one or two lines; `--debug` shows the traceback.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import os
+import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any
 
 from .._frontend.common import one_line as _one_line
 
@@ -50,6 +53,41 @@ from ._common import _Trouble, _UsageError
 from ._render import _shell_logging
 
 __all__ = ["main"]
+
+_Handler = Callable[[argparse.Namespace], Coroutine[Any, Any, int]]
+
+
+def _interruptible(handler: _Handler) -> _Handler:
+    """`handler`, which Ctrl-C cancels: the loop hears the signal (it wakes at once, from
+    any thread the signal lands on) and cancels the command's scope, again at every await
+    until the command has left it, so no layer can lose the interrupt; shielded steps
+    (a journal write, the answer to a payment call) finish first. It then ends as
+    Ctrl-C does (`KeyboardInterrupt`, exit code 130); a second Ctrl-C stops at once."""
+
+    async def run(args: argparse.Namespace) -> int:
+        import anyio
+
+        loop = asyncio.get_running_loop()
+        with anyio.CancelScope() as scope:
+
+            def interrupt() -> None:
+                if scope.cancel_called:
+                    # the second Ctrl-C: Python's own interrupt, wherever it lands
+                    loop.remove_signal_handler(signal.SIGINT)
+                    signal.raise_signal(signal.SIGINT)
+                scope.cancel()
+
+            # no signals where the loop cannot hear them (not the main thread, not Unix)
+            with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                loop.add_signal_handler(signal.SIGINT, interrupt)
+            try:
+                return await handler(args)
+            finally:
+                with contextlib.suppress(NotImplementedError, RuntimeError, ValueError):
+                    loop.remove_signal_handler(signal.SIGINT)
+        raise KeyboardInterrupt
+
+    return run
 
 
 #: Commands that moved to the sandbox's own distribution, and where they went.
@@ -73,7 +111,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         # `x402-eur mcp` sets up its own logging.
         words = _shell_logging() if args.command != "mcp" else contextlib.nullcontext()
         with words:
-            code: int = asyncio.run(args.handler(args))
+            run = args.handler if args.command == "mcp" else _interruptible(args.handler)
+            code: int = asyncio.run(run(args))
         return code
     except KeyboardInterrupt:
         return 130
