@@ -43,7 +43,7 @@ EVM_ROUND_TRIPS = 1.0
 EIP3009_RATIO = 0.95
 #: 5b: the client's own CPU per EIP-3009 paid GET over the pre-signed floor, against the
 #: foundation's client's own CPU over the same floor.
-EIP3009_OWN_RATIO = 0.5
+EIP3009_OWN_RATIO = 0.25
 #: 6: a garbage-collection pause longer than this (ms) is one too many.
 GC_PAUSE_MS = 5.0
 #: 7: peak RSS growth over a 200 MB paid streamed download (MB, less than).
