@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import types
 from collections.abc import Callable
 from decimal import Decimal
 from typing import Any
@@ -21,6 +22,7 @@ from typing import Any
 import pytest
 from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult, TextContent
+from pydantic import BaseModel, ConfigDict, Field
 
 from x402_client import (
     AmountLimitExceeded,
@@ -326,19 +328,100 @@ def test_only_a_session_can_pay():
         with_eur_payment(object(), options())
 
 
-def test_without_the_mcp_package_the_error_names_the_extra():
+def test_paying_needs_no_mcp_package_of_either_generation():
+    """A session of any shape pays without `mcp` or `mcp_types` importable: nothing of the
+    SDK is imported to pay (a 1.x user has no `mcp_types`)."""
     code = (
         "import sys; sys.modules['mcp'] = None; sys.modules['mcp_types'] = None\n"
-        "from x402_client import with_eur_payment\n"
+        "from x402_client import PaidToolResult, with_eur_payment\n"
         "class Session:\n"
         "    async def call_tool(self, *args, **kwargs): ...\n"
-        "try:\n"
-        "    with_eur_payment(Session(), {})\n"
-        "except ImportError as exc:\n"
-        "    print(exc)\n"
+        "session = Session()\n"
+        "print(with_eur_payment(session, {}) is session, PaidToolResult.__name__)\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    assert "x402-eur[mcp]" in done.stdout, done.stdout + done.stderr
+    assert done.stdout.split() == ["True", "PaidToolResult"], done.stdout + done.stderr
+
+
+# --- a session of mcp 1.x's shape -------------------------------------------------------------
+
+
+class LegacyText(BaseModel):
+    type: str = "text"
+    text: str
+
+
+class LegacyResult(BaseModel):
+    """A `CallToolResult` as `mcp` 1.x spells it: camelCase fields, `_meta`, extras kept."""
+
+    model_config = ConfigDict(extra="allow", populate_by_name=True)
+
+    meta: dict[str, Any] | None = Field(alias="_meta", default=None)
+    content: list[LegacyText]
+    structuredContent: dict[str, Any] | None = None
+    isError: bool = False
+
+
+class LegacyError(Exception):
+    """A JSON-RPC error as `mcp` 1.x raises it (`McpError`): code and data under `error`."""
+
+    def __init__(self, code: int, data: Any) -> None:
+        super().__init__("Payment required")
+        self.error = types.SimpleNamespace(code=code, message="Payment required", data=data)
+
+
+def legacy_asks() -> LegacyResult:
+    return LegacyResult(
+        content=[LegacyText(text=json.dumps(required()))],
+        structuredContent=required(),
+        isError=True,
+    )
+
+
+def legacy_served() -> LegacyResult:
+    settlement = {"success": True, "transaction": TX, "network": "eip155:8453"}
+    return LegacyResult(
+        content=[LegacyText(text="sunny")],
+        _meta={"x402/payment-response": settlement},
+        server="kept",  # an extra field, as 1.x results allow
+    )
+
+
+async def test_a_session_with_mcp_1_results_gets_its_own_result_class_paid():
+    session = ScriptedSession(legacy_asks(), legacy_served(), LegacyError(402, required()))
+    session.script.append(legacy_served())
+    paying = options()
+    with_eur_payment(session, paying)
+    result = await session.call_tool("weather", {"city": "Paris"})
+    assert isinstance(result, PaidToolResult) and isinstance(result, LegacyResult)
+    assert result.x402_payment is not None and result.x402_payment.tx_hash == TX
+    assert result.content[0].text == "sunny" and result.meta is not None
+    dumped = result.model_dump(by_alias=True)
+    assert dumped == legacy_served().model_dump(by_alias=True) and "x402_payment" not in dumped
+    # The JSON-RPC binding as 1.x raises it; the paid class is made once per result class.
+    again = await session.call_tool("weather", {"city": "Rome"})
+    assert isinstance(again, PaidToolResult) and type(again) is type(result)
+    assert len(session.payments()) == 2
+    assert [e.outcome for e in payments_of(paying).ledger.entries()] == ["paid", "paid"]
+
+
+async def test_a_free_mcp_1_result_is_untouched():
+    session = ScriptedSession(legacy_served())
+    with_eur_payment(session, options())
+    result = await session.call_tool("echo", {"text": "hello"})
+    assert type(result) is LegacyResult and not isinstance(result, PaidToolResult)
+
+
+async def test_a_paid_result_of_both_generations_is_a_paid_tool_result():
+    unpaid = await ScriptedSession(asks(), served()).call_tool("weather", {})
+    session_2x = with_eur_payment(ScriptedSession(asks(), served()), options())
+    session_1x = with_eur_payment(ScriptedSession(legacy_asks(), legacy_served()), options())
+    result_2x = await session_2x.call_tool("weather", {})
+    result_1x = await session_1x.call_tool("weather", {})
+    assert not isinstance(unpaid, PaidToolResult)
+    assert isinstance(result_2x, PaidToolResult) and isinstance(result_2x, CallToolResult)
+    assert isinstance(result_1x, PaidToolResult) and not isinstance(result_1x, CallToolResult)
+    assert result_2x.model_dump() == served().model_dump()
 
 
 async def test_an_unfinished_payment_is_journaled_and_finished_by_resending_its_proof(tmp_path):

@@ -35,27 +35,32 @@ the ledger and the journal, is `mcp://tool/{name}`.
 Each call that meets a 402 pays with a payer of its own, closed when the call ends; what
 must hold across calls and clients (budgets, ledger, journal, nonce locks) belongs to the
 options object, so one `PaymentOptions` spends one budget over HTTP and MCP alike.
+
+Both generations of the `mcp` SDK, and any session shaped like theirs, pay the same way:
+nothing here imports `mcp`. A tool result is read by its fields, under either generation's
+name (`is_error` / `isError`, `structured_content` / `structuredContent`, `meta`), and a
+JSON-RPC error by its `error.code` and `error.data` (`MCPError` in 2.x, `McpError` in 1.x).
+The payment travels as `call_tool(..., meta=...)`, which `mcp` 1.x has taken since 1.19
+and 2.x takes too. A paid result is an instance of the session's own result class: for each
+pydantic result class met, one subclass of it adding the `x402_payment` field is made (and
+kept), and registered as a virtual subclass of the abstract `PaidToolResult`. So a 1.x user
+gets a 1.x `CallToolResult`, a 2.x user a 2.x one, everything a framework reads of it is
+where that framework expects it, and `isinstance(result, PaidToolResult)` holds for both:
+one public name, no class tied to one generation.
 """
 
 from __future__ import annotations
 
+import abc
 import base64
 import dataclasses
+import threading
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, TypeVar
 from urllib.parse import quote
 
 import httpx
-
-try:
-    from mcp.shared.exceptions import MCPError
-    from mcp_types import CallToolResult
-except ImportError as _missing:  # pragma: no cover - exercised in a subprocess
-    raise ImportError(
-        "paying MCP tool calls needs the `mcp` extra: pip install 'x402-eur[mcp]'"
-    ) from _missing
-
-from pydantic import ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from .._flow.payment import (
     EXTENSION,
@@ -95,13 +100,58 @@ _INSTALLED = "_x402_mcp_payment"
 _Session = TypeVar("_Session")
 
 
-class PaidToolResult(CallToolResult):
-    """A tool's `CallToolResult`, paid for: `x402_payment` is the payment's
-    `PaymentReceipt` (never serialized: `model_dump()` is the result the server sent)."""
+class PaidToolResult(abc.ABC):
+    """A tool's `CallToolResult`, paid for: an instance of the session's own result class
+    (`mcp` 1.x or 2.x) whose `x402_payment` is the payment's `PaymentReceipt` (never
+    serialized: `model_dump()` is the result the server sent). Check it with
+    `isinstance(result, PaidToolResult)`; it is never instantiated itself."""
 
-    model_config = ConfigDict(arbitrary_types_allowed=True)
+    x402_payment: PaymentReceipt | None
 
-    x402_payment: PaymentReceipt | None = Field(default=None, exclude=True)
+
+_paid_classes: dict[type[BaseModel], type[BaseModel]] = {}
+_paid_classes_lock = threading.Lock()
+
+
+def _paid_class(result_class: type[BaseModel]) -> type[BaseModel]:
+    """`result_class` with the `x402_payment` field: made once per class, and a
+    `PaidToolResult`."""
+    with _paid_classes_lock:
+        made = _paid_classes.get(result_class)
+        if made is None:
+            namespace = {
+                "__module__": __name__,
+                "__doc__": PaidToolResult.__doc__,
+                "__annotations__": {"x402_payment": PaymentReceipt | None},
+                "model_config": ConfigDict(arbitrary_types_allowed=True),
+                "x402_payment": Field(default=None, exclude=True),
+            }
+            made = type(f"Paid{result_class.__name__}", (result_class,), namespace)
+            PaidToolResult.register(made)
+            _paid_classes[result_class] = made
+        return made
+
+
+def _field(result: Any, *names: str) -> Any:
+    """A result's field under the first of its generations' `names` that it has."""
+    for name in names:
+        value = getattr(result, name, None)
+        if value is not None:
+            return value
+    return None
+
+
+def _is_error(result: Any) -> bool:
+    return bool(_field(result, "is_error", "isError"))
+
+
+def _json_rpc_402(exc: Exception) -> dict[str, Any] | None:
+    """The `PaymentRequired` a JSON-RPC error 402 carries in `error.data`, or None."""
+    error = getattr(exc, "error", None)
+    data: Any = getattr(error, "data", None)
+    if getattr(error, "code", None) != 402 or not _is_required(data):
+        return None
+    return dict(data)
 
 
 def _is_required(value: Any) -> bool:
@@ -116,9 +166,9 @@ def payment_required_of(result: Any, limit: int = 1_000_000) -> dict[str, Any] |
     """The x402 `PaymentRequired` a tool result carries, or None: a tool error whose
     `structuredContent`, or else whose first text block (JSON, at most `limit` bytes), is
     an object with `x402Version` and `accepts`."""
-    if not getattr(result, "is_error", False):
+    if not _is_error(result):
         return None
-    structured = getattr(result, "structured_content", None)
+    structured = _field(result, "structured_content", "structuredContent")
     if isinstance(structured, dict) and _is_required(structured):
         return dict(structured)
     content = getattr(result, "content", None) or []
@@ -198,7 +248,7 @@ def _answer(result: Any, request: httpx.Request, limit: int) -> httpx.Response:
     settlement = meta.get(PAYMENT_RESPONSE_META) if isinstance(meta, dict) else None
     if isinstance(settlement, dict):
         headers["PAYMENT-RESPONSE"] = _b64(settlement)
-    status = _TOOL_ERROR if getattr(result, "is_error", False) else 200
+    status = _TOOL_ERROR if _is_error(result) else 200
     return httpx.Response(status, headers=headers, request=request, extensions={_RESULT: result})
 
 
@@ -215,11 +265,12 @@ class _ToolCalls:
         kwargs = call.sent_with(_payment_in(request))
         try:
             result = await self.call_tool(call.name, call.arguments, *call.args, **kwargs)
-        except MCPError as exc:
+        except Exception as exc:
             # The JSON-RPC binding: error 402 with the PaymentRequired in `error.data`.
-            if exc.code != 402 or not _is_required(exc.data):
+            required = _json_rpc_402(exc)
+            if required is None:
                 raise
-            return _required_answer(exc.data, request, None)
+            return _required_answer(required, request, None)
         return _answer(result, request, self.options.max_body_bytes)
 
     async def __call__(
@@ -288,21 +339,29 @@ def _say_tool_error(exc: Exception) -> None:
 
 def _paid(result: Any, receipt: PaymentReceipt | None) -> Any:
     """The tool's result, as a `PaidToolResult` carrying `receipt` when it was paid."""
-    if receipt is None or not isinstance(result, CallToolResult):
+    if receipt is None or not isinstance(result, BaseModel):
         return result
+    if isinstance(result, PaidToolResult):
+        return result.model_copy(update={"x402_payment": receipt})
+    paid = _paid_class(type(result))
     values = {name: getattr(result, name) for name in type(result).model_fields}
-    return PaidToolResult.model_construct(
+    made = paid.model_construct(
         set(result.model_fields_set) | {"x402_payment"}, **values, x402_payment=receipt
     )
+    if result.__pydantic_extra__ is not None:
+        object.__setattr__(made, "__pydantic_extra__", dict(result.__pydantic_extra__))
+    return made
 
 
 def install(session: _Session, options: PaymentOptions | Mapping[str, Any] | None) -> _Session:
     """Install x402 payment on an MCP client `session` and return that same session.
 
-    `session` is an `mcp.ClientSession` or an `mcp.Client` (the `mcp` extra), or any object
-    whose `call_tool(name, arguments, ..., meta=...)` returns a `CallToolResult`. From now
+    `session` is an `mcp.ClientSession` (`mcp` 1.19 or newer, 1.x or 2.x) or an `mcp.Client`
+    (2.x), or any object whose `call_tool(name, arguments, ..., meta=...)` returns a
+    `CallToolResult` of either generation (or a pydantic model with the same fields). From now
     on its `call_tool` pays a tool that answers with x402 payment requirements and hands
-    back a `PaidToolResult` (the tool's result, its receipt in `x402_payment`); a free
+    back a `PaidToolResult` (the tool's result, of its own class, its receipt in
+    `x402_payment`); a free
     tool's result, and every other method, are untouched. Everything else is
     `with_eur_payment`'s: `options` (a `PaymentOptions`, a mapping, or None for
     `PaymentOptions.from_env()`), the caps, budgets, hook, ledger, journal and errors.
