@@ -20,7 +20,7 @@ import pytest
 
 from tests.needs import require
 
-require("mcp", "pip install 'x402-eur[mcp]'")
+require("mcp_types", "pip install 'x402-eur[mcp-server]'")
 
 from mcp import Client
 

@@ -17,7 +17,7 @@ from x402_client.mcp import TOOLS, PaymentTools
 from x402_client.mcp._results import _add_payments_made
 from x402_eur_sandbox import Fault
 
-require("mcp", "pip install 'x402-eur[mcp]'")
+require("mcp_types", "pip install 'x402-eur[mcp-server]'")
 
 pytestmark = pytest.mark.anyio
 

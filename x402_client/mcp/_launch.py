@@ -233,8 +233,11 @@ def _prepare(args: argparse.Namespace) -> tuple[PaymentOptions, str | None]:
             args.allow_origin = _frontend.allowed_origins_from_env()
         except ValueError as exc:
             raise _Refusal(str(exc)) from None
-    if importlib.util.find_spec("mcp") is None:
-        raise _Refusal("needs the `mcp` package: pip install 'x402-eur[mcp]'", code=1)
+    # `mcp_types` comes with the 2.x SDK only: a 1.x `mcp` (enough to pay tools) cannot serve.
+    if importlib.util.find_spec("mcp_types") is None:
+        raise _Refusal(
+            "needs the `mcp` package, version 2: pip install 'x402-eur[mcp-server]'", code=1
+        )
     return _options(args, budgets), token
 
 
