@@ -4,7 +4,9 @@ The server is the foundation's `x402.mcp` payment wrapper on a FastMCP server (`
 run in an environment of its own (`tests/mcp_foundation.py`) and speaking streamable HTTP
 on 127.0.0.1; it verifies and settles EIP-3009 transfers through the foundation's
 facilitator on anvil (`tests/x402_foundation.py`). Our client is `mcp` 2.x's `Client` with
-`with_eur_payment_mcp`. The token balances on the chain are the proof.
+`with_eur_payment`, and, in an environment of its own (`tests/mcp1_client.py`), `mcp` 1.x's
+`ClientSession`: both generations pay the same server. The token balances on the chain are
+the proof.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import httpx
 import pytest
 from mcp import Client
 
+from tests.mcp1_client import mcp1_client_python, run_mcp1_client
 from tests.mcp_foundation import foundation_mcp_python, foundation_mcp_server
 from tests.x402_foundation import FoundationStack, foundation_stack
 from x402_client import (
@@ -241,3 +244,78 @@ async def test_a_paid_tool_that_fails_says_the_money_may_have_moved(stack, mcp_u
     [entry] = payments(paying).ledger.entries()
     assert entry.outcome == "unknown" and not entry.delivered
     assert await balances(stack) == before  # not settled (yet): the authorization is out
+
+
+# --- the same server, paid from mcp 1.x's ClientSession -----------------------------------
+
+
+@pytest.fixture(scope="module")
+def mcp1_python() -> Any:
+    return mcp1_client_python()
+
+
+async def on_mcp1(
+    python: Any, stack: FoundationStack, url: str, tool: str, **call: Any
+) -> dict[str, Any]:
+    """One tool call on an mcp 1.x `ClientSession` paying with `with_eur_payment`."""
+    report = await run_mcp1_client(
+        python,
+        {
+            "url": url,
+            "key": stack.payer_key,
+            "chain_id": stack.chain_id,
+            "token": stack.token,
+            "tool": tool,
+            "arguments": {"city": "Paris"} if tool == "weather" else {"text": "hello"},
+            **call,
+        },
+    )
+    assert report["mcp"].startswith("1.") and report["installed_is_session"]
+    # Paying on 1.x needs nothing of 2.x: it is not installed, and nothing asked for it.
+    assert not report["mcp_types_installed"] and not report["mcp_types_imported"]
+    return report
+
+
+async def test_mcp1_the_paid_tool_returns_its_own_result_class_with_a_receipt(
+    stack, mcp_url, mcp1_python
+):
+    payer_before, merchant_before = await balances(stack)
+    report = await on_mcp1(mcp1_python, stack, mcp_url, "weather")
+    assert "error" not in report, report
+    result = report["result"]
+    assert result["paid_tool_result"] and result["mcp1_call_tool_result"]
+    assert not result["is_error"] and "sunny" in result["text"] and "Paris" in result["text"]
+    receipt = result["receipt"]
+    assert (receipt["rail"], receipt["network"], receipt["currency"]) == (
+        "eip3009",
+        stack.network,
+        "EUR",
+    )
+    assert Decimal(receipt["amount"]) == PRICE
+    assert receipt["resource"] == "mcp://tool/weather" and receipt["settled"] is True
+    assert (
+        receipt["tx_hash"]
+        and receipt["tx_hash"] == (result["meta"]["x402/payment-response"]["transaction"])
+    )
+    assert "x402_payment" not in result["dump"] and "x402Payment" not in result["dump"]
+    assert report["ledger"] == ["paid"]
+    assert await balances(stack) == (
+        payer_before - stack.price_atomic,
+        merchant_before + stack.price_atomic,
+    )
+
+
+async def test_mcp1_over_the_cap_nothing_is_signed(stack, mcp_url, mcp1_python):
+    before = await balances(stack)
+    report = await on_mcp1(mcp1_python, stack, mcp_url, "weather", max_amount_per_payment="0.005")
+    assert report["error"] == {"type": "AmountLimitExceeded", "money_moved": False}
+    assert "result" not in report and report["ledger"] == []
+    assert await balances(stack) == before
+
+
+async def test_mcp1_a_free_tool_passes_through_untouched(stack, mcp_url, mcp1_python):
+    before = await balances(stack)
+    report = await on_mcp1(mcp1_python, stack, mcp_url, "echo", unpaid_first=True)
+    assert not report["result"]["paid_tool_result"] and report["result"]["receipt"] is None
+    assert report["result"]["dump"] == report["unpaid"]["dump"]
+    assert report["ledger"] == [] and await balances(stack) == before
