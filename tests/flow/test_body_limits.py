@@ -32,6 +32,13 @@ def test_known_small_needs_a_small_declared_identity_length() -> None:
     chunked = httpx.Response(402, content=iter([b"x"]))  # no Content-Length
     assert "content-length" not in chunked.headers
     assert not known_small(chunked, LIMIT)
+    assert known_small(_response(b"x", **{"Content-Encoding": "identity"}), LIMIT)
+    # A header given twice is not one declared length or encoding: read with a bound.
+    twice = [(b"Content-Length", b"1"), (b"content-length", b"1")]
+    assert not known_small(httpx.Response(402, headers=twice, content=iter([b"x"])), LIMIT)
+    encodings = [(b"Content-Length", b"1"), (b"Content-Encoding", b"identity")]
+    encodings.append((b"content-encoding", b"gzip"))
+    assert not known_small(httpx.Response(402, headers=encodings, content=iter([b"x"])), LIMIT)
 
 
 async def test_a_gzip_bomb_402_is_refused_without_inflating_it_whole() -> None:

@@ -434,8 +434,9 @@ class Boundary:
         return guard if self._outermost or not guard.bounded else None
 
     def _end(self) -> None:
-        if self._outermost and self.guard is not None:
-            self.guard.end()
+        guard = self.guard
+        if self._outermost and guard is not None:
+            guard.end()
 
     async def __aenter__(self) -> Boundary:
         return self
@@ -939,7 +940,9 @@ class Payment:
         body: bytes,
         send: Send,
     ) -> None:
-        self.guard, self.challenge, self.candidate = guard, challenge, candidate
+        self.challenge, self.candidate = challenge, candidate
+        #: The logical request, while the attempt runs (`detach`).
+        self.guard: LogicalRequest | None = guard
         self.request, self.body, self.send = request, body, send
         self._state = state
         #: Where its journal row is written: the journal, or one that keeps nothing.
@@ -971,6 +974,15 @@ class Payment:
     @property
     def intent(self) -> PaymentIntent:
         return self.candidate.intent
+
+    def detach(self) -> httpx.Response | PayFresh | None:
+        """The attempt is over: what it ended with. The payment lets go of its logical
+        request, its proof and its answer: the logical request keeps the payment (its
+        error boundary may still need it), and a reference back would make a cycle that
+        only the garbage collector frees, holding the paid response and its requests
+        until it runs."""
+        result, self.result, self.proof, self.guard = self.result, None, None, None
+        return result
 
     @property
     def id(self) -> str:
@@ -1107,6 +1119,8 @@ class Payment:
             # A refused resume says nothing about whether the earlier money moved.
             outcome = "unknown"
         self.entry.finish(outcome, error=error)
+        if self.journal_id is None and not (outcome == "failed" and self.held):
+            return  # no journal row to write, nothing to give back: nothing to shield
         with anyio.CancelScope(shield=True):
             await self._write(
                 "the outcome",
@@ -1193,6 +1207,7 @@ async def _pay(payer: Payer, payment: Payment) -> State:
     leaves the process; its receipt counts."""
     rail, entry, intent = payment.candidate.rail, payment.candidate.entry, payment.intent
     guard = payment.guard
+    assert guard is not None
     payment.rail_called = True
     _trail(payment.entry, "paying", intent.rail)
     paid = await payment.stack.enter_async_context(
@@ -1635,8 +1650,9 @@ class Payer:
         finally:
             outcome, error, dead = payment.ending
             await payment.finish(outcome, error=error, dead_proof=dead)
-        assert payment.result is not None
-        return payment.result
+            result = payment.detach()
+        assert result is not None
+        return result
 
     # --- what the states ask of the payer ----------------------------------------------------
 
@@ -1682,6 +1698,7 @@ class Payer:
             settlement_verified=settled is not None,
         )
         response.extensions = {**response.extensions, RECEIPT_EXTENSION: receipt}
+        assert payment.guard is not None
         payment.guard.settled(receipt)
         claimed = receipt.claimed_amount
         if claimed is None or claimed <= intent.amount:

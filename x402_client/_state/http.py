@@ -51,13 +51,24 @@ def known_small(response: httpx.Response, limit: int) -> bool:
     """True when the whole body can be read at once (`aread()`) without risk: its
     `Content-Length` is declared and within `limit`, and it is not compressed (a compressed
     body's decoded size is not bounded by its length)."""
-    headers = response.headers
-    declared = headers.get("content-length")
+    # One pass over the raw headers (two `Headers.get` would decode and scan them twice);
+    # a repeated header is not one declared length or encoding.
+    declared = encoding = None
+    for key, value in response.headers.raw:
+        name = key.lower()
+        if name == b"content-length":
+            if declared is not None:
+                return False
+            declared = value
+        elif name == b"content-encoding":
+            if encoding is not None:
+                return False
+            encoding = value
     return (
         declared is not None
         and declared.isdigit()
         and int(declared) <= limit
-        and headers.get("content-encoding", "identity") in ("identity", "")
+        and encoding in (None, b"identity", b"")
     )
 
 

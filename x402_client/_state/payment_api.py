@@ -252,20 +252,26 @@ class PaymentAPI:
 
     def _payment_request(self, content: bytes) -> httpx.Request:
         """The payment call, without the key (the transport sets it while sending). Built
-        from parts merged once: no per-call base-URL merge."""
+        from parts merged once: no per-call base-URL merge, and the headers httpx prepares
+        for a body (`Host`, `Content-Length`) prepared once, only the length set per call."""
         parts = self._parts
         if parts is None:
             client = self._client
             headers = client.headers.copy()  # the client's defaults, as `send` would add
             headers["Content-Type"] = "application/json"
             base = client.base_url  # normalised with a trailing slash
-            parts = self._parts = (
-                base.copy_with(raw_path=base.raw_path + b"transaction/payment"),
-                headers,
-                {"timeout": client.timeout.as_dict()},
-            )
-        url, headers, extensions = parts
-        return httpx.Request("POST", url, headers=headers, content=content, extensions=extensions)
+            url = base.copy_with(raw_path=base.raw_path + b"transaction/payment")
+            # What `httpx.Request(content=...)` writes, in its order; the length is a stand-in.
+            prepared = httpx.Request("POST", url, headers=headers, content=b"{}").headers
+            parts = self._parts = (url, prepared, {"timeout": client.timeout.as_dict()})
+        url, prepared, extensions = parts
+        headers = prepared.copy()
+        headers["Content-Length"] = str(len(content))
+        request = httpx.Request(
+            "POST", url, headers=headers, stream=httpx.ByteStream(content), extensions=extensions
+        )
+        request.read()  # as `content=` does: the body stays readable for what reports it
+        return request
 
     async def _pay(
         self,
