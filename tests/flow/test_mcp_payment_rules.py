@@ -31,12 +31,11 @@ from x402_client import (
     PaidToolResult,
     PaymentOptions,
     PaymentOutcomeUnknown,
+    PaymentReceipt,
     PaymentVerificationFailed,
     with_eur_payment,
 )
-from x402_client import (
-    payments as payments_of,
-)
+from x402_client import payments as payments_of
 from x402_client._adapters.mcp_session import payment_required_of
 
 pytestmark = pytest.mark.anyio
@@ -153,6 +152,7 @@ async def test_pays_a_challenge_given_as_text_and_keeps_the_callers_meta():
     result = await session.call_tool("weather", {"city": "Paris"}, meta={"progressToken": "p1"})
     assert isinstance(result, PaidToolResult) and result.content[0].text == "sunny"
     assert result.x402_payment is not None and result.x402_payment.tx_hash == TX
+    assert PaymentReceipt.of(result) is result.x402_payment
     assert result.x402_payment.amount == Decimal("0.01") and result.x402_payment.currency == "USD"
     [first, paid] = session.calls
     assert first == ("weather", {"city": "Paris"}, {"progressToken": "p1"})

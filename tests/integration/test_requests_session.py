@@ -232,7 +232,9 @@ def test_quotes_the_ledger_and_the_budgets_are_read_from_the_session(
         assert (offer.amount, offer.currency, offer.first) == (Decimal("0.10"), "EUR", True)
         assert payments(session).quote(sandbox.url("/free")).free
         assert bank_payments(sandbox, payer) == [] and payments(session).ledger.entries() == []
-        paid = session.get(sandbox.url("/weather")).x402_payment
+        answer = session.get(sandbox.url("/weather"))
+        paid = answer.x402_payment
+        assert PaymentReceipt.of(answer) is paid is not None
         [entry] = payments(session).ledger.entries()
         assert (entry.outcome, entry.proof) == ("paid", paid.proof)
         (status,) = payments(session).budgets()

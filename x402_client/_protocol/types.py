@@ -109,6 +109,22 @@ class PaymentReceipt:
     settlement_verified: bool | None = None
     closed_payment: str | None = None
 
+    @classmethod
+    def of(cls, answer: object) -> PaymentReceipt | None:
+        """The receipt of a paid answer, None when nothing was paid for it: an httpx
+        response (`response.extensions["x402_payment"]`), a `requests` response or an MCP
+        tool result (`.x402_payment`), or anything else (None, never an AttributeError).
+
+        ```python
+        receipt = PaymentReceipt.of(response)   # typed: PaymentReceipt | None
+        ```
+        """
+        extensions = getattr(answer, "extensions", None)
+        found = extensions.get("x402_payment") if isinstance(extensions, Mapping) else None
+        if found is None:
+            found = getattr(answer, "x402_payment", None)
+        return found if isinstance(found, cls) else None
+
     def __repr__(self) -> str:
         # Short: the money as the library writes it, the rail, the resource, the codes.
         from .amounts import format_amount, money_of
