@@ -300,3 +300,21 @@ def test_none_without_a_usable_environment_names_the_variables(
     monkeypatch.delenv("X402_EUR_API_URL")
     with pytest.raises(ConfigurationError, match="X402_EUR_API_URL is not set"):
         _through(entry, None)
+
+
+def test_every_payments_method_has_its_sync_form_generated_from_it() -> None:
+    """`SyncPayments` is written once, from `Payments`: each public method of one is a
+    method of the other, with the same documentation, never a hand-made copy."""
+    import inspect
+
+    from x402_client import Payments, SyncPayments
+
+    def public(cls: type) -> set[str]:
+        return {name for name in vars(cls) if not name.startswith("_")}
+
+    assert public(Payments) == public(SyncPayments)
+    for name in public(Payments):
+        made, source = getattr(SyncPayments, name), getattr(Payments, name)
+        if inspect.iscoroutinefunction(source):
+            assert made.__wrapped__ is source, name
+            assert not inspect.iscoroutinefunction(made), name
