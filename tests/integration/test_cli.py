@@ -518,6 +518,6 @@ def test_an_unknown_option_of_a_command_points_at_the_command_s_help(command) ->
     assert result.returncode == 2
     assert result.stdout == ""
     assert result.stderr.splitlines() == [
-        f"x402-eur {command}: unrecognized arguments: --frobnicate",
+        f"x402-eur {command}: unknown option --frobnicate",
         f"Try 'x402-eur {command} --help'.",
     ]

@@ -28,10 +28,30 @@ class _Parser(argparse.ArgumentParser):
     ) -> tuple[argparse.Namespace, list[str]]:
         # An option a command does not know is that command's mistake, answered with its own
         # `--help` (argparse would leave it to the top-level parser).
+        if not self._subparsers and args is not None:
+            self._refuse_unknown_options(args)
         parsed, extras = super().parse_known_args(args, namespace)
         if extras:
             self.error(f"unrecognized arguments: {' '.join(extras)}")
         return parsed, extras
+
+    def _refuse_unknown_options(self, args: Sequence[str]) -> None:
+        """`--max-amout 0.05` is a mistyped option, not a URL `0.05`: said before the
+        arguments are read, with the option meant when one is close."""
+        import difflib
+
+        known = [name for name in self._option_string_actions if name.startswith("--")]
+        for word in args:
+            if word == "--":
+                return
+            name = word.split("=", 1)[0]
+            if not name.startswith("--") or name in self._option_string_actions:
+                continue
+            if any(option.startswith(name) for option in known):
+                continue  # argparse's own abbreviation, or its ambiguity error
+            close = difflib.get_close_matches(name, known, n=1, cutoff=0.7)
+            meant = f"; did you mean {close[0]}?" if close else ""
+            self.error(f"unknown option {name}{meant}")
 
     def format_help(self) -> str:
         if self.epilog_factory is not None:

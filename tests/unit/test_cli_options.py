@@ -1,0 +1,41 @@
+"""A mistyped option is said to be one, with the option meant, before any argument is
+read: `--max-amout 0.05` is not a URL `0.05`."""
+
+from __future__ import annotations
+
+import pytest
+
+from x402_client.cli import _parser
+from x402_client.cli._common import _UsageError
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        (
+            ["fetch", "--max-amout", "0.05", "http://127.0.0.1:9/x"],
+            "x402-eur fetch: unknown option --max-amout; did you mean --max-amount?",
+        ),
+        (
+            ["fetch", "--budjet", "1.00/24h", "http://127.0.0.1:9/x"],
+            "x402-eur fetch: unknown option --budjet; did you mean --budget?",
+        ),
+        (
+            ["quote", "--max-amount-per-paymnt=0.05", "http://127.0.0.1:9/x"],
+            "x402-eur quote: unknown option --max-amount-per-paymnt",
+        ),
+        (["payments", "--frobnicate"], "x402-eur payments: unknown option --frobnicate"),
+    ],
+)
+def test_a_mistyped_option_is_named_with_the_one_meant(argv: list[str], said: str) -> None:
+    with pytest.raises(_UsageError) as caught:
+        _parser().parse_args(argv)
+    first, second = str(caught.value).splitlines()
+    assert (first, second) == (said, f"Try 'x402-eur {argv[0]} --help'.")
+
+
+def test_known_options_abbreviations_and_values_after_a_double_dash_still_parse() -> None:
+    args = _parser().parse_args(["fetch", "--max-amount", "0.05", "http://127.0.0.1:9/x"])
+    assert args.url == "http://127.0.0.1:9/x"
+    args = _parser().parse_args(["fetch", "--max-amount=0.05", "--", "http://127.0.0.1:9/--x"])
+    assert args.url == "http://127.0.0.1:9/--x"
