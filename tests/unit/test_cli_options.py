@@ -1,5 +1,6 @@
-"""A mistyped option is said to be one, with the option meant, before any argument is
-read: `--max-amout 0.05` is not a URL `0.05`."""
+"""What the command line says of a mistake or an answer, exactly: a mistyped option is
+said to be one, with the option meant, before any argument is read (`--max-amout 0.05` is
+not a URL `0.05`); a quote of an error answer says it is no payment gate."""
 
 from __future__ import annotations
 
@@ -39,3 +40,21 @@ def test_known_options_abbreviations_and_values_after_a_double_dash_still_parse(
     assert args.url == "http://127.0.0.1:9/x"
     args = _parser().parse_args(["fetch", "--max-amount=0.05", "--", "http://127.0.0.1:9/--x"])
     assert args.url == "http://127.0.0.1:9/--x"
+
+
+@pytest.mark.parametrize(
+    ("status", "said"),
+    [
+        (404, "GET http://127.0.0.1:9/x: HTTP 404, not a payment gate (nothing to pay)\n"),
+        (401, "GET http://127.0.0.1:9/x: HTTP 401, not a payment gate (nothing to pay)\n"),
+        (200, "GET http://127.0.0.1:9/x: HTTP 200, free (nothing to pay)\n"),
+    ],
+)
+def test_a_quote_of_an_answer_that_is_no_402_says_what_it_is(
+    status: int, said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from x402_client._flow.quote import Quote
+    from x402_client.cli._render import _print_quote
+
+    _print_quote("GET", Quote("http://127.0.0.1:9/x", status, []))
+    assert capsys.readouterr().out == said

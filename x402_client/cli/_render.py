@@ -243,6 +243,10 @@ def _quote_row(entry: Any) -> list[str]:
 
 def _print_quote(method: str, quote: Any) -> None:
     where = f"{method} {safe_url(quote.url)}"
+    if quote.free and quote.status_code >= 400:
+        # an error answer is no price: the resource may not exist, or want credentials
+        print(f"{where}: HTTP {quote.status_code}, not a payment gate (nothing to pay)")
+        return
     if quote.free:
         print(f"{where}: HTTP {quote.status_code}, free (nothing to pay)")
         return
