@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import bank_payments
 from tests.integration.test_cli import env_of, run
 from x402_eur_sandbox import Fault, Price, Sandbox
 
@@ -60,7 +61,7 @@ def test_a_connection_error_with_json_is_the_json_object_of_a_success(sandbox, p
     assert result.stdout == ""
 
 
-def test_a_missing_configuration_with_json_is_json_too(tmp_path) -> None:
+def test_a_connection_error_without_configuration_with_json_is_json_too(tmp_path) -> None:
     env = {k: "" for k in ("X402_EUR_API_KEY", "X402_EUR_ACCOUNT", "X402_EUR_API_URL")}
     out = tmp_path / "body"
     result = run("fetch", "--json", "-o", str(out), "-X", "post", "http://127.0.0.1:9/", env=env)
@@ -72,13 +73,27 @@ def test_a_missing_configuration_with_json_is_json_too(tmp_path) -> None:
         "output": None,
         "receipt": None,
         "error": {
-            "type": "ConfigurationError",
-            "message": "no usable payment configuration in the environment: X402_EUR_API_KEY, "
-            "X402_EUR_ACCOUNT, X402_EUR_API_URL are not set (set them for the managed account, "
-            "or X402_EUR_EVM_PRIVATE_KEY for EVM permits)",
+            "type": "ConnectError",
+            "message": "cannot connect to http://127.0.0.1:9/: All connection attempts failed",
             "moneyMoved": False,
         },
     }
+
+
+def test_without_configuration_a_free_url_is_fetched_and_a_paid_one_says_what_to_set(
+    sandbox, payer
+) -> None:
+    env = {k: "" for k in ("X402_EUR_API_KEY", "X402_EUR_ACCOUNT", "X402_EUR_API_URL")}
+    free = run("fetch", sandbox.url("/free"), env=env)
+    assert free.returncode == 0 and free.stdout, free.stderr
+    paid = run("fetch", sandbox.url("/weather"), env=env)
+    assert paid.returncode == 3 and paid.stdout == ""
+    assert paid.stderr.splitlines()[-1] == (
+        "x402-eur: no payment configuration in the environment: set X402_EUR_API_KEY, "
+        "X402_EUR_ACCOUNT and X402_EUR_API_URL (a managed account) or "
+        "X402_EUR_EVM_PRIVATE_KEY (EVM)"
+    )
+    assert bank_payments(sandbox, payer) == []
 
 
 def test_a_failed_payment_and_a_success_print_the_same_keys(sandbox, payer) -> None:

@@ -89,11 +89,19 @@ async def _fetch(args: argparse.Namespace) -> int:
         return 1
 
 
+_NOT_CONFIGURED = (
+    "no payment configuration in the environment: set X402_EUR_API_KEY, X402_EUR_ACCOUNT "
+    "and X402_EUR_API_URL (a managed account) or X402_EUR_EVM_PRIVATE_KEY (EVM)"
+)
+
+
 async def _fetch_reporting(args: argparse.Namespace, report: IO[str]) -> int:
     body = _request_body(args)
     method = args.method or ("POST" if body is not None else "GET")
     on_progress, display = _progress(args)
-    options = _payment_options(args, on_progress=on_progress)
+    # A free URL needs no payment configuration: without one, nothing can be paid.
+    configured = _frontend.configured_in_env()
+    options = _payment_options(args, on_progress=on_progress, from_env=configured)
     try:
         _open_state(args, options)
         output = _Output(args)
@@ -104,6 +112,8 @@ async def _fetch_reporting(args: argparse.Namespace, report: IO[str]) -> int:
     finally:
         _close_state(options)
     if response is None:
+        if not configured:
+            sys.stderr.write(f"x402-eur: {_NOT_CONFIGURED}\n")
         return 3
     _report_response(args, method, response, output, report)
     return 0 if response.status_code < 400 else 22
