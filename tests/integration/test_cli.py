@@ -315,7 +315,7 @@ MISTAKES = [
     ),
     (("fetch",), 2, "required"),
     (("bogus",), 2, "invalid choice"),
-    (("fetch", "http://127.0.0.1:9/"), 1, "X402_EUR_API_KEY"),
+    (("fetch", "http://127.0.0.1:9/"), 1, "cannot connect"),
     (("fetch", "-d", "@{tmp}/missing.json", "http://127.0.0.1:9/"), 2, "cannot read"),
     (("fetch", "--confirm", "-d", "@-", "http://127.0.0.1:9/"), 2, "--confirm"),
     (("fetch", "--budget", "five", "http://127.0.0.1:9/"), 2, "not a budget"),
