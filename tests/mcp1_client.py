@@ -24,7 +24,7 @@ from typing import Any
 import anyio
 
 from tests import tls_bundle
-from tests.mcp_foundation import _cache_root, _python_of
+from tests.mcp_foundation import _cache_root, _python_of, build_once
 from tests.needs import missing
 
 __all__ = ["REQUIREMENTS", "build_environment", "mcp1_client_python", "run_mcp1_client"]
@@ -72,24 +72,10 @@ def _build(venv: Path) -> str | None:
 
 
 def build_environment() -> tuple[Path, str | None]:
-    """Build the 1.x client environment unless it is built (under a file lock, so that
-    parallel test workers build it once): its Python, and None or why it could not be built."""
-    venv = _venv_dir()
-    ready = venv / ".ready"
-    if ready.exists():
-        return _python_of(venv), None
-    venv.parent.mkdir(parents=True, exist_ok=True)
-    with open(venv.parent / f"{venv.name}.lock", "w") as lock:
-        if os.name != "nt":
-            import fcntl
-
-            fcntl.flock(lock, fcntl.LOCK_EX)
-        if not ready.exists():
-            problem = _build(venv)
-            if problem is not None:
-                return _python_of(venv), problem
-            ready.write_text("built\n")
-    return _python_of(venv), None
+    """Build the 1.x client environment unless it is built (once, under a file lock, so
+    that parallel test workers build it once): its Python, and None or why it could not
+    be built."""
+    return build_once(_venv_dir(), _build)
 
 
 def mcp1_client_python() -> Path:

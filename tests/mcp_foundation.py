@@ -21,7 +21,7 @@ import os
 import subprocess
 import sys
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import IO
 
@@ -89,7 +89,12 @@ def build_environment() -> tuple[Path, str | None]:
     """Build the foundation's MCP server environment unless it is built (once per machine,
     under a file lock so parallel test workers build it once): its Python, and None or
     why it could not be built."""
-    venv = _venv_dir()
+    return build_once(_venv_dir(), _build)
+
+
+def build_once(venv: Path, build: Callable[[Path], str | None]) -> tuple[Path, str | None]:
+    """`build(venv)` unless the environment is built, under a file lock so that parallel
+    test workers build it once: its Python, and None or why it could not be built."""
     ready = venv / ".ready"
     if ready.exists():
         return _python_of(venv), None
@@ -100,7 +105,7 @@ def build_environment() -> tuple[Path, str | None]:
 
             fcntl.flock(lock, fcntl.LOCK_EX)
         if not ready.exists():
-            problem = _build(venv)
+            problem = build(venv)
             if problem is not None:
                 return _python_of(venv), problem
             ready.write_text("built\n")

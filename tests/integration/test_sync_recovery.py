@@ -67,6 +67,25 @@ def _client(options: PaymentOptions, **kwargs: Any) -> httpx.Client:
     return with_eur_payment(httpx.Client(**kwargs), options)
 
 
+def _left_unfinished(
+    sandbox: Sandbox, payer: Account, url: str, path: Path, *, trace: str
+) -> PaymentOptions:
+    """A paid request the merchant (down) did not serve, journaled in `path` by a process
+    that has ended: the options a restarted process opens the same journal with."""
+    options = payment_options(
+        sandbox,
+        api_key=payer.api_key,
+        from_account=payer.code,
+        state_path=path,
+        merchant_error_retries=0,
+    )
+    keyed = {"X-Api-Key": MERCHANT_KEY}
+    with _client(options, headers=keyed) as client, pytest.raises(PaymentOutcomeUnknown):
+        client.get(url + "/paid", headers={"X-Trace": trace})
+    state_of(options).close()
+    return payment_options(sandbox, api_key=payer.api_key, from_account=payer.code, state_path=path)
+
+
 def test_a_sync_client_recovers_an_undelivered_payment_without_paying_again(
     sandbox: Sandbox, payer: Account, tmp_path: Path
 ) -> None:
@@ -74,21 +93,8 @@ def test_a_sync_client_recovers_an_undelivered_payment_without_paying_again(
     path = tmp_path / "state.sqlite3"
     keyed = {"X-Api-Key": MERCHANT_KEY}
     with served(merchant) as url:
-        options = payment_options(
-            sandbox,
-            api_key=payer.api_key,
-            from_account=payer.code,
-            state_path=path,
-            merchant_error_retries=0,
-        )
-        with _client(options, headers=keyed) as client, pytest.raises(PaymentOutcomeUnknown):
-            client.get(url + "/paid", headers={"X-Trace": "t-1"})
-        state_of(options).close()
-
+        restarted = _left_unfinished(sandbox, payer, url, path, trace="t-1")
         merchant.state["down"] = False
-        restarted = payment_options(
-            sandbox, api_key=payer.api_key, from_account=payer.code, state_path=path
-        )
         with _client(restarted) as listing:
             (record,) = payments(listing).unfinished()
         assert record.payment_request_code and record.proof
@@ -120,21 +126,8 @@ def test_a_requests_session_recovers_an_undelivered_payment_without_paying_again
     path = tmp_path / "state.sqlite3"
     keyed = {"X-Api-Key": MERCHANT_KEY}
     with served(merchant) as url:
-        options = payment_options(
-            sandbox,
-            api_key=payer.api_key,
-            from_account=payer.code,
-            state_path=path,
-            merchant_error_retries=0,
-        )
-        with _client(options, headers=keyed) as client, pytest.raises(PaymentOutcomeUnknown):
-            client.get(url + "/paid", headers={"X-Trace": "t-2"})
-        state_of(options).close()
-
+        restarted = _left_unfinished(sandbox, payer, url, path, trace="t-2")
         merchant.state["down"] = False
-        restarted = payment_options(
-            sandbox, api_key=payer.api_key, from_account=payer.code, state_path=path
-        )
         plain = requests.Session()
         plain.headers.update(keyed)  # the session's own headers go with recovery's request
         with with_eur_payment(plain, restarted) as session:

@@ -110,12 +110,10 @@ class Payments:
         received (read). Each entry says its amount, its rail and why it would not be paid
         (over a cap or budget, a rail not configured, ...), as the payment would decide now.
         """
-        from .._flow.quote import quote, quote_of
+        from .._flow.quote import headroom_of, quote, quote_of
 
         if isinstance(target, httpx.Response):
-            budgets = self._payer.state.budgets
-            headroom = await budgets.headroom() if budgets.budgets else {}
-            return quote_of(target, self._payer, headroom=headroom)
+            return quote_of(target, self._payer, headroom=await headroom_of(self._payer))
         send = self._sender("quote(url)")
         return await quote(self._payer, send, method, str(target), request_kwargs)
 
@@ -302,6 +300,7 @@ def _session_sender(session: requests.Session) -> Send:
 
     from .._flow.payment import EXTENSION
     from .httpx_blocking import ADAPTER_SETTINGS
+    from .requests_session import _httpx_error
 
     framing = ("content-encoding", "content-length", "transfer-encoding")
 
@@ -320,7 +319,8 @@ def _session_sender(session: requests.Session) -> Send:
         except requests.RequestException as exc:
             if isinstance(exc, X402Error):
                 raise
-            raise httpx.TransportError(f"{type(exc).__name__}: {exc}") from exc
+            # requests' message carries the whole URL, query credentials included
+            raise _httpx_error(exc, httpx.Request(method, url)) from exc
         finally:
             ADAPTER_SETTINGS.reset(token)
         return httpx.Response(

@@ -25,7 +25,7 @@ from .._protocol.redact import safe_url
 from .._protocol.types import PaymentIntent
 from .payment import EXTENSION, Payer
 
-__all__ = ["Quote", "QuoteEntry", "Send", "quote", "quote_of"]
+__all__ = ["Quote", "QuoteEntry", "Send", "headroom_of", "quote", "quote_of"]
 
 #: Sends one request through the paying client the user gave (its auth, default headers
 #: and cookies apply) and answers with the response read whole: `(method, url, kwargs)`,
@@ -230,6 +230,10 @@ async def quote(
     extensions = dict(request_kwargs.pop("extensions", None) or {})
     extensions[EXTENSION] = {"pay": False}
     response = await send(method, url, {**request_kwargs, "extensions": extensions})
+    return quote_of(response, payer, headroom=await headroom_of(payer))
+
+
+async def headroom_of(payer: Payer) -> Mapping[str, Decimal]:
+    """What the payer's budgets have left, by currency (none set: no limit)."""
     budgets = payer.state.budgets
-    headroom = await budgets.headroom() if budgets.budgets else {}
-    return quote_of(response, payer, headroom=headroom)
+    return await budgets.headroom() if budgets.budgets else {}
