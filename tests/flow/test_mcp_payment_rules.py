@@ -29,6 +29,7 @@ from x402_client import (
     ConfigurationError,
     EvmOptions,
     PaidToolResult,
+    PaymentAdapter,
     PaymentOptions,
     PaymentOutcomeUnknown,
     PaymentReceipt,
@@ -302,6 +303,25 @@ async def test_a_call_that_may_not_pay_gets_the_payment_required_result():
     result = await session.call_tool("weather", {"city": "Paris"}, x402={"pay": False})
     assert result == asks() and not isinstance(result, PaidToolResult)
     assert payments_of(paying).ledger.entries() == []
+
+
+async def test_a_settings_block_sets_the_calls_made_in_it_the_typed_way():
+    session = ScriptedSession(asks(), asks(), OSError("connection reset"), asks(), served(), asks())
+    paying = options()
+    with_eur_payment(session, paying)
+    with PaymentAdapter.settings({"pay": False}):
+        unpaid = await session.call_tool("weather", {"city": "Paris"})
+    assert unpaid == asks() and payments_of(paying).ledger.entries() == []
+    with pytest.raises(PaymentOutcomeUnknown) as caught:
+        await session.call_tool("weather", {"city": "Paris"})  # the block has ended: it pays
+    with PaymentAdapter.settings({"proof": caught.value.proof}):
+        result = await session.call_tool("weather", {"city": "Paris"})
+    assert isinstance(result, PaidToolResult) and result.x402_payment is not None
+    assert result.x402_payment.reused and result.x402_payment.payments == 0
+    first, again = session.payments()
+    assert first == again  # the proof re-sent: nothing new signed
+    with PaymentAdapter.settings({"pay": True}):  # the keyword wins over the block
+        assert await session.call_tool("weather", {}, x402={"pay": False}) == asks()
 
 
 async def test_a_mistaken_setting_is_said_before_anything_is_sent():

@@ -46,8 +46,7 @@ ILLUSTRATIONS = {
         "pays the x402 foundation's)"
     ),
     ("README.md", "from datetime import timedelta"): (
-        "`...` stands for the settings of the script above, and RedisBudgetStore needs a "
-        "Redis server"
+        "RedisBudgetStore needs a Redis server of the reader's own"
     ),
 }
 

@@ -76,6 +76,7 @@ from .._protocol.dialects import PAYMENT_REQUIRED, PAYMENT_SIGNATURE, X_PAYMENT
 from .._protocol.errors import ConfigurationError, X402Error
 from .._protocol.exact_json import ProofError, b64_json_decode
 from .._protocol.types import PaymentReceipt
+from .httpx_blocking import ADAPTER_SETTINGS
 
 __all__ = [
     "PAYMENT_META",
@@ -283,7 +284,11 @@ class _ToolCalls:
     ) -> Any:
         """The session's `call_tool`, paying a tool call answered with x402 payment
         requirements; a free tool's result comes back untouched. `x402`: this call's
-        settings, what `extensions={"x402": ...}` is to an httpx request."""
+        settings, what `extensions={"x402": ...}` is to an httpx request; without it, those
+        of an enclosing `PaymentAdapter.settings(...)` block (the typed way: a session's
+        `call_tool` signature is the SDK's and has no `x402`)."""
+        if x402 is None:
+            x402 = ADAPTER_SETTINGS.get()
         if x402 is not None:
             parse_settings(x402)  # a mistake is said before anything is sent
         call = _ToolCall(name, arguments, args, kwargs)

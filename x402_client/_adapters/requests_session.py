@@ -559,7 +559,8 @@ class PaymentAdapter(requests.adapters.BaseAdapter):
     @contextlib.contextmanager
     def settings(settings: Mapping[str, Any]) -> Iterator[None]:
         """Per-request x402 settings for the requests a paying `requests.Session` sends in
-        this block, in this thread: what `extensions={"x402": settings}` is to httpx.
+        this block, in this thread, and for the tool calls a paying MCP session makes in it
+        (in this task): what `extensions={"x402": settings}` is to httpx.
 
         ```python
         with PaymentAdapter.settings({"proof": error.proof}):  # re-send it, pay nothing new
