@@ -18,14 +18,16 @@ $(STAMP): pyproject.toml sandbox/pyproject.toml package.json package-lock.json
 	touch $(STAMP)
 
 # The x402 foundation's MCP server needs mcp 1.x, the paid-tool tests pay it from an mcp 1.x
-# client too, and the foundation's SVM client and facilitator need a `solana` older than 0.40,
-# so each runs in an environment of its own, built once per machine (the 1.x client: once
-# per checkout) under the user's cache directory (tests/mcp_foundation.py,
-# tests/mcp1_client.py, sandbox/tests/svm_foundation.py). They are built here, before the tests start, rather
-# than by the first test that needs them.
+# client too, the agent frameworks (examples/agents/) are no dependency of the client, and the
+# foundation's SVM client and facilitator need a `solana` older than 0.40, so each runs in an
+# environment of its own, built once per machine (the 1.x client and the frameworks: once per
+# checkout) under the user's cache directory (tests/mcp_foundation.py, tests/mcp1_client.py,
+# tests/framework_tools.py, sandbox/tests/svm_foundation.py). They are built here, before the
+# tests start, rather than by the first test that needs them.
 test-environments: $(STAMP)
 	$(PY) -m tests.mcp_foundation
 	$(PY) -m tests.mcp1_client
+	$(PY) -m tests.framework_tools
 	$(PY) sandbox/tests/svm_foundation.py
 
 # The shared-budget tests run a real Redis (Debian's redis-server); only the tests need it.

@@ -16,15 +16,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import anyio
 
-from tests import tls_bundle
-from tests.mcp_foundation import _cache_root, _python_of, build_once
+from tests.mcp_foundation import _cache_root, build_once, build_venv
 from tests.needs import missing
 
 __all__ = ["REQUIREMENTS", "build_environment", "mcp1_client_python", "run_mcp1_client"]
@@ -33,7 +31,6 @@ HERE = Path(__file__).parent
 ROOT = HERE.parent
 REQUIREMENTS = HERE / "mcp1_client_requirements.txt"
 SCRIPT = HERE / "mcp1_client_script.py"
-_BUILD_TIMEOUT = 900
 
 
 def _venv_dir() -> Path:
@@ -48,27 +45,7 @@ def _venv_dir() -> Path:
 
 def _build(venv: Path) -> str | None:
     """Build the environment at `venv`; None, or why it could not be built."""
-    python = str(_python_of(venv))
-    steps = [
-        [sys.executable, "-m", "venv", "--clear", str(venv)],
-        [python, "-m", "pip", "install", "--quiet", "-r", str(REQUIREMENTS),
-         "-e", f"{ROOT}[mcp,evm]"],
-    ]  # fmt: skip
-    for step in steps:
-        try:
-            done = subprocess.run(
-                step,
-                capture_output=True,
-                text=True,
-                timeout=_BUILD_TIMEOUT,
-                env=tls_bundle.system_environment(),  # pip reaches a real registry
-            )
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            return f"{' '.join(step[:3])}: {exc}"
-        if done.returncode != 0:
-            tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
-            return f"{' '.join(step[:3])} failed: {' / '.join(tail)}"
-    return None
+    return build_venv(venv, "-r", str(REQUIREMENTS), "-e", f"{ROOT}[mcp,evm]")
 
 
 def build_environment() -> tuple[Path, str | None]:

@@ -35,6 +35,8 @@ from tests.x402_foundation import TOKEN_NAME, TOKEN_VERSION, FoundationStack
 __all__ = [
     "REQUIREMENTS",
     "build_environment",
+    "build_once",
+    "build_venv",
     "foundation_mcp_python",
     "foundation_mcp_server",
 ]
@@ -64,9 +66,15 @@ def _python_of(venv: Path) -> Path:
 
 def _build(venv: Path) -> str | None:
     """Build the environment at `venv`; None, or why it could not be built."""
+    return build_venv(venv, "-r", str(REQUIREMENTS))
+
+
+def build_venv(venv: Path, *install: str) -> str | None:
+    """A fresh virtual environment at `venv` with `pip install *install` in it: None, or
+    why it could not be built (pip's last lines)."""
     steps = [
         [sys.executable, "-m", "venv", "--clear", str(venv)],
-        [str(_python_of(venv)), "-m", "pip", "install", "--quiet", "-r", str(REQUIREMENTS)],
+        [str(_python_of(venv)), "-m", "pip", "install", "--quiet", *install],
     ]
     for step in steps:
         try:
