@@ -427,6 +427,18 @@ def _comma_separated(text: str, variable: str) -> list[str]:
     return [part.strip() for part in text.split(",") if part.strip()]
 
 
+_TRUE = ("1", "true", "yes", "on")
+_FALSE = ("0", "false", "no", "off")
+
+
+def _flag(text: str, variable: str) -> bool:
+    """A yes/no environment variable: 1, true, yes, on or 0, false, no, off."""
+    word = text.strip().lower()
+    if word not in _TRUE + _FALSE:
+        raise ConfigurationError(f"{variable}: write 1 or 0 (true/false, yes/no, on/off)")
+    return word in _TRUE
+
+
 def _assets_from_text(text: str, variable: str) -> list[Asset]:
     """`X402_EUR_ASSETS`: comma-separated `CHAIN:ADDRESS:SYMBOL:CURRENCY[:DECIMALS]`."""
     return [_asset_from_text(part, variable) for part in _comma_separated(text, variable)]
@@ -857,6 +869,15 @@ class PaymentOptions(_Options):
     )
     #: Or choose yourself among the payable intents; overrides `prefer`.
     selector: Selector | None = option(default=None)
+    #: Sign in instead of paying again: where a merchant's 402 offers the x402
+    #: `sign-in-with-x` extension, the EVM key (`evm`) signs its Sign-In with Ethereum
+    #: (EIP-4361) message and the request is sent again with it, paying nothing; the
+    #: merchant serves it if that wallet already paid for the resource, else answers 402
+    #: and the client pays once, as usual. Only a challenge of the requested origin, on a
+    #: chain the client pays on, short-lived, is signed (docs/sign-in-with-x.md). On by
+    #: default: signing moves no money and tells the merchant only the wallet's address.
+    #: False: never sign in (`X402_EUR_SIGN_IN_WITH_X=0`, the CLI's `--no-sign-in`).
+    sign_in_with_x: bool = option(default=True, env="X402_EUR_SIGN_IN_WITH_X", from_text=_flag)
     #: Re-sends of the same proof while the verifier says "not confirmed (status: Open)".
     confirmation_attempts: int = option(default=8, ge=1, le=100)
     #: First wait before such a re-send, in seconds; doubles up to `confirmation_max_wait`.

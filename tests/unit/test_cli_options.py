@@ -58,3 +58,27 @@ def test_a_quote_of_an_answer_that_is_no_402_says_what_it_is(
 
     _print_quote("GET", Quote("http://127.0.0.1:9/x", status, []))
     assert capsys.readouterr().out == said
+
+
+@pytest.mark.parametrize(
+    ("flags", "environment", "signs_in"),
+    [
+        ([], {}, True),
+        (["--no-sign-in"], {}, False),
+        ([], {"X402_EUR_SIGN_IN_WITH_X": "0"}, False),
+        (["--sign-in"], {"X402_EUR_SIGN_IN_WITH_X": "0"}, True),
+    ],
+)
+def test_fetch_signs_in_unless_told_not_to(
+    flags: list[str],
+    environment: dict[str, str],
+    signs_in: bool,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from x402_client.cli._common import _payment_options
+
+    monkeypatch.delenv("X402_EUR_SIGN_IN_WITH_X", raising=False)
+    for name, value in {"X402_EUR_EVM_PRIVATE_KEY": "0x" + "42" * 32, **environment}.items():
+        monkeypatch.setenv(name, value)
+    args = _parser().parse_args(["fetch", *flags, "--no-state", "http://127.0.0.1:9/x"])
+    assert _payment_options(args, state=False).sign_in_with_x is signs_in

@@ -83,11 +83,14 @@ from .._protocol.policy import Candidate, SkippedEntry, SkipReason, no_candidate
 from .._protocol.rail_interface import ANY_CURRENCY, Describer, MeteredRail, Rail, RequestSettings
 from .._protocol.redact import guard_library_logs, safe_url
 from .._protocol.settlement import failure_reason, receipt_of, settlement_of, settlement_step
+from .._protocol.sign_in import SIGN_IN_HEADER
 from .._protocol.types import Paid, PaymentIntent, PaymentReceipt
 from .._rails import build_rails
+from .._rails._evm_signing import SignerCache
 from .._state.http import known_small, read_upto
 from .._state.payment_api import PaymentAPI
 from .._state.shared import NULL_JOURNAL, KeyedLocks, PaymentState, state_of
+from .sign_in import offers_sign_in, sign_in
 
 if TYPE_CHECKING:
     from .._protocol.events import PaymentProgress
@@ -216,6 +219,7 @@ class LogicalRequest:
         "payment",
         "raw_settings",
         "receipts",
+        "signed_in",
         "uncertain",
         "visits",
     )
@@ -231,6 +235,8 @@ class LogicalRequest:
         self.receipts: list[PaymentReceipt] = _NO_RECEIPTS
         self.uncertain: list[bool] = _NO_FLAGS
         self.fresh_used = False
+        #: A sign-in was tried (`sign-in-with-x`): once per logical request.
+        self.signed_in = False
         self.done = False
         self.bounded = bounded
         #: The payer that answered a 402 of this request, and its (last) payment.
@@ -469,7 +475,7 @@ class Boundary:
 
 # --- the bodies around a payment -------------------------------------------------------------
 
-_PROOF_HEADERS = ("X-PAYMENT", "PAYMENT-SIGNATURE")
+_PROOF_HEADERS = ("X-PAYMENT", "PAYMENT-SIGNATURE", SIGN_IN_HEADER)
 
 
 class GuardedStream(httpx.AsyncByteStream):
@@ -1311,6 +1317,8 @@ class Payer:
         self._rails: list[Rail] = built.enabled
         #: What the selection asks: the enabled rails, and what the others would need.
         self._describers: list[Describer] = built.describers
+        #: The EVM key's signer for sign-ins (`sign-in-with-x`), made on first use.
+        self._sign_in_signers = SignerCache()
 
     def __repr__(self) -> str:
         return f"Payer(rails={[r.name for r in self._rails]})"
@@ -1490,6 +1498,17 @@ class Payer:
                 rails=self._rails, state=self.state, options=self.options,
             )  # fmt: skip
             return guard.finish_hop(resent)
+        if (
+            not guard.signed_in
+            and settings.resume_transaction_code is None
+            and offers_sign_in(self.options, challenge)
+        ):
+            # Signing in moves no money: a 402 to it leaves this 402 to be paid, once.
+            guard.signed_in = True
+            retry = rebuild(request, body)
+            served = await sign_in(self.options, self._sign_in_signers, challenge, retry, send)
+            if served is not None:
+                return guard.finish_hop(served)
         return await self._pay_until_served(guard, challenge, as_read, request, body, send)
 
     @staticmethod

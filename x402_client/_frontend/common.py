@@ -321,6 +321,8 @@ _ENV_ABOUT = {
     "chain_a_algod_url": "the chain-A node the wallet reads from (needed with the key)",
     "chain_a_algod_token": "that node's API token, when it wants one",
     "chain_a_indexer_url": "a chain-A indexer: recovery looks direct payments up there",
+    "sign_in_with_x": "1 or 0: sign in instead of paying again where a merchant offers it\n"
+    "      (x402 sign-in-with-x; default 1; --no-sign-in wins)",
 }
 
 

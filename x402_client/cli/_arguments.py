@@ -174,6 +174,14 @@ def _add_fetch(commands: Any, groups: dict[str, argparse.ArgumentParser]) -> Non
         help="print the receipt as one JSON object: on stdout with -o FILE, else on stderr",
     )
     fetch.add_argument("--confirm", action="store_true", help="ask before paying")
+    fetch.add_argument(
+        "--sign-in",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="where the merchant offers it (x402 sign-in-with-x), sign in with the EVM key "
+        "instead of paying again for what that wallet already paid (default: on, or "
+        "$X402_EUR_SIGN_IN_WITH_X)",
+    )
     fetch.epilog_factory = _environment_help
     fetch.set_defaults(handler=_commands._fetch)
 

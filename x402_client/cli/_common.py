@@ -106,6 +106,7 @@ def _payment_options(
         else None,
         on_before_payment=_confirm if getattr(args, "confirm", False) else None,
         on_progress=on_progress,
+        sign_in_with_x=getattr(args, "sign_in", None),
     )
 
 
