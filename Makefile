@@ -18,16 +18,18 @@ $(STAMP): pyproject.toml sandbox/pyproject.toml package.json package-lock.json
 	touch $(STAMP)
 
 # The x402 foundation's MCP server needs mcp 1.x, the paid-tool tests pay it from an mcp 1.x
-# client too, the agent frameworks (examples/agents/) are no dependency of the client, and the
-# foundation's SVM client and facilitator need a `solana` older than 0.40, so each runs in an
-# environment of its own, built once per machine (the 1.x client and the frameworks: once per
-# checkout) under the user's cache directory (tests/mcp_foundation.py, tests/mcp1_client.py,
-# tests/framework_tools.py, sandbox/tests/svm_foundation.py). They are built here, before the
-# tests start, rather than by the first test that needs them.
+# client too, the agent frameworks (examples/agents/) are no dependency of the client, the
+# foundation's sign-in-with-x merchant needs a web3 older than 8, and the foundation's SVM
+# client and facilitator need a `solana` older than 0.40, so each runs in an environment of
+# its own, built once per machine (the 1.x client and the frameworks: once per checkout)
+# under the user's cache directory (tests/mcp_foundation.py, tests/mcp1_client.py,
+# tests/framework_tools.py, tests/siwx_foundation.py, sandbox/tests/svm_foundation.py). They
+# are built here, before the tests start, rather than by the first test that needs them.
 test-environments: $(STAMP)
 	$(PY) -m tests.mcp_foundation
 	$(PY) -m tests.mcp1_client
 	$(PY) -m tests.framework_tools
+	$(PY) -m tests.siwx_foundation
 	$(PY) sandbox/tests/svm_foundation.py
 
 # The shared-budget tests run a real Redis (Debian's redis-server); only the tests need it.

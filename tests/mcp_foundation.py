@@ -164,7 +164,9 @@ async def foundation_mcp_server(stack: FoundationStack, python: Path) -> AsyncIt
             await process.aclose()
 
 
-async def _announced(process: anyio.abc.Process, errors: IO[bytes]) -> str:
+async def _announced(
+    process: anyio.abc.Process, errors: IO[bytes], name: str = "the foundation's MCP server"
+) -> str:
     """The URL the server prints once it serves (what it wrote to stderr, if it died)."""
     assert process.stdout is not None
     line = b""
@@ -176,7 +178,7 @@ async def _announced(process: anyio.abc.Process, errors: IO[bytes]) -> str:
     if not line.strip():
         errors.seek(0)
         problem = errors.read().decode(errors="replace")
-        raise RuntimeError(f"the foundation's MCP server did not start: {problem[-2000:]}")
+        raise RuntimeError(f"{name} did not start: {problem[-2000:]}")
     return str(json.loads(line.splitlines()[0])["url"])
 
 
