@@ -98,12 +98,19 @@ class SignInMerchant:
         return httpx.Response(402, headers={"PAYMENT-REQUIRED": _b64(required)}, json={})
 
     async def handle(self, request: httpx.Request) -> httpx.Response:
+        valid = True
+        if "sign-in-with-x" in request.headers:
+            payload = parse_siwx_header(request.headers["sign-in-with-x"])
+            valid = (await validate_siwx_message(payload, ORIGIN)).is_valid
+        return self.answer(request, valid)
+
+    def answer(self, request: httpx.Request, valid: bool = True) -> httpx.Response:
+        """The answer to `request` (a sign-in that is `valid` for this origin's rules)."""
         self.seen.append(request.headers.copy())
         url = str(request.url)
         if "sign-in-with-x" in request.headers:
             payload = parse_siwx_header(request.headers["sign-in-with-x"])
-            checked = await validate_siwx_message(payload, ORIGIN)
-            if checked.is_valid and self.signer(payload) in self.paid:
+            if valid and self.signer(payload) in self.paid:
                 return httpx.Response(200, json={"signed_in": payload.address})
             return self.challenge(url)
         if "payment-signature" in request.headers:
@@ -175,6 +182,19 @@ async def test_a_wallet_that_paid_signs_in_and_pays_nothing(caplog) -> None:
     for header in merchant.sign_ins():
         assert header not in caplog.text
     assert "sign-in-with-x" not in second.request.headers
+
+
+def test_a_sync_client_signs_in_the_same_way() -> None:
+    merchant = SignInMerchant()
+    options = _options()
+    with with_eur_payment(
+        httpx.Client(transport=httpx.MockTransport(merchant.answer)), options
+    ) as client:
+        assert client.get(PAID).extensions["x402_payment"].payments == 1
+        second = client.get(PAID)
+    assert second.status_code == 200 and "x402_payment" not in second.extensions
+    assert (len(merchant.sign_ins()), len(merchant.payments())) == (2, 1)
+    assert len(payments(options).ledger.entries()) == 1
 
 
 async def test_a_refused_sign_in_pays_exactly_once() -> None:
@@ -274,3 +294,26 @@ def test_the_option_reads_the_environment() -> None:
         assert PaymentOptions.from_env(given).sign_in_with_x is expected
     with pytest.raises(ConfigurationError, match="X402_EUR_SIGN_IN_WITH_X: write 1 or 0"):
         PaymentOptions.from_env({**env, "X402_EUR_SIGN_IN_WITH_X": "maybe"})
+
+
+async def test_a_sign_in_that_fails_on_its_way_says_nothing_was_paid() -> None:
+    from x402_client import X402Error
+
+    merchant = SignInMerchant()
+
+    async def dropping(request: httpx.Request) -> httpx.Response:
+        if "sign-in-with-x" in request.headers:
+            merchant.seen.append(request.headers.copy())
+            raise httpx.ReadError("connection reset", request=request)
+        return await merchant.handle(request)
+
+    options = _options()
+    async with httpx.AsyncClient(transport=httpx.MockTransport(dropping)) as plain:
+        with pytest.raises(X402Error) as caught:
+            await with_eur_payment(plain, options).get(PAID)
+    error = caught.value
+    assert error.money_moved is False
+    assert "signing in at http://merchant.test/paid failed (ReadError" in str(error)
+    assert "nothing was paid" in str(error)
+    assert "sign-in-with-x" not in error.request.headers  # the credential is not kept
+    assert merchant.payments() == [] and payments(options).ledger.entries() == []

@@ -26,6 +26,7 @@ import httpx
 from .._options import PaymentOptions
 from .._protocol.assets import KNOWN_ASSETS
 from .._protocol.dialects import Challenge, Dialect
+from .._protocol.errors import X402Error
 from .._protocol.redact import safe_url
 from .._protocol.sign_in import (
     SIGN_IN_HEADER,
@@ -77,7 +78,8 @@ async def sign_in(
 ) -> httpx.Response | None:
     """Sign `challenge`'s sign-in and send `retry` (the request again, without a payment)
     with it: the merchant's answer, or None when there is nothing to sign, the challenge
-    is refused, or the merchant answered 402 (the caller then pays)."""
+    is refused, or the merchant answered 402 (the caller then pays). A request that fails
+    on its way is an `X402Error` that says nothing was paid (`money_moved` False)."""
     read = _read(options, challenge, retry.url)
     if read is None or not evm_extra_installed():
         return None
@@ -86,11 +88,19 @@ async def sign_in(
     signature = "0x" + signer.sign(keccak256(personal_sign_payload(message))).hex()
     retry.headers[SIGN_IN_HEADER] = sign_in_header(read, signer.address, signature)
     del message, signature
+    where = safe_url(str(retry.url.copy_with(query=None)))
     try:
         response = await send(retry)
+    except X402Error:
+        raise
+    except httpx.HTTPError as exc:
+        raise X402Error(
+            f"signing in at {where} failed ({type(exc).__name__}: {exc}); nothing was paid",
+            request=retry,
+        ) from exc
     finally:
+        # The credential leaves with this one request: no error's request keeps it.
         del retry.headers[SIGN_IN_HEADER]
-    where = safe_url(str(retry.url.copy_with(query=None)))
     if response.status_code != 402:
         logger.info("x402: signed in at %s as %s; nothing paid", where, signer.address)
         return response
