@@ -3,6 +3,7 @@
 ```python
 pay = payments(client)                      # the client with_eur_payment returned
 quote = await pay.quote(url)                # what url costs; pays nothing
+found = await pay.discover(facilitator_url, "weather")  # what a facilitator lists; pays nothing
 report = await pay.budgets()                # each budget: spent, remaining
 for entry in pay.ledger.entries(outcome="unknown"):
     print(entry.intent.amount, entry.proof)
@@ -39,6 +40,7 @@ from .httpx_async import PaymentTransport
 if TYPE_CHECKING:
     import requests
 
+    from .._flow.discovery import Discovery
     from .._flow.payment import Payer
     from .._flow.quote import Quote, Send
     from .._flow.recovery import Content, Headers, Recovery
@@ -69,10 +71,18 @@ class Payments:
     the ledger, the journal's unfinished payments and their recovery. Get one with
     `payments(client)`."""
 
-    def __init__(self, payer: Payer, send: Send | None, owner: str) -> None:
+    def __init__(
+        self,
+        payer: Payer,
+        send: Send | None,
+        owner: str,
+        network: httpx.AsyncBaseTransport | None = None,
+    ) -> None:
         self._payer = payer
         self._send = send
         self._owner = owner
+        #: The client's own network transport (below its payment handling), if any.
+        self._network = network
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self._owner})"
@@ -116,6 +126,57 @@ class Payments:
             return quote_of(target, self._payer, headroom=await headroom_of(self._payer))
         send = self._sender("quote(url)")
         return await quote(self._payer, send, method, str(target), request_kwargs)
+
+    async def discover(
+        self,
+        /,
+        facilitator: str,
+        query: str | None = None,
+        *,
+        type: str | None = None,
+        network: str | None = None,
+        scheme: str | None = None,
+        pay_to: str | None = None,
+        extension: str | None = None,
+        limit: int = 20,
+        offset: int = 0,
+        cursor: str | None = None,
+    ) -> Discovery:
+        """The paid resources `facilitator` lists (x402 Bazaar discovery), each with its
+        price options and whether this client would pay them; nothing is paid.
+
+        Without `query`, a page of the list (`GET {facilitator}/discovery/resources`,
+        `offset` on); with it, a search (`/discovery/search`, `cursor` on). `type`
+        (`http`, `mcp`), `network`, `scheme`, `pay_to` and `extension` are the
+        facilitator's filters; `limit` (1 to 100) is the page's size. Each resource's
+        `quote` is decided as `quote` decides a 402 (caps, budgets, rails); rows that
+        cannot be read are in `skipped` with why.
+
+        A listing is the facilitator's claim: fetching the resource pays what its own 402
+        asks, never the listed price. The request is a GET with no payment header and
+        none of the client's headers, cookies or auth, over the client's network
+        transport (its destination guard, if any); `DiscoveryError` (an `X402Error`,
+        no money moved) when the answer is an HTTP error or no catalogue page.
+        """
+        from .._flow.discovery import discover
+
+        filters = {
+            "type": type,
+            "payTo": pay_to,
+            "scheme": scheme,
+            "network": network,
+            "extensions": extension,
+        }
+        return await discover(
+            self._payer,
+            self._network,
+            facilitator,
+            query=query,
+            filters=filters,
+            limit=limit,
+            offset=offset,
+            cursor=cursor,
+        )
 
     async def budgets(self, /) -> BudgetReport:
         """Each budget of the options: what it spent, what remains, when its window resets,
@@ -372,6 +433,7 @@ class SyncPayments:
         return self._payments.ledger
 
     quote = _synced(Payments.quote)
+    discover = _synced(Payments.discover)
     budgets = _synced(Payments.budgets)
     unfinished = _synced(Payments.unfinished)
     recover = _synced(Payments.recover)
@@ -403,15 +465,19 @@ def payments(source: Any) -> Payments | SyncPayments:
         transport = found if isinstance(found, PaymentTransport) else None
     if transport is not None:
         send = _async_sender(source) if isinstance(source, httpx.AsyncClient) else None
-        return Payments(transport.payer, send, type(source).__name__)
+        return Payments(transport.payer, send, type(source).__name__, transport.wrapped)
     if isinstance(source, httpx.AsyncClient):
         raise ConfigurationError(_NO_PAYMENT)
-    driver, send = _sync_parts(source)
-    return SyncPayments(Payments(driver.payer, send, type(source).__name__), driver.run)
+    driver, send, network = _sync_parts(source)
+    return SyncPayments(Payments(driver.payer, send, type(source).__name__, network), driver.run)
 
 
-def _sync_parts(source: Any) -> tuple[_Driver, Send | None]:
-    """The driver of a sync paying client and how its requests are sent."""
+def _sync_parts(
+    source: Any,
+) -> tuple[_Driver, Send | None, httpx.AsyncBaseTransport | None]:
+    """The driver of a sync paying client, how its requests are sent, and its network
+    transport as discovery uses it (a `requests.Session` has none httpx can use)."""
+    from .._flow.discovery import SyncBorrowed
     from .httpx_blocking import SyncPaymentTransport, session_transport
 
     found = source if isinstance(source, SyncPaymentTransport) else None
@@ -419,8 +485,8 @@ def _sync_parts(source: Any) -> tuple[_Driver, Send | None]:
     found = found or getattr(source, "_transport", None)
     if isinstance(found, SyncPaymentTransport):
         send = _client_sender(source) if isinstance(source, httpx.Client) else None
-        return found._driver, send
+        return found._driver, send, SyncBorrowed(found.wrapped)
     session = session_transport(source)
     if session is not None:
-        return session._driver, _session_sender(source)
+        return session._driver, _session_sender(source), None
     raise ConfigurationError(_NO_PAYMENT)

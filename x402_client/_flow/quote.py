@@ -14,7 +14,7 @@ import dataclasses
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from decimal import Decimal
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -25,7 +25,10 @@ from .._protocol.redact import safe_url
 from .._protocol.types import PaymentIntent
 from .payment import EXTENSION, Payer
 
-__all__ = ["Quote", "QuoteEntry", "Send", "headroom_of", "quote", "quote_of"]
+if TYPE_CHECKING:
+    from .._protocol.dialects import Challenge
+
+__all__ = ["Quote", "QuoteEntry", "Send", "headroom_of", "quote", "quote_challenge", "quote_of"]
 
 #: Sends one request through the paying client the user gave (its auth, default headers
 #: and cookies apply) and answers with the response read whole: `(method, url, kwargs)`,
@@ -178,6 +181,19 @@ def quote_of(
         )
     except InvalidChallenge as exc:
         return Quote(url, 402, [], error=str(exc))
+    return quote_challenge(url, challenge, payer, headroom=headroom, now=now)
+
+
+def quote_challenge(
+    url: str,
+    challenge: Challenge,
+    payer: Payer,
+    *,
+    headroom: Mapping[str, Decimal] | None = None,
+    now: float | None = None,
+) -> Quote:
+    """The quote for `challenge`, the 402 of `url` already read (or a catalogue's claim
+    of it): the same choice a payment would make now."""
     selection = select(
         challenge.accepts,
         rails=payer.describers,
