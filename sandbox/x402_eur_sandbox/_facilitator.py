@@ -1,4 +1,5 @@
-"""The managed-account facilitator (`{mcp_url}/x402`): `POST /x402/pay`, `POST /x402/verify`.
+"""The managed-account facilitator (`{mcp_url}/x402`): `POST /x402/pay`, `POST /x402/verify`,
+and its discovery catalogue: `GET /x402/discovery/resources`, `GET /x402/discovery/search`.
 
 Both calls carry the merchant's `X-API-KEY`. A payment request can be verified valid
 once; the reasons are the spec's. The same origin serves the hosted tool server at
@@ -14,10 +15,11 @@ from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Mount, Route
 from starlette.types import ASGIApp
 
 from ._bank import Bank, BankError
+from ._discovery import Catalogue, discovery_routes
 from ._faults import FaultMiddleware, Faults
 from ._http_util import json_body, json_response
 from ._wire import AmountError, ProofError, decode_proof, parse_amount
@@ -31,9 +33,11 @@ def facilitator_app(
     faults: Faults | None = None,
     *,
     tool_server: ASGIApp | None = None,
+    catalogue: Catalogue | None = None,
 ) -> Starlette:
     """`base_url()` is this service's own URL, known once it is served; `tool_server`, an
-    ASGI app, is mounted at `/mcp`."""
+    ASGI app, is mounted at `/mcp`; `catalogue` is listed at `/x402/discovery/resources`
+    and searched at `/x402/discovery/search` (`_discovery`)."""
     faults = faults or Faults()
 
     async def pay(request: Request) -> Response:
@@ -87,11 +91,13 @@ def facilitator_app(
         assert isinstance(exc, BankError)
         return json_response(exc.body(), exc.status)
 
-    routes = [
+    routes: list[BaseRoute] = [
         Route("/x402/pay", pay, methods=["POST"]),
         Route("/x402/verify", verify, methods=["POST"]),
         Route("/health", lambda request: json_response({"ok": True}), methods=["GET"]),
     ]
+    if catalogue is not None:
+        routes.append(Mount("/x402", routes=discovery_routes(catalogue)))
     if tool_server is not None:
         routes.append(Route("/mcp", tool_server))
     return Starlette(

@@ -24,6 +24,7 @@ from starlette.routing import Match, Route
 
 from . import _wire as _json
 from ._bank import BankError
+from ._discovery import bazaar_extension
 from ._faults import DroppedConnection, Faults
 from ._server import loopback_client
 from ._wire import Proof, ProofError, decode_proof, parse_amount
@@ -41,12 +42,17 @@ __all__ = [
 
 @dataclasses.dataclass(frozen=True)
 class Price:
-    """A route's price in euros; `rails` limits and orders the offers listed (by name)."""
+    """A route's price in euros; `rails` limits and orders the offers listed (by name).
+    `discovery`, the route's `bazaar` extension (`_discovery.bazaar_extension`), makes
+    its 402 declare it to the facilitator's catalogue, with `resource` metadata."""
 
     amount: Decimal
     description: str = ""
     mime_type: str = "application/json"
     rails: tuple[str, ...] | None = None
+    discovery: Mapping[str, Any] | None = None
+    service_name: str | None = None
+    tags: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -143,6 +149,18 @@ class EuroOffer:
                 "paymentRequestCode": result.get("paymentRequestCode"),
             },
         )
+
+
+def _resource_metadata(price: Price, url: str) -> dict[str, Any]:
+    """The 402's `resource`: the URL and the service metadata a catalogue lists."""
+    metadata: dict[str, Any] = {"url": url, "mimeType": price.mime_type}
+    if price.description:
+        metadata["description"] = price.description
+    if price.service_name:
+        metadata["serviceName"] = price.service_name
+    if price.tags:
+        metadata["tags"] = list(price.tags)
+    return metadata
 
 
 def _b64(data: Mapping[str, Any]) -> str:
@@ -244,15 +262,29 @@ class MerchantGate:
             entry = await offer.accept_entry(price, resource, self.http)
             if entry is not None:
                 accepts.append(entry)
-        await self._respond(
-            send,
-            402,
-            {
-                "x402Version": 2,
-                "error": "X-PAYMENT header is required",
-                "accepts": accepts,
-            },
-        )
+        body: dict[str, Any] = {
+            "x402Version": 2,
+            "error": "X-PAYMENT header is required",
+            "accepts": accepts,
+        }
+        if price.discovery is not None:
+            body["resource"] = _resource_metadata(price, resource)
+            body["extensions"] = {"bazaar": dict(price.discovery)}
+        await self._respond(send, 402, body)
+
+    async def challenges(self, base_url: str) -> list[dict[str, Any]]:
+        """The 402 of each route that declares itself discoverable, asked over HTTP as a
+        client would (each one a fresh payment request on the euro rail)."""
+        found: list[dict[str, Any]] = []
+        for path, price in self.prices.items():
+            if price.discovery is None:
+                continue
+            method = price.discovery.get("info", {}).get("input", {}).get("method", "GET")
+            response = await self.http.request(method, base_url + path)
+            data = _json.loads(response.content) if response.status_code == 402 else None
+            if isinstance(data, dict):
+                found.append(data)
+        return found
 
     async def _verify(self, header: str, price: Price, resource: str) -> Verdict:
         try:
@@ -287,11 +319,35 @@ class MerchantGate:
 
 
 #: The demo merchant's price list (euros).
+#: `/weather`, `/report`, `/premium` and `/echo` declare themselves to the facilitator's
+#: discovery catalogue; `/download` does not.
 DEFAULT_PRICES: dict[str, Price] = {
-    "/weather": Price(Decimal("0.10"), "Today's weather in Amsterdam"),
-    "/report": Price(Decimal("0.50"), "A market report"),
-    "/premium": Price(Decimal("2.00"), "Above the default per-payment cap"),
-    "/echo": Price(Decimal("0.05"), "Echoes the request body"),
+    "/weather": Price(
+        Decimal("0.10"),
+        "Today's weather in Amsterdam",
+        discovery=bazaar_extension(
+            "GET", output_example={"city": "Amsterdam", "forecast": "light rain"}
+        ),
+        service_name="Sandbox Weather",
+        tags=("weather", "amsterdam"),
+    ),
+    "/report": Price(
+        Decimal("0.50"),
+        "A market report",
+        discovery=bazaar_extension("GET"),
+        service_name="Sandbox Markets",
+        tags=("markets", "report"),
+    ),
+    "/premium": Price(
+        Decimal("2.00"),
+        "Above the default per-payment cap",
+        discovery=bazaar_extension("GET"),
+    ),
+    "/echo": Price(
+        Decimal("0.05"),
+        "Echoes the request body",
+        discovery=bazaar_extension("POST", body={"text": "hello"}),
+    ),
     "/download": Price(Decimal("0.01"), "A large download", "application/octet-stream"),
 }
 

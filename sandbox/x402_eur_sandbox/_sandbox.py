@@ -30,6 +30,7 @@ from types import TracebackType
 from typing import Any, Protocol
 
 from ._bank import Account, Bank
+from ._discovery import Catalogue
 from ._facilitator import facilitator_app
 from ._faults import Faults
 from ._hosted_mcp import HostedToolServer, mcp_available
@@ -104,9 +105,16 @@ class Sandbox:
         )
         #: `{mcp_url}/mcp`; imports `mcp` on its first request only.
         self.tool_server = HostedToolServer(self.bank)
+        #: The facilitator's discovery catalogue: the merchant's declared routes, asked
+        #: for their 402 when it is read (`discovery_url`).
+        self.catalogue = Catalogue(lambda: self.gate.challenges(self.merchant_url))
         self._mcp = ServedApp(
             facilitator_app(
-                self.bank, lambda: self._mcp.url, self.faults, tool_server=self.tool_server
+                self.bank,
+                lambda: self._mcp.url,
+                self.faults,
+                tool_server=self.tool_server,
+                catalogue=self.catalogue,
             ),
             "facilitator",
             port=port_of("facilitator"),
@@ -171,6 +179,12 @@ class Sandbox:
     def mcp_url(self) -> str:
         """`{mcp_url}`: the managed-account facilitator lives under `{mcp_url}/x402`."""
         return self._mcp.url
+
+    @property
+    def discovery_url(self) -> str:
+        """`{mcp_url}/x402`: the facilitator whose catalogue lists the merchant's declared
+        routes (`/discovery/resources`, `/discovery/search`)."""
+        return self.mcp_url + "/x402"
 
     @property
     def tool_server_url(self) -> str:
