@@ -48,6 +48,7 @@ __all__ = [
     "check_url",
     "configured_in_env",
     "destination_guard",
+    "discovery_json",
     "environment_help",
     "note_payment_id",
     "one_line",
@@ -293,6 +294,15 @@ def quote_json(quote: Any) -> dict[str, Any]:
     for entry in data["entries"]:
         if entry["amount"] is not None:  # written the same way on every rail
             entry["amount"] = format_amount(Decimal(entry["amount"]))
+    return data
+
+
+def discovery_json(found: Any) -> dict[str, Any]:
+    """A discovery page (`payments(...).discover`) as JSON, each resource's options
+    written as a quote's (`quote_json`)."""
+    data: dict[str, Any] = found.to_json()
+    for resource, item in zip(found.resources, data["resources"], strict=True):
+        item["entries"] = quote_json(resource.quote)["entries"]
     return data
 
 
