@@ -48,7 +48,7 @@ from x402_client.mcp._results import _body_json, _error_json
 from x402_eur_sandbox import Account, Sandbox
 
 ROOT = Path(__file__).resolve().parents[2]
-TOOL_NAMES = {"fetch", "quote", "payments", "budget"}
+TOOL_NAMES = {"fetch", "quote", "discover", "payments", "budget"}
 COMMAND = [sys.executable, "-m", "x402_client.cli", "mcp"]
 
 
@@ -270,6 +270,47 @@ async def test_no_budget_starts_only_when_asked_to(sandbox):
             assert refused["type"] == "AmountLimitExceeded" and "No money moved" in text
         assert account.api_key not in read_back(errlog)
     assert sandbox.balance(account) == Decimal("1.00")
+
+
+@pytest.mark.anyio
+async def test_discover_lists_the_facilitator_s_resources_with_what_would_be_paid(sandbox):
+    account = sandbox.bank.open_account("1.00")
+    env = server_env(sandbox, account)
+    with stderr_file() as errlog:
+        async with stdio_tools(env, "--budget", "0.25", errlog=errlog) as tools:
+            listed = {tool.name: tool for tool in (await tools.client.list_tools()).tools}
+            assert listed["discover"].annotations.read_only_hint is True
+            found = await tools.ok("discover", facilitator=sandbox.discovery_url)
+            by_path = {
+                r["resource"].removeprefix(sandbox.merchant_url): r for r in found["resources"]
+            }
+            assert sorted(by_path) == ["/echo", "/premium", "/report", "/weather"]
+            [weather] = by_path["/weather"]["entries"]
+            assert (weather["payable"], weather["amount"], weather["currency"]) == (
+                True,
+                "0.10",
+                "EUR",
+            )
+            assert by_path["/echo"]["method"] == "POST" and by_path["/echo"]["payable"]
+            [report] = by_path["/report"]["entries"]
+            assert (report["payable"], report["reason"]) == (False, "over_budget")
+            assert by_path["/premium"]["entries"][0]["reason"] == "over_cap"
+            assert found["skipped"] == [] and found["nextOffset"] is None
+
+            searched = await tools.ok(
+                "discover", facilitator=sandbox.discovery_url, query="weather", limit=5
+            )
+            assert [r["resource"] for r in searched["resources"]] == [sandbox.url("/weather")]
+
+            elsewhere = f"http://127.0.0.1:{free_port()}"  # loopback, but not admitted
+            refused, text = await tools.error("discover", facilitator=elsewhere)
+            assert refused["type"] == "DestinationRefused" and refused["moneyMoved"] is False
+            assert "No money moved" in text
+            bad, _ = await tools.error("discover", facilitator=sandbox.discovery_url, limit=0)
+            assert bad["type"] == "InvalidArguments" and bad["moneyMoved"] is False
+        logs = read_back(errlog)
+    assert "discover" in logs and account.api_key not in logs
+    assert sandbox.balance(account) == Decimal("1.00")  # discovery pays nothing
 
 
 def run_cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

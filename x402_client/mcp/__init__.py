@@ -1,12 +1,16 @@
 """`x402-eur mcp`: an MCP server that lets any agent pay for HTTP, within a budget.
 
-Four tools over one paying `httpx.AsyncClient` that lives as long as the server:
+Five tools over one paying `httpx.AsyncClient` that lives as long as the server:
 
 - `fetch(url, method, headers, body, max_amount, proof, resume_transaction_code)`: the
   resource, paid when it answers 402, with its receipt; the body is bounded
   (`--max-body-bytes`, 100 kB) and `truncated` says when it was cut;
 - `quote(url, method)`: what the resource costs and whether each offer would be paid; pays
   nothing;
+- `discover(facilitator, query, type, network, limit, offset, cursor)`: the paid
+  resources a facilitator's discovery catalogue (x402 Bazaar) lists, each with its price
+  options and whether each would be paid; pays nothing (a listing is a claim: `fetch`
+  pays what the resource's own 402 asks);
 - `payments(limit)`: the latest ledger entries, newest first;
 - `budget()`: what each budget has left, and for every currency the server can pay its
   per-payment cap and whether a budget covers it.
@@ -37,8 +41,8 @@ Proofs (`X-PAYMENT` values) are not the user's secret (they cannot move more mon
 bearer token for one paid resource: they appear only where recovery needs them, in
 money-moved errors and in `payments` entries not yet delivered, and never in logs.
 
-Destinations: `fetch` and `quote` (and the EVM rail's facilitator check) reach public
-addresses only, checked after DNS resolution and on every redirect hop
+Destinations: `fetch`, `quote` and `discover` (and the EVM rail's facilitator check) reach
+public addresses only, checked after DNS resolution and on every redirect hop
 (`_netguard.DestinationGuard`); `--allow-host HOST[:PORT]` and `X402_EUR_MCP_ALLOW_HOSTS`
 admit more. A refusal is `DestinationRefused`: nothing was sent, no money moved.
 

@@ -1,4 +1,4 @@
-"""The four tools as MCP describes them: names, descriptions, and the JSON schemas of
+"""The five tools as MCP describes them: names, descriptions, and the JSON schemas of
 their arguments and results."""
 
 from __future__ import annotations
@@ -174,6 +174,76 @@ TOOLS: dict[str, ToolSpec] = {
                     },
                 },
                 ["url", "status", "free", "entries"],
+                closed=False,
+            ),
+            read_only=True,
+            open_world=True,
+        ),
+        ToolSpec(
+            name="discover",
+            title="Find paid resources and their prices",
+            description=(
+                "List the paid resources an x402 facilitator's discovery catalogue (x402 "
+                "Bazaar) knows, or search it with query: each resource's URL, description "
+                "and price options, whether each would be paid under the current caps and "
+                "budget, and why not. Nothing is paid. Listed prices are the facilitator's "
+                "claims: fetch pays what the resource itself asks; use quote for its live "
+                "price. Page on with offset (list) or cursor (search)."
+            ),
+            input_schema=_object(
+                {
+                    "facilitator": _d(
+                        _STRING, "The facilitator's http(s) URL.", pattern="^https?://"
+                    ),
+                    "query": _d(_OPTIONAL_STRING, "Search words; none: the whole list."),
+                    "type": _d(
+                        {"type": ["string", "null"], "enum": ["http", "mcp", None]},
+                        "Only HTTP resources or MCP tools.",
+                    ),
+                    "network": _d(_OPTIONAL_STRING, "Only offers on this network."),
+                    "limit": _d(
+                        {"type": "integer", "minimum": 1, "maximum": 100},
+                        "At most this many resources.",
+                        default=20,
+                    ),
+                    "offset": _d(
+                        {"type": "integer", "minimum": 0}, "The list from this row.", default=0
+                    ),
+                    "cursor": _d(_OPTIONAL_STRING, "A search's nextCursor, for its next page."),
+                },
+                ["facilitator"],
+            ),
+            output_schema=_object(
+                {
+                    "facilitator": _STRING,
+                    "query": _OPTIONAL_STRING,
+                    "resources": {
+                        "type": "array",
+                        "items": {
+                            "type": "object",
+                            "properties": {
+                                "resource": _d(_STRING, "The resource's URL."),
+                                "type": _d(_STRING, "http or mcp."),
+                                "method": _OPTIONAL_STRING,
+                                "toolName": _OPTIONAL_STRING,
+                                "description": _OPTIONAL_STRING,
+                                "payable": _d({"type": "boolean"}, "Some option would be paid."),
+                                "entries": _d(
+                                    {"type": "array", "items": {"type": "object"}},
+                                    "The price options, as quote gives them.",
+                                ),
+                            },
+                            "required": ["resource", "type", "payable", "entries"],
+                        },
+                    },
+                    "skipped": _d(
+                        {"type": "array", "items": {"type": "object"}},
+                        "Rows that could not be read, with why.",
+                    ),
+                    "nextOffset": {"type": ["integer", "null"]},
+                    "nextCursor": _OPTIONAL_STRING,
+                },
+                ["facilitator", "resources", "skipped"],
                 closed=False,
             ),
             read_only=True,

@@ -1,4 +1,4 @@
-"""The four tools as plain async methods over one paying client (`PaymentTools`)."""
+"""The five tools as plain async methods over one paying client (`PaymentTools`)."""
 
 from __future__ import annotations
 
@@ -84,7 +84,7 @@ def _request_settings(
 
 
 class PaymentTools:
-    """The four tools over one paying client. `call(name, arguments)` runs one and returns
+    """The five tools over one paying client. `call(name, arguments)` runs one and returns
     `(body, is_error)`; it raises nothing but cancellation.
 
     ```python
@@ -108,6 +108,7 @@ class PaymentTools:
         self._handlers: dict[str, Callable[..., Awaitable[dict[str, Any]]]] = {
             "fetch": self.fetch,
             "quote": self.quote,
+            "discover": self.discover,
             "payments": self.payments,
             "budget": self.budget,
         }
@@ -218,6 +219,39 @@ class PaymentTools:
             raise
         logger.info("quote %s -> %d, %d payable", where, quote.status_code, len(quote.payable))
         return _frontend.quote_json(quote)
+
+    async def discover(
+        self,
+        facilitator: str,
+        query: str | None = None,
+        type: str | None = None,
+        network: str | None = None,
+        limit: int = 20,
+        offset: int = 0,
+        cursor: str | None = None,
+    ) -> dict[str, Any]:
+        from .._adapters.paying_client import payments
+        from .._protocol.errors import ConfigurationError
+
+        where = f"{safe_url(facilitator)}" + (f" {query!r}" if query else "")
+        try:
+            found = await payments(self.client).discover(
+                facilitator,
+                query,
+                type=type,
+                network=network,
+                limit=limit,
+                offset=offset,
+                cursor=cursor,
+            )
+        except ConfigurationError as exc:
+            raise ToolError("InvalidArguments", str(exc)) from None
+        except Exception as exc:
+            _log_failure("discover", where, exc)
+            raise
+        payable = sum(1 for r in found.resources if r.payable)
+        logger.info("discover %s -> %d listed, %d payable", where, len(found.resources), payable)
+        return _frontend.discovery_json(found)
 
     async def payments(self, limit: int = 20) -> dict[str, Any]:
         from .._protocol.amounts import format_amount
