@@ -83,6 +83,7 @@ def service_rows(sandbox: Sandbox) -> list[tuple[str, str]]:
         *price_rows("paid resources", sandbox.prices, "EUR"),
         ("payment API", sandbox.payment_api_url),
         ("managed-account facilitator", sandbox.mcp_url + "/x402"),
+        ("its discovery catalogue", sandbox.discovery_url + "/discovery/resources"),
     ]
     if mcp_available():
         rows.append(("hosted tool server (MCP)", sandbox.tool_server_url))
@@ -202,8 +203,10 @@ async def _serve(args: argparse.Namespace) -> int:
                         **sandbox.env(),
                         **wallet,
                         "X402_EUR_STATE": str(Path(state_dir) / "state.sqlite3"),
-                        # Not a client setting: the merchant's URL, for the shell.
+                        # Not client settings: the merchant's and the facilitator's
+                        # URLs, for the shell.
                         "X402_EUR_SANDBOX_MERCHANT": sandbox.merchant_url,
+                        "X402_EUR_SANDBOX_FACILITATOR": sandbox.discovery_url,
                     }
                     out.title(f"{PROG} (Ctrl-C or SIGTERM stops it)")
                     out.table(service_rows(sandbox) + _credential_rows(sandbox))
