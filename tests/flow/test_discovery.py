@@ -28,7 +28,7 @@ USDC = "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913"  # USDC on Base (8453)
 FACILITATOR = "https://facilitator.example"
 
 
-def option(amount: str, **changes: Any) -> dict[str, Any]:
+def option(amount: object, **changes: Any) -> dict[str, Any]:
     return {
         "scheme": "exact",
         "network": "eip155:8453",
@@ -215,16 +215,18 @@ def test_a_sync_client_discovers_through_its_own_transport():
 
 def test_the_page_reads_as_the_foundation_s_bazaar_client_reads_it():
     """The same answer, read by `x402.extensions.bazaar`'s client and by ours."""
-    bazaar = pytest.importorskip("x402.extensions.bazaar")
+    from x402.extensions import bazaar
     from x402.http.facilitator_client import HTTPFacilitatorClientSync
     from x402.http.facilitator_client_base import FacilitatorConfig
 
     good = {**LIST, "items": ROWS[:2]}  # the foundation's client has no notion of a bad row
     handler = Facilitator(httpx.Response(200, json=good))
     http = httpx.Client(transport=httpx.MockTransport(handler))
-    theirs = bazaar.with_bazaar(
-        HTTPFacilitatorClientSync(FacilitatorConfig(url=FACILITATOR, http_client=http))
-    ).extensions.bazaar.list_resources(bazaar.ListDiscoveryResourcesParams(limit=20, offset=0))
+    # Its client is typed for the async facilitator client but works with the sync one only.
+    facilitator = HTTPFacilitatorClientSync(FacilitatorConfig(url=FACILITATOR, http_client=http))
+    extended = bazaar.with_bazaar(facilitator)  # type: ignore[arg-type]
+    params = bazaar.ListDiscoveryResourcesParams(limit=20, offset=0)
+    theirs = extended.extensions.bazaar.list_resources(params)
     ours = asyncio.run(discover(Facilitator(httpx.Response(200, json=good)), FACILITATOR))
     assert str(handler.requests[0].url) == FACILITATOR + "/discovery/resources?limit=20&offset=0"
     assert theirs.pagination.total == ours.total
@@ -237,6 +239,6 @@ def test_the_page_reads_as_the_foundation_s_bazaar_client_reads_it():
         assert their.mime_type == our.listing.mime_type
         assert their.service_name == our.listing.service_name
         assert tuple(their.tags or ()) == our.listing.tags
-        assert [json.dumps(a, sort_keys=True) for a in their.accepts] == [
+        assert [json.dumps(a, sort_keys=True) for a in their.accepts or []] == [
             json.dumps(e.accept, sort_keys=True) for e in our.quote.entries
         ]

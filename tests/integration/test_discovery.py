@@ -14,8 +14,15 @@ from decimal import Decimal
 import httpx
 import pytest
 
-from tests.conftest import payment_options
-from x402_client import Budget, payments, with_eur_payment
+from tests.sandboxes import payment_options
+from x402_client import (
+    Budget,
+    DestinationGuard,
+    DestinationRefused,
+    PaymentOptions,
+    payments,
+    with_eur_payment,
+)
 from x402_eur_sandbox import Price, Sandbox
 
 CLI = [sys.executable, "-m", "x402_client.cli"]
@@ -30,7 +37,7 @@ def catalogued() -> Iterator[Sandbox]:
 
 def cli(
     sandbox: Sandbox, *args: str, columns: int = 120, **env: str
-) -> subprocess.CompletedProcess:
+) -> subprocess.CompletedProcess[str]:
     account = sandbox.bank.open_account("10.00")
     environment = {
         **os.environ,
@@ -137,6 +144,38 @@ async def test_discover_quotes_each_listing_with_the_client_s_limits_and_pays_no
     assert by_path["/premium"].quote.entries[0].reason == "over_cap"
     assert [r.url for r in searched.resources] == [catalogued.url("/weather")]
     assert catalogued.balance(account) == Decimal("10.00")
+
+
+def test_a_requests_session_and_a_sync_client_discover_the_same(catalogued):
+    import requests
+
+    account = catalogued.bank.open_account("1.00")
+    options = payment_options(catalogued, api_key=account.api_key, from_account=account.code)
+    with with_eur_payment(requests.Session(), options) as session:
+        by_session = payments(session).discover(catalogued.discovery_url, "report")
+    with with_eur_payment(httpx.Client(), options) as client:
+        by_client = payments(client).discover(catalogued.discovery_url, "report")
+    assert [r.url for r in by_session.resources] == [catalogued.url("/report")]
+    assert by_session.to_json()["resources"] == by_client.to_json()["resources"]
+
+
+@pytest.mark.anyio
+async def test_the_options_destination_guard_decides_where_discovery_goes(catalogued):
+    host = catalogued.discovery_url.split("/")[2]
+    account = catalogued.bank.open_account("1.00")
+
+    def options(guard: DestinationGuard) -> PaymentOptions:
+        return payment_options(
+            catalogued, api_key=account.api_key, from_account=account.code, destination_guard=guard
+        )
+
+    with pytest.raises(DestinationRefused) as refused:
+        await payments(options(DestinationGuard())).discover(catalogued.discovery_url)
+    assert refused.value.money_moved is False and "loopback" in str(refused.value)
+    admitted = await payments(options(DestinationGuard(allow=[host]))).discover(
+        catalogued.discovery_url
+    )
+    assert len(admitted.resources) == 4
 
 
 @pytest.mark.anyio

@@ -19,8 +19,10 @@ own payment loop (generated from `Payments`, never written twice).
 
 What needs requests (a quote of a URL, recovery) goes through the client itself, with its
 auth, default headers and cookies; `payments(options)` can read the ledger and budgets,
-list unfinished payments, quote a 402 already received and send a Permit2 approval, and
-says which client it needs for the rest.
+list unfinished payments, quote a 402 already received, discover what a facilitator
+lists and send a Permit2 approval, and says which client it needs for the rest.
+Discovery sends none of the client's headers, cookies or auth: it goes to a
+facilitator, over the client's network transport (`_flow.discovery`).
 """
 
 from __future__ import annotations

@@ -36,7 +36,14 @@ from .._protocol.redact import safe_url
 from .payment import Payer
 from .quote import Quote, QuoteEntry, headroom_of, quote_challenge
 
-__all__ = ["MAX_BYTES", "DiscoveredResource", "Discovery", "DiscoveryError", "discover"]
+__all__ = [
+    "MAX_BYTES",
+    "DiscoveredResource",
+    "Discovery",
+    "DiscoveryError",
+    "SyncBorrowed",
+    "discover",
+]
 
 #: The largest discovery answer read, in bytes (a page of 100 listings with their
 #: schemas fits many times over).
