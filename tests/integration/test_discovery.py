@@ -276,3 +276,20 @@ def test_cli_prints_json(catalogued):
     assert len(data["resources"]) == 2 and data["nextOffset"] == 2 and data["total"] == 4
     entry = data["resources"][0]["entries"][0]
     assert entry["currency"] == "EUR" and entry["amount"] in {"0.05", "2.00"}
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (("--cursor", "abc"), "x402-eur discover: --cursor continues a search: give its words too"),
+        (
+            ("weather", "--offset", "2"),
+            "x402-eur discover: a search continues with --cursor, not --offset",
+        ),
+        (("--limit", "0"), "x402-eur discover: argument --limit: '0' is not a count from 1 to 100"),
+    ],
+)
+def test_cli_usage_mistakes_are_said_in_two_lines(catalogued, args, message):
+    done = cli(catalogued, catalogued.discovery_url, *args, "--no-state")
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == f"{message}\nTry 'x402-eur discover --help'.\n"

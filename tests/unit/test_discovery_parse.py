@@ -147,6 +147,7 @@ HOSTILE = [
     (row(accepts=[]), "accepts is not a non-empty list of price options"),
     (row(accepts=...), "accepts is not a non-empty list of price options"),
     (row(accepts=["x"]), "accepts[0] is not an object"),
+    (row(accepts=[entry()] * 33), "accepts has more than 32 price options"),
     (row(accepts=[entry(amount=10000)]), "accepts[0].amount is not a string of atomic units"),
     (row(accepts=[entry(amount="0.01")]), "accepts[0].amount is not a string of atomic units"),
     (row(accepts=[entry(amount="1e6")]), "accepts[0].amount is not a string of atomic units"),

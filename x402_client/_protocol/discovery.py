@@ -11,8 +11,9 @@ strict where a value would mislead:
   `pagination` may be absent or null; `description`, `mimeType` and a v1 row's `resource`
   may sit on the row or in its first `accepts` entry; `metadata` and unknown keys are
   ignored;
-- a row that cannot be read (not an object, no http(s) `resource`, no `accepts`, an
-  amount that is not a decimal string, a version other than 1 or 2) is skipped with its
+- a row that cannot be read (not an object, no http(s) `resource`, no `accepts` or more
+  than `MAX_OPTIONS`, an amount that is not a decimal string, a version other than 1 or
+  2) is skipped with its
   reason, never failing the page; text a row carries (description, service name, tags)
   loses its control characters and is cut to a bounded length, as it ends up on
   terminals and in agents' prompts.
@@ -33,6 +34,7 @@ from .dialects import Challenge, Dialect
 __all__ = [
     "HTTP_METHODS",
     "MAX_LIMIT",
+    "MAX_OPTIONS",
     "CataloguePage",
     "InvalidCatalogue",
     "Listing",
@@ -50,6 +52,8 @@ _MAX_URL = 2048
 _MAX_DESCRIPTION = 500
 _MAX_SHORT = 64
 _MAX_TAGS = 5
+#: The most price options a row may carry (a 402 offers a handful).
+MAX_OPTIONS = 32
 #: Terminal escape sequences (colours, cursor moves, titles), dropped whole.
 _ESCAPES = re.compile(r"\x1b(\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(\x07|\x1b\\)?)")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2066-\u2069]+")
@@ -193,6 +197,8 @@ def _listing(index: int, row: Any) -> Listing:
 def _accepts(value: Any) -> list[dict[str, Any]]:
     if not isinstance(value, list) or not value:
         raise _Unreadable("accepts is not a non-empty list of price options")
+    if len(value) > MAX_OPTIONS:
+        raise _Unreadable(f"accepts has more than {MAX_OPTIONS} price options")
     for position, entry in enumerate(value):
         if not isinstance(entry, dict):
             raise _Unreadable(f"accepts[{position}] is not an object")

@@ -3,7 +3,8 @@
 it. Nothing is paid: fetching a listed resource pays what its own 402 asks.
 
 The table fits the terminal's width (`COLUMNS`, else the terminal's, else 100): the
-description is cut first, then the verdict; URLs last, each cut at its end with `…`.
+description is cut first (down to 12 characters), then the verdict (12); URLs last (24),
+each cell cut at its end with `…`. Narrower than that, lines run over.
 Below it, why each resource would not be paid, wrapped to the width. `--json` prints one JSON
 object, amounts written as everywhere.
 """
@@ -19,7 +20,7 @@ from typing import Any
 
 from .._frontend import common as _frontend
 from .._protocol.redact import safe_url
-from ._common import _close_state, _open_state, _payment_options, _Trouble
+from ._common import _close_state, _mistake, _open_state, _payment_options, _prog, _Trouble
 from ._render import _flat, _json_line, _money, _raw_price
 
 __all__ = ["add_discover"]
@@ -78,6 +79,10 @@ async def _discover(args: argparse.Namespace) -> int:
     from .._adapters.paying_client import payments
 
     query = " ".join(args.query) if args.query else None
+    if query is None and args.cursor is not None:
+        raise _mistake(_prog(args), "--cursor continues a search: give its words too")
+    if query is not None and args.offset:
+        raise _mistake(_prog(args), "a search continues with --cursor, not --offset")
     configured = _frontend.configured_in_env()
     # The state file is read only to count --budget, as for quote.
     options = _payment_options(args, state=bool(args.budget), from_env=configured)
@@ -93,8 +98,8 @@ async def _discover(args: argparse.Namespace) -> int:
             scheme=args.scheme,
             pay_to=args.pay_to,
             limit=args.limit,
-            offset=args.offset if query is None else 0,
-            cursor=args.cursor if query is not None else None,
+            offset=args.offset,
+            cursor=args.cursor,
         )
     except DiscoveryError as exc:
         raise _Trouble(str(exc)) from None
