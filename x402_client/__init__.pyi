@@ -15,6 +15,7 @@ from ._flow.recovery import Recovery as Recovery
 from ._options import ChainAOptions as ChainAOptions
 from ._options import EvmOptions as EvmOptions
 from ._options import PaymentOptions as PaymentOptions
+from ._options import SvmOptions as SvmOptions
 from ._protocol.assets import Asset as Asset
 from ._protocol.budgets import Budget as Budget
 from ._protocol.budgets import BudgetStore as BudgetStore

@@ -78,6 +78,7 @@ __all__ = [
     "PaymentOptions",
     "ProgressCallback",
     "Selector",
+    "SvmOptions",
     "coerce_options",
     "is_loopback",
     "option",
@@ -414,6 +415,15 @@ def _chain_a_key(text: str) -> SecretStr:
     return SecretStr(text)
 
 
+def _svm_key(text: str) -> SecretStr:
+    """A Solana secret key: base58 of its 64 bytes, or the JSON byte array of `id.json`.
+    Kept as given; the message of a bad one never holds it."""
+    from ._protocol.solana_chain import secret_key_bytes
+
+    secret_key_bytes(text)
+    return SecretStr(text.strip())
+
+
 def _mnemonic(text: str) -> SecretStr:
     """25 words, kept one space apart."""
     words = text.split()
@@ -445,12 +455,20 @@ def _assets_from_text(text: str, variable: str) -> list[Asset]:
 
 
 def _asset_from_text(text: str, variable: str) -> Asset:
-    """`CHAIN:ADDRESS:SYMBOL:CURRENCY[:DECIMALS]` (the form of `X402_EUR_ASSETS`)."""
+    """`CHAIN:ADDRESS:SYMBOL:CURRENCY[:DECIMALS]` (the form of `X402_EUR_ASSETS`); on Solana,
+    CHAIN is the network (`solana:EtWT...` or `solana-devnet`) and ADDRESS the mint."""
     parts = [p.strip() for p in text.strip().split(":")]
-    if len(parts) not in (4, 5) or not parts[0].isdigit():
+    chain: int | str
+    if parts[0] == "solana" and len(parts) in (5, 6):
+        chain, parts = f"solana:{parts[1]}", parts[1:]
+    elif parts[0].startswith("solana") and len(parts) in (4, 5):
+        chain = parts[0]
+    elif len(parts) in (4, 5) and parts[0].isdigit():
+        chain = int(parts[0])
+    else:
         raise ConfigurationError(
             f"{variable}: write CHAIN:ADDRESS:SYMBOL:CURRENCY[:DECIMALS], e.g. "
-            "8453:0x...:EURC:EUR:6"
+            "8453:0x...:EURC:EUR:6 or solana-devnet:<mint>:EURC:EUR:6"
         )
     decimals = 6
     if len(parts) == 5:
@@ -459,7 +477,7 @@ def _asset_from_text(text: str, variable: str) -> Asset:
                 f"{variable}: DECIMALS must be a whole number (e.g. 6), not {parts[4]!r}"
             )
         decimals = int(parts[4])
-    return Asset(int(parts[0]), parts[1], parts[2], parts[3], decimals)
+    return Asset(chain, parts[1], parts[2], parts[3], decimals)
 
 
 def _unknown_option(key: str, names: Iterable[str]) -> str:
@@ -761,6 +779,60 @@ class ChainAOptions(_Options):
         return repr(value)
 
 
+class SvmOptions(_Options):
+    """The user's own Solana wallet, for paying x402 `exact` entries on `solana:*` networks.
+
+    ```python
+    options = PaymentOptions(
+        svm=SvmOptions(secret_key="<base58>", rpc_url="https://api.devnet.solana.com"),
+    )
+    ```
+
+    `secret_key` is the wallet's 64-byte secret as Phantom or `solana-keygen` export it
+    (base58), or the JSON byte array of an `id.json` file; a `SecretStr`, never shown.
+    `rpc_url` is the Solana JSON-RPC endpoint the client reads the mint, the wallet's token
+    account and a recent blockhash from (shown as scheme and host only: its path or query
+    often carries a key). The merchant's facilitator pays the network fee: the wallet needs
+    no SOL. Paying needs the `svm` extra (`pip install 'x402-eur[svm]'`, `solders`).
+    """
+
+    #: The wallet's secret key: base58 of its 64 bytes, or an `id.json` byte array.
+    secret_key: Option[SecretStr, _SecretIn] = option(
+        env="X402_EUR_SVM_SECRET_KEY", validate_as="str", before=_reveal, after=_svm_key
+    )
+    #: The Solana JSON-RPC endpoint.
+    rpc_url: str = option(env="X402_EUR_SVM_RPC_URL", after=_http_url)
+    #: The compute unit price asked for, in microlamports (the facilitator pays it; the
+    #: scheme caps it at 5,000,000).
+    compute_unit_price: int = option(default=1, ge=0)
+    #: The compute unit limit asked for.
+    compute_unit_limit: int = option(default=20_000, ge=1, le=1_400_000)
+    #: The chain's typical slot time, in seconds: turns an entry's `maxTimeoutSeconds` into
+    #: the blocks its transaction's blockhash must still have.
+    slot_seconds: float = option(default=0.4, gt=0)
+    #: Timeout of each RPC call, in seconds.
+    timeout: float = option(default=10.0, gt=0)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Self | None:
+        """The wallet `X402_EUR_SVM_SECRET_KEY` names, with `X402_EUR_SVM_RPC_URL`; None
+        when no key is set."""
+        values = cls._env_values(os.environ if environ is None else environ)
+        if "secret_key" not in values:
+            return None
+        if "rpc_url" not in values:
+            raise ConfigurationError(
+                f"{cls.model_fields['rpc_url'].env[0]} must be set with the Solana key "
+                "(the RPC the client reads the mint, balance and blockhash from)"
+            )
+        return cls(**values)
+
+    def _repr_value(self, name: str, value: Any) -> str:
+        if name == "rpc_url" and isinstance(value, str):
+            value = endpoint_url(value)
+        return repr(value)
+
+
 class PaymentOptions(_Options):
     """What the client may pay with, and within which limits.
 
@@ -810,6 +882,11 @@ class PaymentOptions(_Options):
     #: directly (`ChainAOptions`, or a mapping of its keys).
     chain_a: Option[ChainAOptions | None, ChainAOptions | Mapping[str, Any] | None] = option(
         default=None, nested=ChainAOptions
+    )
+    #: The `svm` rail: the user's own Solana wallet pays `exact` entries on `solana:*`
+    #: networks (`SvmOptions`, or a mapping of its keys).
+    svm: Option[SvmOptions | None, SvmOptions | Mapping[str, Any] | None] = option(
+        default=None, nested=SvmOptions
     )
     #: Asked before every payment (`BeforePaymentHook`): True approves, anything else refuses.
     on_before_payment: BeforePaymentHook | None = option(default=None)
@@ -925,7 +1002,7 @@ class PaymentOptions(_Options):
         found = set()
         if self.has_managed_account:
             found.add("EUR")
-        if self.evm is not None or self.chain_a is not None:
+        if self.evm is not None or self.chain_a is not None or self.svm is not None:
             found.update(CURRENCIES)
         return tuple(c for c in CURRENCIES if c in found)
 
@@ -940,7 +1017,8 @@ class PaymentOptions(_Options):
         (comma-separated lists allowed), and `X402_EUR_ASSETS` (tokens to pay standard x402
         entries in: `CHAIN:ADDRESS:SYMBOL:CURRENCY[:DECIMALS]`, comma-separated). Chain A
         directly: `X402_EUR_CHAIN_A_PRIVATE_KEY` or `X402_EUR_CHAIN_A_MNEMONIC`, with
-        `X402_EUR_CHAIN_A_ALGOD_URL` (and `_ALGOD_TOKEN`, `_INDEXER_URL`).
+        `X402_EUR_CHAIN_A_ALGOD_URL` (and `_ALGOD_TOKEN`, `_INDEXER_URL`). Solana:
+        `X402_EUR_SVM_SECRET_KEY` with `X402_EUR_SVM_RPC_URL`.
 
         Raises `ConfigurationError` when they give no way to pay: neither the whole managed
         account nor a wallet of your own.
@@ -948,7 +1026,7 @@ class PaymentOptions(_Options):
         values = {**cls._env_values(os.environ if environ is None else environ), **overrides}
         managed = ("api_key", "from_account", "api_url")
         present = [name for name in managed if values.get(name)]
-        own_wallet = "evm" in values or "chain_a" in values
+        own_wallet = "evm" in values or "chain_a" in values or "svm" in values
         if not own_wallet and len(present) < len(managed):
             missing = [name for name in managed if name not in present]
             variables = ", ".join(ENV_VARS[name][0] for name in missing)

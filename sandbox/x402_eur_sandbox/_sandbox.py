@@ -218,8 +218,8 @@ class Sandbox:
 
     def payment_config(self, **overrides: Any) -> dict[str, Any]:
         """The client settings that pay as the sandbox payer, as plain data (keyword
-        arguments override): `api_key`, `from_account`, `api_url`, and `evm` / `assets`
-        when those parts run. `with_eur_payment(client, sandbox.payment_config())` and
+        arguments override): `api_key`, `from_account`, `api_url`, and `evm` / `svm` /
+        `assets` when those parts run. `with_eur_payment(client, sandbox.payment_config())` and
         `PaymentOptions.model_validate(...)` take it as it is."""
         values: dict[str, Any] = {
             "api_key": self.payer.api_key,
@@ -231,6 +231,9 @@ class Sandbox:
         if self.standard is not None:
             values["assets"] = [self.standard.asset_config()]
             values.setdefault("evm", self.standard.evm_config())
+        if self.solana is not None and self.standard is not None:
+            values["svm"] = self.standard.svm_config()
+            values["assets"] += self.standard.svm_asset_configs()
         values.update(overrides)
         return values
 
@@ -268,6 +271,19 @@ class Sandbox:
                 str(asset[key]) for key in ("chain_id", "address", "symbol", "currency", "decimals")
             )
             env.setdefault("X402_EUR_EVM_PRIVATE_KEY", self.standard.payer_key)
+        if self.solana is not None and self.standard is not None:
+            svm = self.standard.svm_config()
+            env["X402_EUR_SVM_SECRET_KEY"] = svm["secret_key"]
+            env["X402_EUR_SVM_RPC_URL"] = svm["rpc_url"]
+            env["X402_EUR_ASSETS"] = ",".join(
+                [env["X402_EUR_ASSETS"]]
+                + [
+                    ":".join(
+                        str(a[k]) for k in ("chain_id", "address", "symbol", "currency", "decimals")
+                    )
+                    for a in self.standard.svm_asset_configs()
+                ]
+            )
         return env
 
     def balance(self, account: Account | str) -> Decimal:

@@ -173,11 +173,11 @@ class SolanaRoutes:
         return {"secret_key": self.payer_secret_key, "rpc_url": self.rpc_url}
 
     def asset_configs(self) -> list[dict[str, Any]]:
-        """The mints as plain data, one client asset each: network, address, symbol,
-        currency, decimals and token program."""
+        """The mints as plain data, one entry of the client's `assets` each: the network
+        (as `chain_id`), address, symbol, currency, decimals and token program."""
         return [
             {
-                "network": self.network,
+                "chain_id": self.network,
                 "address": self.mints[mint.symbol],
                 "symbol": mint.symbol,
                 "currency": mint.currency,

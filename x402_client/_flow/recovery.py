@@ -113,7 +113,7 @@ Content = bytes | str
 
 #: Settle-on-proof rails: the merchant moves the money with the signed proof, so without a
 #: proof handed over nothing can have moved.
-_SETTLE_ON_PROOF = ("evm-permit", "eip3009", "permit2", "upto", "chain-a")
+_SETTLE_ON_PROOF = ("evm-permit", "eip3009", "permit2", "upto", "chain-a", "svm")
 #: Answers that ask for the caller's credentials, which the journal does not keep.
 _CREDENTIALS = (401, 403, 407)
 #: Answers that say "later", not "never".
@@ -597,6 +597,8 @@ class _Recovering:
         reason = getattr(exc, "reason", None) or str(exc)
         if self.record.rail == "chain-a" and self.chain_a is not None:
             return await self.delivered_meanwhile() or await self.on_chain(reason)
+        if self.record.rail == "svm" and self.options is not None and self.options.svm:
+            return await self.delivered_meanwhile() or await self.on_solana(reason)
         if (
             self.record.rail == "euro"
             and classify_reason(reason) is VerifierReason.EXPIRED
@@ -630,6 +632,28 @@ class _Recovering:
                 "until the chain answers definitely",
             )
         return Recovery(self.record, "pending", f"{refused}; {found.detail}")
+
+    async def on_solana(self, reason: str) -> Recovery:
+        """A refused Solana proof: what the chain says of its transaction (found by the
+        payer's own signature in its token account's history; void only once its blockhash
+        is dead and it is not there). Never signed again."""
+        from .._rails.solana import lookup
+
+        assert self.options is not None
+        assert self.options.svm is not None
+        assert self.record.proof is not None
+        found = await lookup(self.options.svm, self.record.proof)
+        refused = f"the merchant refused the re-sent proof ({reason})"
+        if found.status == "confirmed":
+            return await self.give_up(f"{refused}; {found.detail}: the money moved", on_chain=True)
+        if found.status == "void":
+            return await self.nothing_moved(f"{refused}; {found.detail}: no money moved")
+        return Recovery(
+            self.record,
+            "pending",
+            f"{refused}; {found.detail}; nothing was released: the payment stays pending "
+            "until the chain answers definitely",
+        )
 
 
 def _listed_at(created: str | None) -> datetime | None:

@@ -1,8 +1,11 @@
 """Assets the client may pay in the standard x402 world, and what each counts as.
 
 Caps and budgets are in EUR and USD, so every payable asset needs a known currency and
-decimals. An asset is known when it is in `KNOWN_ASSETS` (Circle's EURC and USDC, each
-address checked against a public source cited beside it) or declared by the user
+decimals. An EVM token is named by its chain id and 0x address; a Solana mint by its
+network (`"solana:EtWT..."`, or a v1 name such as `"solana-devnet"`) in place of the chain
+id, and its base58 address (`find_svm_asset`). An asset is known when it is in
+`KNOWN_ASSETS` or `KNOWN_SVM_ASSETS` (Circle's EURC and USDC, each address checked
+against a public source cited beside it) or declared by the user
 (`PaymentOptions.assets`). Anything else is skipped with a reason: fail closed, never
 guessed from a name or symbol the merchant wrote.
 
@@ -19,22 +22,36 @@ from collections.abc import Iterable, Mapping
 from decimal import Decimal, localcontext
 from types import MappingProxyType
 
-__all__ = ["KNOWN_ASSETS", "Asset", "find_asset"]
+from .solana_chain import (
+    SOLANA_DEVNET,
+    SOLANA_MAINNET,
+    TOKEN_2022_PROGRAM,
+    TOKEN_PROGRAM,
+    is_pubkey,
+    solana_network,
+)
+
+__all__ = ["KNOWN_ASSETS", "KNOWN_SVM_ASSETS", "Asset", "find_asset", "find_svm_asset"]
 
 _ADDRESS_RE = re.compile(r"\A0x[0-9a-fA-F]{40}\Z")
 
 
 @dataclasses.dataclass(frozen=True)
 class Asset:
-    """A token on an EVM chain: `currency` (`"EUR"` or `"USD"`) is what caps and budgets
-    count it as; `decimals` converts atomic amounts.
+    """A token on an EVM chain, or a mint on Solana: `currency` (`"EUR"` or `"USD"`) is what
+    caps and budgets count it as; `decimals` converts atomic amounts.
 
     ```python
     Asset(chain_id=8453, address="0x...", symbol="EURC", currency="EUR", decimals=6)
+    Asset(chain_id="solana-devnet", address="<mint>", symbol="EURC", currency="EUR")
     ```
+
+    On Solana, `chain_id` is the network (its CAIP-2 id or v1 name, kept as the CAIP-2 id)
+    and `address` the mint; the decimals must be the mint's own (the payment is refused
+    otherwise), and `token_program`, when given, the program that owns it.
     """
 
-    chain_id: int
+    chain_id: int | str
     address: str
     symbol: str
     currency: str
@@ -44,11 +61,25 @@ class Asset:
     #: The token's EIP-712 domain name and version, where a source gave them.
     eip712_name: str | None = None
     eip712_version: str | None = None
+    #: A Solana mint's token program (SPL Token or Token-2022), where a source gave it.
+    token_program: str | None = None
 
     def __post_init__(self) -> None:
         from .errors import ConfigurationError
 
-        if not _ADDRESS_RE.match(self.address):
+        if isinstance(self.chain_id, str):
+            network = solana_network(self.chain_id)
+            if network is None:
+                raise ConfigurationError(
+                    f"asset network {self.chain_id[:60]!r} is not a Solana network x402 pays "
+                    "on (an EVM token takes its chain id, a number)"
+                )
+            object.__setattr__(self, "chain_id", network)
+            if not is_pubkey(self.address):
+                raise ConfigurationError(f"asset address {self.address!r} is not a Solana mint")
+            if self.token_program not in (None, TOKEN_PROGRAM, TOKEN_2022_PROGRAM):
+                raise ConfigurationError("asset token_program must be SPL Token or Token-2022")
+        elif not _ADDRESS_RE.match(self.address):
             raise ConfigurationError(f"asset address {self.address!r} is not a 0x address")
         if self.currency.upper() not in ("EUR", "USD"):
             raise ConfigurationError("asset currency must be EUR or USD")
@@ -57,7 +88,10 @@ class Asset:
         object.__setattr__(self, "currency", self.currency.upper())
 
     @property
-    def key(self) -> tuple[int, str]:
+    def key(self) -> tuple[int | str, str]:
+        # Base58 is case-sensitive: a Solana mint is kept as written.
+        if isinstance(self.chain_id, str):
+            return (self.chain_id, self.address)
         return (self.chain_id, self.address.lower())
 
     def amount(self, atomic: int) -> Decimal:
@@ -228,9 +262,55 @@ _TABLE: tuple[Asset, ...] = (
     ),
 )
 
+# --- Solana ------------------------------------------------------------------------------
+# SVM_PKG: the x402 foundation's Python SDK, PyPI `x402` 2.25.0,
+#   `x402/mechanisms/svm/constants.py` (USDC_MAINNET_ADDRESS, USDC_DEVNET_ADDRESS; read in
+#   the installed wheel), SPL Token mints with 6 decimals.
+# Circle's own pages (developers.circle.com/stablecoins/usdc-contract-addresses and
+# .../eurc-contract-addresses) were found, but their Solana rows were not read this far.
+_SVM_PKG = "PyPI x402 2.25.0 x402/mechanisms/svm/constants.py"
+
+_SVM_TABLE: tuple[Asset, ...] = (
+    # USDC, mainnet: SVM_PKG; also docs.privy.io getSolanaUsdcMintAddressForCluster and
+    # docs.coinflow.cash usdc-token-addresses ("Production Token").
+    Asset(
+        chain_id=SOLANA_MAINNET,
+        address="EPjFWdd5AufqSSqeM2qN1xzybapC8G4wEGGkZwyTDt1v",
+        symbol="USDC",
+        currency="USD",
+        source=f"{_SVM_PKG}; docs.privy.io getSolanaUsdcMintAddressForCluster",
+        token_program=TOKEN_PROGRAM,
+    ),
+    # USDC, devnet: SVM_PKG; also Coinbase's docs.cdp.coinbase.com/custom-stablecoins/
+    # key-addresses ("Solana Devnet | USDC") and docs.coinflow.cash ("Sandbox Token").
+    Asset(
+        chain_id=SOLANA_DEVNET,
+        address="4zMMC9srt5Ri5X14GAgXhaHii3GnPAEERYPJgZJDncDU",
+        symbol="USDC",
+        currency="USD",
+        source=f"{_SVM_PKG}; docs.cdp.coinbase.com/custom-stablecoins/key-addresses",
+        token_program=TOKEN_PROGRAM,
+    ),
+    # EURC, mainnet: secondary only: GitHub BitGo/BitGoJS modules/statics/src/coins/
+    # solTokens.ts (`sol:eurc`, 6 decimals), pull request 6810. Circle's EURC page lists
+    # Solana, but its row was not read. EURC on devnet: no source found; not built in
+    # (declare it in `PaymentOptions.assets` to pay it).
+    Asset(
+        chain_id=SOLANA_MAINNET,
+        address="HzwqbKZw8HxMN6bF2yFZNrht3c2iXXzpKcFu7uBEDKtr",
+        symbol="EURC",
+        currency="EUR",
+        source="secondary: BitGo/BitGoJS modules/statics/src/coins/solTokens.ts",
+    ),
+)
+
 #: Built-in assets, by (chain id, lower-case address). Filled from cited public sources.
-KNOWN_ASSETS: Mapping[tuple[int, str], Asset] = MappingProxyType(
+KNOWN_ASSETS: Mapping[tuple[int | str, str], Asset] = MappingProxyType(
     {asset.key: asset for asset in _TABLE}
+)
+#: Built-in Solana mints, by (CAIP-2 network, mint).
+KNOWN_SVM_ASSETS: Mapping[tuple[int | str, str], Asset] = MappingProxyType(
+    {asset.key: asset for asset in _SVM_TABLE}
 )
 
 
@@ -241,3 +321,16 @@ def find_asset(chain_id: int, address: str, declared: Iterable[Asset] = ()) -> A
         if asset.key == key:
             return asset
     return KNOWN_ASSETS.get(key)
+
+
+def find_svm_asset(network: str, mint: str, declared: Iterable[Asset] = ()) -> Asset | None:
+    """The Solana mint `mint` on `network` (CAIP-2 id or v1 name): a declared one wins over
+    the built-in table; None for a mint neither knows (it is not paid)."""
+    caip2 = solana_network(network)
+    if caip2 is None:
+        return None
+    key: tuple[int | str, str] = (caip2, mint)
+    for asset in declared:
+        if asset.key == key:
+            return asset
+    return KNOWN_SVM_ASSETS.get(key)

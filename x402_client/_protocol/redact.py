@@ -181,8 +181,9 @@ def resource_repr(value: Any) -> str:
 
 def secrets_of(options: PaymentOptions) -> list[str]:
     """The secrets `options` hold, as they could show up in text: the API key, the EVM
-    private key (with and without `0x`), the RPC URLs with a path or query (where their
-    key would be). Short ones are left out: they would blank out ordinary words."""
+    private key (with and without `0x`), the Solana secret key, the RPC URLs with a path or
+    query (where their key would be). Short ones are left out: they would blank out
+    ordinary words."""
     found: list[str] = []
     if options.api_key is not None:
         found.append(options.api_key.get_secret_value())
@@ -191,6 +192,10 @@ def secrets_of(options: PaymentOptions) -> list[str]:
         found += [key, key.removeprefix("0x")]
         for urls in options.evm.rpc_urls.values():
             found += [url for url in urls if endpoint_url(url).endswith("/...")]
+    if options.svm is not None:
+        found.append(options.svm.secret_key.get_secret_value())
+        if endpoint_url(options.svm.rpc_url).endswith("/..."):
+            found.append(options.svm.rpc_url)
     return [s for s in found if len(s) >= 8]
 
 

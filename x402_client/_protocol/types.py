@@ -12,7 +12,7 @@ from .redact import resource_repr, safe_url
 
 __all__ = ["Paid", "PaymentIntent", "PaymentReceipt", "Rail"]
 
-Rail = Literal["euro", "evm-permit", "bridge", "eip3009", "permit2", "upto", "chain-a"]
+Rail = Literal["euro", "evm-permit", "bridge", "eip3009", "permit2", "upto", "chain-a", "svm"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
