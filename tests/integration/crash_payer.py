@@ -18,7 +18,8 @@ process only, the function that runs at that step:
 | `delivery...` | nothing here: the parent kills this process while the merchant holds the paid request |
 
 (`chain-a`, paying from the payer's own chain-A wallet: around `_Wallet.sign`, the signing
-of the transfer; `proof` and `delivery...` as for the others.)
+of the transfer; `svm`, paying on Solana from the payer's own wallet: around
+`build_transaction`, which signs it; `proof` and `delivery...` as for the others.)
 
 Steps that do not kill, for recovery while this payer is alive (the parent runs recovery
 on the same state file while the payer waits, then lets it go on):
@@ -29,7 +30,8 @@ on the same state file while the payer waits, then lets it go on):
 
 Rails: `euro`, `bridge`, `evm` (the polygon permit), `eip3009` (the standard merchant's
 EIP-3009 token: `config["asset"]` is its `Asset`), `chain-a` (`config["chain_a"]` is the
-wallet's settings, a mapping of `ChainAOptions` keys).
+wallet's settings, a mapping of `ChainAOptions` keys), `svm` (`config["svm"]`, a mapping of
+`SvmOptions` keys, and `config["svm_assets"]`, the mints as `Asset` keys).
 
 Exit status: -9 (killed, as meant); 0 with `served <status>` on stdout when no kill point
 was reached (a killing step then fails its test; a live one expects it).
@@ -131,6 +133,10 @@ def _arm(rail: str, step: str, config: dict[str, Any]) -> None:
             from x402_client._rails.chain_a import _Wallet
 
             owner, name = _Wallet, "sign"
+        elif rail == "svm":
+            from x402_client._rails import solana
+
+            owner, name = solana, "build_transaction"
         else:
             owner = PaymentAPI
             name = "pay_payment_request" if rail == "euro" else "pay_blockchain_address"
@@ -167,6 +173,9 @@ def _options(config: dict[str, Any]) -> PaymentOptions:
         }
     if config.get("chain_a"):
         values["chain_a"] = config["chain_a"]
+    if config.get("svm"):
+        values["svm"] = config["svm"]
+        values["assets"] = [Asset(**asset) for asset in config["svm_assets"]]
     return PaymentOptions.model_validate(values)
 
 

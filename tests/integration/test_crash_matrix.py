@@ -12,7 +12,9 @@ new options on the same file (what a restarted agent does):
 - the sandbox's money proves it: the EURO account, the chain balances and the merchant
   moved at most once, and the budget reservation was released only when no money moved.
 
-The table these cases prove is in docs/failure-semantics.md ("When the process dies").
+The table these cases prove is in docs/failure-semantics.md ("When the process dies"). A
+Solana payer killed after signing, before delivery, is recovered the same way (its own
+cases, on a sandbox with a Solana chain).
 
 And the other way round: recovery that runs while the payer is alive, in another process
 (a payer waiting on the merchant, or on the chain), leaves its payment alone: the journal
@@ -962,3 +964,86 @@ async def test_recovery_leaves_a_payment_a_live_payer_is_making_alone(
     assert [t.status for t in made if t.status in REFUNDED] == []
     assert len(made) == 1
     assert sandbox.balance(crashed.account) == Decimal("10.00") - PRICE
+
+
+# --- Solana: killed after signing, before delivery ------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def solana_crash_sandbox() -> Iterator[Sandbox]:
+    with Sandbox.run_in_thread(svm=True) as running:
+        assert running.standard is not None and running.standard.solana is not None
+        register_secrets(running.standard.solana.payer_secret_key)
+        yield running
+
+
+@pytest.mark.parametrize(
+    ("step", "expire", "recovered", "words"),
+    [
+        ("after-call", False, "failed", "no proof was ever handed over"),
+        ("proof", False, "delivered", "the resource was delivered"),
+        ("proof", True, "failed", "its blockhash is dead: it never will be"),
+    ],
+    ids=["signed-not-journaled", "signed-journaled-not-delivered", "blockhash-died-meanwhile"],
+)
+async def test_solana_killed_after_signing_before_delivery_never_pays_twice(
+    solana_crash_sandbox: Sandbox, tmp_path: Path, step: str, expire: bool, recovered: str,
+    words: str,
+) -> None:  # fmt: skip
+    sandbox = solana_crash_sandbox
+    assert sandbox.standard is not None
+    routes = sandbox.standard.solana
+    assert routes is not None and routes.node is not None and routes.facilitator is not None
+    account = sandbox.bank.open_account("1.00")
+    state_path = tmp_path / "state.sqlite3"
+    before = routes.token_balance(routes.payer_address, "sEURC")
+    settled = len(routes.facilitator.settlements)
+    config = {
+        "rail": "svm",
+        "step": step,
+        "url": sandbox.standard.url + "/solana/eurc",
+        "api_key": account.api_key,
+        "from_account": account.code,
+        "api_url": sandbox.payment_api_url,
+        "state_path": str(state_path),
+        "budget": str(BUDGET.limit),
+        "svm": routes.svm_config(),
+        "svm_assets": routes.asset_configs(),
+    }
+    log = tmp_path / "child.log"
+    with log.open("wb") as out:
+        process = await anyio.open_process(
+            [sys.executable, str(CHILD), json.dumps(config)], stdout=out, stderr=out
+        )
+        try:
+            with anyio.fail_after(60):
+                await process.wait()
+        finally:
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+            await process.aclose()
+    assert process.returncode == -signal.SIGKILL, log.read_text()
+    assert routes.token_balance(routes.payer_address, "sEURC") == before  # nothing moved yet
+
+    options = PaymentOptions(
+        svm=routes.svm_config(),
+        assets=routes.asset_configs(),
+        state_path=state_path,
+        budgets=[BUDGET],
+    )
+    try:
+        (journaled,) = await payments(options).unfinished()
+        assert (journaled.rail, journaled.proof is not None) == ("svm", step == "proof")
+        if expire:
+            routes.node.expire_blockhash()
+        recovery, after, spent = await _recover_once(options)
+    finally:
+        state_of(options).close()
+    assert recovery.status == recovered, recovery.reason
+    assert words in recovery.reason
+    moved = recovered == "delivered"
+    assert len(routes.facilitator.settlements) == settled + int(moved)
+    assert routes.token_balance(routes.payer_address, "sEURC") == before - 50_000 * int(moved)
+    assert spent == (50_000 if moved else 0)  # the reservation released exactly when nothing moved
+    assert (after.outcome, after.delivered) == (("paid", True) if moved else ("failed", False))
