@@ -25,6 +25,7 @@ from typing import Any
 import anyio
 import httpx
 import pytest
+from solders.keypair import Keypair
 
 from tests.conftest import _leaks, register_secrets, scan_for_secrets, scripted_402
 from tests.sandboxes import evm_options
@@ -340,6 +341,67 @@ async def test_no_frame_of_a_chain_a_node_error_holds_the_node_url(serve) -> Non
             await node.aclose()
         assert leaked_from_frames(caught.value, RPC_KEY, CHAIN_A_KEY) == [], case
         assert RPC_KEY not in str(caught.value), case
+
+
+#: A Solana wallet's secret key in both forms users hold it: base58 of its 64 bytes, and the
+#: JSON byte array of an `id.json` file.
+#: Module constants, so that no frame of the test holds them as a local.
+SVM_KEYS = {
+    "base58": str(Keypair.from_seed(bytes([7]) * 32)),
+    "id.json": json.dumps(list(bytes(Keypair.from_seed(bytes([7]) * 32)))),
+}
+register_secrets(*SVM_KEYS.values())
+
+
+def svm_402(fee_payer: str, mint: str) -> Any:
+    """A merchant asking for a Solana `exact` payment in a declared mint."""
+    entry = {
+        "scheme": "exact",
+        "network": "solana-devnet",
+        "asset": mint,
+        "maxAmountRequired": "50000",
+        "payTo": fee_payer,
+        "maxTimeoutSeconds": 60,
+        "resource": "/paid",
+        "extra": {"feePayer": fee_payer},
+    }
+    return scripted_402(json.dumps({"x402Version": 1, "accepts": [entry]}))
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("form", ["base58", "id.json"])
+async def test_no_frame_of_a_solana_rpc_error_holds_the_rpc_key_or_the_wallets_key(
+    serve, form
+) -> None:
+    from x402_client import Asset, SvmOptions
+
+    other = str(Keypair.from_seed(bytes([8]) * 32).pubkey())
+    mint = str(Keypair.from_seed(bytes([9]) * 32).pubkey())
+    rpcs = {
+        "connection refused": closed_port(),
+        "500": await serve(stub(500, b"down")),
+        "malformed body": await serve(stub(200, b"{not json")),
+        "JSON-RPC error": await serve(rpc_stub({"error": {"code": -32000, "message": "no"}})),
+        "wrong network": await serve(rpc_stub({"result": "5eykt4UsFv8P8NJdTREpY1vzqKqZKvdp"})),
+    }
+    merchant = await serve(svm_402(other, mint))
+    failed: list[str] = []
+    for case, rpc in rpcs.items():
+        wallet = SvmOptions(secret_key=SVM_KEYS[form], rpc_url=f"{rpc}/v1/{RPC_KEY}")
+        asset = Asset(chain_id="solana-devnet", address=mint, symbol="sEURC", currency="EUR")
+        options = PaymentOptions(svm=wallet, assets=[asset])
+        for shown in (repr(options), str(options), repr(wallet)):
+            assert _leaks(scan_for_secrets(shown)) == [], case
+        async with with_eur_payment(httpx.AsyncClient(), options) as client:
+            try:
+                await client.get(merchant + "/paid")
+            except Exception as exc:
+                # Not inside the assert: pytest would keep its arguments as frame locals.
+                leaked = leaked_from_frames(exc, RPC_KEY, *SVM_KEYS.values())
+                assert leaked == [], case
+                assert RPC_KEY not in str(exc), case
+                failed.append(case)
+    assert failed == list(rpcs)
 
 
 @pytest.mark.anyio
