@@ -18,6 +18,10 @@ payment wrapper does):
   settlement adds `x402/payment-response` (`success: false`) inside it; a tool error after
   the payment is answered as it is, and nothing is settled.
 
+With the merchant's Solana routes (`svm=True`), `solana_weather` is sold on Solana: its
+entry is `/solana/eurc`'s (sEURC on SPL Token, `extra.feePayer` the SVM facilitator's), and
+the payment is verified and settled by the SVM facilitator, as the route's are.
+
 Free tools (`echo`) answer without payment. The `mcp` package is imported on the first
 request to `/mcp` only (`McpEndpoint`).
 """
@@ -25,6 +29,7 @@ request to `/mcp` only (`McpEndpoint`).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from collections.abc import Callable, Mapping
 from decimal import Decimal
@@ -49,6 +54,7 @@ if TYPE_CHECKING:
 __all__ = [
     "PAYMENT_META",
     "PAYMENT_RESPONSE_META",
+    "SVM_TOOL_ROUTES",
     "TOOL_PRICES",
     "PaidToolServer",
     "echo",
@@ -91,8 +97,12 @@ class _Tool:
     handler: Callable[[Mapping[str, Any]], dict[str, Any]]
 
 
+#: The tools sold on Solana, and the merchant route whose entry each is paid with.
+SVM_TOOL_ROUTES: dict[str, str] = {"solana_weather": "/solana/eurc"}
+
 _TOOLS = {
     "weather": _Tool("Today's weather in a city (paid: x402)", _CITY, weather),
+    "solana_weather": _Tool("Today's weather in a city (paid on Solana: x402)", _CITY, weather),
     "echo": _Tool("Echo the text back (free)", _TEXT, echo),
 }
 
@@ -142,14 +152,21 @@ class PaidToolServer(McpEndpoint):
         super().__init__()
         self.merchant = merchant
         self.prices: dict[str, Price] = dict(TOOL_PRICES if prices is None else prices)
+        if prices is None and getattr(merchant, "svm_paths", None):
+            for tool, route in SVM_TOOL_ROUTES.items():
+                self.prices[tool] = merchant.prices[route]
         self.settlements: list[dict[str, Any]] = []
 
     def requirements(self, name: str) -> dict[str, Any]:
-        """The tool's one accept entry: `exact` EIP-3009 in the merchant's token."""
+        """The tool's one accept entry: `exact` EIP-3009 in the merchant's token, or its
+        Solana route's entry."""
         from ._standard import TOKEN_NAME, TOKEN_VERSION
         from ._wire import to_atomic
 
         merchant = self.merchant
+        if name in SVM_TOOL_ROUTES:
+            assert merchant.solana is not None
+            return dict(merchant.solana.accepts(SVM_TOOL_ROUTES[name])[0])
         return {
             "scheme": "exact",
             "network": merchant.network,
@@ -193,14 +210,18 @@ class PaidToolServer(McpEndpoint):
         if not requirements_match(requirements, payment["accepted"]):
             return self._required(name, "No matching payment requirements found")
         try:
-            settlement = await self.merchant.verify_eip3009(payment, requirements)
+            if name in SVM_TOOL_ROUTES:
+                settle = await self.merchant._verify_svm(payment, requirements)
+            else:
+                settlement = await self.merchant.verify_eip3009(payment, requirements)
+                settle = functools.partial(self.merchant.settle, settlement)
         except _Refusal as refusal:
             return self._required(name, refusal.reason)
         result = self._run(tool, arguments)
         if result.is_error:  # the foundation settles only a successful tool call
             return result
         try:
-            settled = await self.merchant.settle(settlement)
+            settled = await settle()
         except _Refusal as refusal:
             return self._settlement_failed(name, refusal.reason)
         self.settlements.append(settled)

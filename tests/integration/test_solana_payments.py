@@ -325,3 +325,30 @@ async def test_an_rpc_that_does_not_answer_is_refused(solana_sandbox, serve) -> 
     )
     error = await _refused(solana_sandbox, solana_sandbox.standard.url + "/solana/eurc", options)
     assert "answered getGenesisHash with 503" in str(error)
+
+
+async def test_a_paid_mcp_tool_call_pays_exactly_once(solana_sandbox) -> None:
+    """The sandbox's paid tool server sells `solana_weather` on Solana (its entry is
+    `/solana/eurc`'s): an MCP session pays it once, the tool's result carries the receipt."""
+    from mcp import Client
+
+    from x402_client import PaidToolResult
+
+    routes = _routes(solana_sandbox)
+    balances = _Balances(solana_sandbox, routes.payer_address)
+    tools = solana_sandbox.standard.tools
+    sold = len(tools.settlements)
+    async with Client(solana_sandbox.standard.mcp_url) as client:
+        with_eur_payment(client, _options(solana_sandbox))
+        result = await client.call_tool("solana_weather", {"city": "Paris"})
+    assert isinstance(result, PaidToolResult) and not result.is_error
+    assert result.structured_content == {"city": "Paris", "forecast": "sunny", "temperatureC": 21}
+    receipt = result.x402_payment
+    assert receipt is not None
+    assert (receipt.rail, receipt.network, receipt.amount) == (
+        "svm",
+        routes.network,
+        Decimal("0.05"),
+    )
+    assert len(tools.settlements) == sold + 1
+    assert balances.moved() == {"payer sEURC": -PRICE, "merchant sEURC": PRICE, "fee payer": -FEE}
