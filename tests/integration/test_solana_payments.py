@@ -352,3 +352,53 @@ async def test_a_paid_mcp_tool_call_pays_exactly_once(solana_sandbox) -> None:
     )
     assert len(tools.settlements) == sold + 1
     assert balances.moved() == {"payer sEURC": -PRICE, "merchant sEURC": PRICE, "fee payer": -FEE}
+
+
+def _v1_merchant(routes: SolanaRoutes) -> Any:
+    """A v1 merchant (JSON body, `X-PAYMENT`) selling `/solana/eurc`'s entry under the v1
+    network name, settled by the sandbox's SVM facilitator."""
+    (entry,) = routes.accepts("/solana/eurc")
+    requirements = {
+        **{k: v for k, v in entry.items() if k != "amount"},
+        "network": "solana-devnet",
+        "maxAmountRequired": entry["amount"],
+        "resource": "http://127.0.0.1/paid",
+        "description": "paid on Solana (x402 v1)",
+        "mimeType": "application/json",
+    }
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        headers = dict(scope["headers"])
+        status, body, extra = 402, {"x402Version": 1, "error": "X-PAYMENT header is required",
+                                    "accepts": [requirements]}, []  # fmt: skip
+        if b"x-payment" in headers:
+            payment = json.loads(base64.b64decode(headers[b"x-payment"]))
+            call = {"x402Version": 1, "paymentPayload": payment,
+                    "paymentRequirements": requirements}  # fmt: skip
+            async with httpx.AsyncClient(timeout=60) as http:
+                settled = (await http.post(routes.facilitator_url + "/settle", json=call)).json()
+            if settled["success"]:
+                status, body = 200, {"paid": True}
+                encoded = base64.b64encode(json.dumps(settled).encode())
+                extra = [(b"x-payment-response", encoded)]
+            else:
+                body["error"] = settled["errorReason"]
+        raw = [(b"content-type", b"application/json"), *extra]
+        await send({"type": "http.response.start", "status": status, "headers": raw})
+        await send({"type": "http.response.body", "body": json.dumps(body).encode()})
+
+    return app
+
+
+async def test_a_v1_entry_is_paid_under_the_v1_network_name(solana_sandbox, serve) -> None:
+    routes = _routes(solana_sandbox)
+    balances = _Balances(solana_sandbox, routes.payer_address)
+    url = await serve(_v1_merchant(routes))
+    async with with_eur_payment(httpx.AsyncClient(timeout=60), _options(solana_sandbox)) as client:
+        response = await client.get(url + "/paid")
+    assert response.status_code == 200, response.text
+    receipt = PaymentReceipt.of(response)
+    assert receipt is not None and (receipt.rail, receipt.network) == ("svm", "solana-devnet")
+    assert balances.moved() == {"payer sEURC": -PRICE, "merchant sEURC": PRICE, "fee payer": -FEE}
