@@ -67,6 +67,7 @@ def test_demo_pays_on_every_rail_and_prints_the_resources() -> None:
     summary = out.rsplit("summary", 1)[1]
     for paid in (
         "euro rail                  0.10 EUR",
+        "standard x402, Solana      0.05 EUR",
         "EVM permit, chain 137      0.25 EUR",
         "EVM permit, chain 1        0.25 EUR",
         "standard x402, EIP-3009    0.10 EUR",
@@ -76,12 +77,13 @@ def test_demo_pays_on_every_rail_and_prints_the_resources() -> None:
         "bridge to chain A          0.30 EUR",
         "paid MCP tool (weather)    0.05 EUR",
         "chain A, own wallet        0.30 EUR",
-        "total                      1.62 EUR",
+        "total                      1.67 EUR",
         "payer account left         99.60 EURO",
         "EVM payer left, chain 137  99.75 EURQ",
         "EVM payer left, chain 1    99.75 EURQ",
         "EVM payer left, sEURC      99.58 sEURC",
         "chain-A wallet left        99.70 EURQ",
+        "Solana wallet left         99.95 sEURC",
     ):
         assert paid in summary, summary
     assert max(len(line.rstrip()) for line in out.splitlines()) <= 80
@@ -98,6 +100,7 @@ def test_demo_pays_on_every_rail_and_prints_the_resources() -> None:
     # The paid MCP tool call, through with_eur_payment.
     assert 'tool result: {"city": "Amsterdam", "forecast": "sunny"' in out
     assert "ledgera:mainnet" in out
+    assert "solana:EtWTRABZaYq6iMfeYKouRu166VU2xqa1" in out  # paid from the Solana wallet
     assert "payment failed" not in out
     assert "sk_sandbox_" not in out + result.stderr
 

@@ -106,6 +106,10 @@ async def balances_left(sandbox: Sandbox) -> list[tuple[str, str]]:
         chain = sandbox.chain_a
         atomic = chain.asset_balance(chain.payer_wallet.address, EURQ_ASSET_ID)
         rows.append(("chain-A wallet left", money(atomic / scale, "EURQ")))
+    solana = sandbox.standard.solana if sandbox.standard is not None else None
+    if solana is not None:
+        atomic = solana.token_balance(solana.payer_address, "sEURC")
+        rows.append(("Solana wallet left", money(atomic / scale, "sEURC")))
     return rows
 
 
@@ -123,6 +127,14 @@ class Step:
 
 def _steps(sandbox: Sandbox, *, evm: bool, bridge: bool) -> list[Step]:
     steps = [Step("euro rail (managed account)", "euro rail", sandbox.url("/weather"))]
+    if sandbox.solana is not None:
+        steps.append(
+            Step(
+                "standard x402 v2 merchant, Solana (sEURC on SPL Token, own wallet)",
+                "standard x402, Solana",
+                sandbox.standard.resource_url("/solana/eurc"),
+            )
+        )
     if evm:
         steps += [
             Step(
@@ -261,6 +273,15 @@ async def _pay_tool(out: Out, sandbox: Sandbox, config: dict[str, Any]) -> tuple
     return [Paid("paid MCP tool (weather)", receipt.amount, receipt.currency)], 0
 
 
+def svm_problem() -> str | None:
+    """Why the demo runs no Solana chain here (`solders` missing), or None."""
+    import importlib.util
+
+    if importlib.util.find_spec("solders") is None:
+        return "it needs the svm extra: pip install 'x402-eur-sandbox[svm]' 'x402-eur[svm]'"
+    return None
+
+
 def chain_a_problem() -> str | None:
     """Why the client cannot pay from a chain-A wallet here (its extra missing), or None."""
     import importlib.util
@@ -287,6 +308,7 @@ async def run_demo(args: argparse.Namespace) -> int:
     out = Out()
     evm_problem = None if args.no_evm else anvil_problem()
     use_evm = not args.no_evm and evm_problem is None
+    solana_problem = svm_problem() if use_evm else None
     bridge = not args.no_bridge
     out.title("x402-eur-sandbox demo: starting the sandbox on 127.0.0.1")
     async with Sandbox(
@@ -295,6 +317,7 @@ async def run_demo(args: argparse.Namespace) -> int:
         chain_a=bridge,
         bridge_delay=60.0 if args.realistic else 3.0,
         standard=use_evm,
+        svm=use_evm and solana_problem is None,
     ) as sandbox:
         payer = f"{sandbox.payer.code} ({money(sandbox.balance(sandbox.payer))} EURO)"
         out.table(
@@ -322,8 +345,9 @@ async def run_demo(args: argparse.Namespace) -> int:
         if bridge and wallet_problem is None:
             direct, failed = await _pay_from_wallet(out, sandbox)
             paid, failures = paid + direct, failures + failed
-        if evm_problem is not None:
-            out.line(f"EVM rail skipped: {evm_problem}", style="yellow")
+        for skipped, problem in (("EVM rail", evm_problem), ("Solana", solana_problem)):
+            if problem is not None:
+                out.line(f"{skipped} skipped: {problem}", style="yellow")
         if wallet_problem is not None:
             out.line(f"chain-A wallet skipped: {wallet_problem}", style="yellow")
         if tool_problem is not None:
