@@ -139,5 +139,6 @@ def test_help_describes_the_assets_variable_and_its_format() -> None:
         "  X402_EUR_ASSETS\n"
         "      tokens to pay standard x402 exact entries in, comma-separated, each\n"
         "      CHAIN:ADDRESS:SYMBOL:CURRENCY[:DECIMALS] (CURRENCY EUR or USD, DECIMALS\n"
-        "      default 6), e.g. 8453:0x...:EURC:EUR:6\n"
+        "      default 6), e.g. 8453:0x...:EURC:EUR:6; on Solana, CHAIN is the network\n"
+        "      and ADDRESS the mint, e.g. solana-devnet:<mint>:EURC:EUR:6\n"
     ) in _environment_help()

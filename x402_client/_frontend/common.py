@@ -325,12 +325,16 @@ _ENV_ABOUT = {
     "evm_rpc_urls_137": "RPC URL(s) of chain 137, comma-separated",
     "assets": "tokens to pay standard x402 exact entries in, comma-separated, each\n"
     "      CHAIN:ADDRESS:SYMBOL:CURRENCY[:DECIMALS] (CURRENCY EUR or USD, DECIMALS\n"
-    "      default 6), e.g. 8453:0x...:EURC:EUR:6",
+    "      default 6), e.g. 8453:0x...:EURC:EUR:6; on Solana, CHAIN is the network\n"
+    "      and ADDRESS the mint, e.g. solana-devnet:<mint>:EURC:EUR:6",
     "chain_a_private_key": "your chain-A wallet's key (base64 of 64 bytes), pays chain-A entries",
     "chain_a_mnemonic": "or that wallet's 25-word mnemonic",
     "chain_a_algod_url": "the chain-A node the wallet reads from (needed with the key)",
     "chain_a_algod_token": "that node's API token, when it wants one",
     "chain_a_indexer_url": "a chain-A indexer: recovery looks direct payments up there",
+    "svm_secret_key": "your Solana wallet's key (base58, or an id.json byte array), pays\n"
+    "      Solana entries",
+    "svm_rpc_url": "the Solana RPC the wallet reads from (needed with the key)",
     "sign_in_with_x": "1 or 0: sign in instead of paying again where a merchant offers it\n"
     "      (x402 sign-in-with-x; default 1; --no-sign-in wins)",
 }
