@@ -253,3 +253,17 @@ def test_the_transaction_is_the_specs_byte_for_byte(program: str) -> None:
 def test_a_key_that_is_not_the_plans_payer_signs_nothing() -> None:
     with pytest.raises(ValueError, match="the plan's payer"):
         build_transaction(_plan(TOKEN_PROGRAM, b"m"), Keypair.from_seed(b"o" * 32))
+
+
+def test_only_definite_answers_void_a_journaled_transaction() -> None:
+    from x402_client._rails.solana import _Journaled, _verdict
+
+    mine = _Journaled("sig" * 10, "hash", "source", "memo")
+    assert _verdict(mine, False, (True, 7, False)).status == "confirmed"
+    assert _verdict(mine, True, (True, 7, False)).status == "confirmed"
+    assert _verdict(mine, False, (True, 7, True)).status == "void"  # it failed
+    assert _verdict(mine, True, (False, None, False)).status == "pending"
+    assert _verdict(mine, False, (False, None, False)).status == "void"
+    # a history longer than was read says nothing, dead blockhash or not
+    assert _verdict(mine, False, None).status == "unknown"
+    assert _verdict(mine, True, None).status == "unknown"

@@ -367,6 +367,7 @@ class SvmRail:
         self._genesis: str | None = None
         self._mints: dict[str, _Mint] = {}
         self._plans: dict[int, tuple[AcceptEntry, Plan]] = {}
+        self._address: str | None = None
 
     def __repr__(self) -> str:
         shown = "off" if self._options is None else endpoint_url(self._options.rpc_url)
@@ -374,8 +375,11 @@ class SvmRail:
 
     @property
     def address(self) -> str:
-        assert self._options is not None
-        return _payer_of(self._options)
+        """The wallet's address (read from the key once)."""
+        if self._address is None:
+            assert self._options is not None
+            self._address = _payer_of(self._options)
+        return self._address
 
     # --- describe (pure) -------------------------------------------------------------------
 
@@ -706,6 +710,8 @@ class _Journaled:
     signature: str
     blockhash: str
     source: str
+    #: The Memo's text: the RPC lists it with each signature (`"[<length>] <text>"`).
+    memo: str | None = None
 
 
 def _journaled(proof: str) -> _Journaled | None:
@@ -720,19 +726,18 @@ def _journaled(proof: str) -> _Journaled | None:
         return None
     message = transaction.message
     keys = [str(k) for k in message.account_keys]
+    source, memo = None, None
     for instruction in message.instructions:
         program = keys[instruction.program_id_index]
         data = bytes(instruction.data)
         if program in (TOKEN_PROGRAM, TOKEN_2022_PROGRAM) and data[:1] == bytes([12]):
             accounts = bytes(instruction.accounts)
-            if len(accounts) < 4 or len(transaction.signatures) < 2:
-                return None
-            return _Journaled(
-                str(transaction.signatures[1]),
-                str(message.recent_blockhash),
-                keys[accounts[0]],
-            )
-    return None
+            source = keys[accounts[0]] if len(accounts) >= 4 else None
+        elif program == MEMO_PROGRAM:
+            memo = data.decode("utf-8", "replace")
+    if source is None or len(transaction.signatures) < 2:
+        return None
+    return _Journaled(str(transaction.signatures[1]), str(message.recent_blockhash), source, memo)
 
 
 async def _landed(rpc: _Rpc, journaled: _Journaled) -> tuple[bool, int | None, bool] | None:
@@ -765,6 +770,9 @@ async def _is_ours(
     signature = item.get("signature") if isinstance(item, dict) else None
     if not isinstance(signature, str):
         raise RpcUnavailable(f"the Solana RPC {rpc.shown} listed an unreadable signature")
+    listed_memo = item.get("memo")
+    if journaled.memo and isinstance(listed_memo, str) and journaled.memo not in listed_memo:
+        return None  # another payment's memo: not worth reading
     found = await rpc.call(
         "getTransaction", signature, {"encoding": "base64", "maxSupportedTransactionVersion": 0}
     )
