@@ -18,6 +18,7 @@ from typing import Any
 import anyio
 import httpx
 import pytest
+import requests
 from anyio.abc import Process
 from solders.keypair import Keypair
 
@@ -123,16 +124,37 @@ def _balances(routes: SolanaRoutes, merchant: Merchant, symbol: str) -> tuple[in
     )
 
 
+def _fetch(kind: str, url: str, options: PaymentOptions) -> tuple[int, Any, Any]:
+    """One paid GET through `kind`: (status, JSON body, receipt). Blocking: run in a thread
+    (the RPC is served by the test's event loop)."""
+    if kind == "httpx-sync":
+        with with_eur_payment(httpx.Client(timeout=120), options) as client:
+            response = client.get(url)
+            return response.status_code, response.json(), PaymentReceipt.of(response)
+    if kind == "requests":
+        with with_eur_payment(requests.Session(), options) as session:
+            answer = session.get(url, timeout=120)
+            return answer.status_code, answer.json(), PaymentReceipt.of(answer)
+
+    async def fetch() -> tuple[int, Any, Any]:
+        async with with_eur_payment(httpx.AsyncClient(timeout=120), options) as client:
+            response = await client.get(url)
+            return response.status_code, response.json(), PaymentReceipt.of(response)
+
+    return anyio.run(fetch)
+
+
+@pytest.mark.parametrize("kind", ["httpx-async", "httpx-sync", "requests"])
 @pytest.mark.parametrize("symbol", ["sEURC", "sUSDC"])  # SPL Token, Token-2022
 async def test_our_client_pays_the_foundations_merchant_exactly_once(
-    routes: SolanaRoutes, merchant: Merchant, symbol: str
+    routes: SolanaRoutes, merchant: Merchant, symbol: str, kind: str
 ) -> None:
     before = _balances(routes, merchant, symbol)
-    async with with_eur_payment(httpx.AsyncClient(timeout=120), _options(routes)) as client:
-        response = await client.get(f"{merchant.url}/paid/{symbol}")
-    assert response.status_code == 200, response.text
-    assert response.json() == {"paid": True}
-    receipt: Any = PaymentReceipt.of(response)
+    status, body, receipt = await anyio.to_thread.run_sync(
+        _fetch, kind, f"{merchant.url}/paid/{symbol}", _options(routes)
+    )
+    assert status == 200, body
+    assert body == {"paid": True}
     assert receipt is not None
     assert (receipt.rail, receipt.network, receipt.amount) == (
         "svm",
