@@ -18,9 +18,10 @@ payment wrapper does):
   settlement adds `x402/payment-response` (`success: false`) inside it; a tool error after
   the payment is answered as it is, and nothing is settled.
 
-With the merchant's Solana routes (`svm=True`), `solana_weather` is sold on Solana: its
-entry is `/solana/eurc`'s (sEURC on SPL Token, `extra.feePayer` the SVM facilitator's), and
-the payment is verified and settled by the SVM facilitator, as the route's are.
+With the merchant's Solana routes (`svm=True`), `solana_weather` and `solana_weather_usdc`
+are sold on Solana: their entries are `/solana/eurc`'s (sEURC on SPL Token) and
+`/solana/usdc`'s (sUSDC on Token-2022), `extra.feePayer` the SVM facilitator's, and the
+payment is verified and settled by the SVM facilitator, as the route's are.
 
 Free tools (`echo`) answer without payment. The `mcp` package is imported on the first
 request to `/mcp` only (`McpEndpoint`).
@@ -98,11 +99,17 @@ class _Tool:
 
 
 #: The tools sold on Solana, and the merchant route whose entry each is paid with.
-SVM_TOOL_ROUTES: dict[str, str] = {"solana_weather": "/solana/eurc"}
+SVM_TOOL_ROUTES: dict[str, str] = {
+    "solana_weather": "/solana/eurc",
+    "solana_weather_usdc": "/solana/usdc",
+}
 
 _TOOLS = {
     "weather": _Tool("Today's weather in a city (paid: x402)", _CITY, weather),
     "solana_weather": _Tool("Today's weather in a city (paid on Solana: x402)", _CITY, weather),
+    "solana_weather_usdc": _Tool(
+        "Today's weather in a city (paid on Solana in sUSDC, Token-2022: x402)", _CITY, weather
+    ),
     "echo": _Tool("Echo the text back (free)", _TEXT, echo),
 }
 

@@ -327,9 +327,13 @@ async def test_an_rpc_that_does_not_answer_is_refused(solana_sandbox, serve) -> 
     assert "answered getGenesisHash with 503" in str(error)
 
 
-async def test_a_paid_mcp_tool_call_pays_exactly_once(solana_sandbox) -> None:
-    """The sandbox's paid tool server sells `solana_weather` on Solana (its entry is
-    `/solana/eurc`'s): an MCP session pays it once, the tool's result carries the receipt."""
+@pytest.mark.parametrize(
+    ("tool", "symbol"), [("solana_weather", "sEURC"), ("solana_weather_usdc", "sUSDC")]
+)
+async def test_a_paid_mcp_tool_call_pays_exactly_once(solana_sandbox, tool, symbol) -> None:
+    """The sandbox's paid tool server sells tools on Solana (their entries are
+    `/solana/eurc`'s and `/solana/usdc`'s): an MCP session pays one once, the tool's result
+    carries the receipt."""
     from mcp import Client
 
     from x402_client import PaidToolResult
@@ -340,7 +344,7 @@ async def test_a_paid_mcp_tool_call_pays_exactly_once(solana_sandbox) -> None:
     sold = len(tools.settlements)
     async with Client(solana_sandbox.standard.mcp_url) as client:
         with_eur_payment(client, _options(solana_sandbox))
-        result = await client.call_tool("solana_weather", {"city": "Paris"})
+        result = await client.call_tool(tool, {"city": "Paris"})
     assert isinstance(result, PaidToolResult) and not result.is_error
     assert result.structured_content == {"city": "Paris", "forecast": "sunny", "temperatureC": 21}
     receipt = result.x402_payment
@@ -351,7 +355,11 @@ async def test_a_paid_mcp_tool_call_pays_exactly_once(solana_sandbox) -> None:
         Decimal("0.05"),
     )
     assert len(tools.settlements) == sold + 1
-    assert balances.moved() == {"payer sEURC": -PRICE, "merchant sEURC": PRICE, "fee payer": -FEE}
+    assert balances.moved() == {
+        f"payer {symbol}": -PRICE,
+        f"merchant {symbol}": PRICE,
+        "fee payer": -FEE,
+    }
 
 
 def _v1_merchant(routes: SolanaRoutes) -> Any:
