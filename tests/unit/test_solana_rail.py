@@ -116,6 +116,8 @@ def test_a_solana_asset_is_declared_by_network_and_mint() -> None:
         Asset(chain_id=SOLANA_DEVNET, address="0x" + "ab" * 20, symbol="X", currency="EUR")
     with pytest.raises(ConfigurationError, match="not a Solana network"):
         Asset(chain_id="solana:nope", address=mint, symbol="X", currency="EUR")
+    evm = Asset(chain_id="8453", address="0x" + "ab" * 20, symbol="X", currency="EUR")
+    assert evm.key == (8453, "0x" + "ab" * 20)  # an EVM chain id written as text
     options = PaymentOptions.from_env(
         {
             "X402_EUR_SVM_SECRET_KEY": BASE58,

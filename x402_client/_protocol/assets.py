@@ -67,6 +67,9 @@ class Asset:
     def __post_init__(self) -> None:
         from .errors import ConfigurationError
 
+        if isinstance(self.chain_id, str) and self.chain_id.isascii() and self.chain_id.isdigit():
+            # A chain id written as text (a JSON or environment configuration): the number.
+            object.__setattr__(self, "chain_id", int(self.chain_id))
         if isinstance(self.chain_id, str):
             network = solana_network(self.chain_id)
             if network is None:
