@@ -51,11 +51,11 @@ Send = Callable[[httpx.Request], Awaitable[httpx.Response]]
 def sign_in_chains(options: PaymentOptions) -> frozenset[int]:
     """The EVM chains the client pays on with its key, which it may sign in on: those of
     its RPC endpoints, of the tokens it was told about and of the built-in token table."""
-    chains = {chain for chain, _ in KNOWN_ASSETS}
+    chains: set[int | str] = {chain for chain, _ in KNOWN_ASSETS}
     chains.update(asset.chain_id for asset in options.assets)
     if options.evm is not None:
         chains.update(options.evm.rpc_urls)
-    return frozenset(chains)
+    return frozenset(chain for chain in chains if isinstance(chain, int))  # not Solana's
 
 
 def offers_sign_in(options: PaymentOptions, challenge: Challenge) -> bool:
