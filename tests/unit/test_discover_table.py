@@ -1,7 +1,7 @@
 """`x402-eur discover`'s table fits the width it is given: descriptions are cut first,
 then the verdict, URLs last and never below 24 characters."""
 
-from x402_client.cli._discover import fit
+from x402_client.cli._bazaar import fit
 
 URL = "https://api.example/weather/forecast"
 ROWS = [["1", "0.10 EUR", "no: over budget", URL, "Today's weather, hour by hour, in Amsterdam"]]

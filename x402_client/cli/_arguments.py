@@ -9,7 +9,7 @@ from typing import Any
 
 from ..__version__ import __version__
 from .._frontend import common as _frontend
-from . import _commands, _discover, _reference
+from . import _bazaar, _commands, _reference
 from ._common import _UsageError
 
 
@@ -294,7 +294,7 @@ def _parser() -> argparse.ArgumentParser:
     }
     _add_fetch(commands, groups)
     _add_quote(commands, groups)
-    _discover.add_discover(commands, groups)
+    _bazaar.add_discover(commands, groups)
     _add_payments(commands, groups)
     _add_resume(commands, groups)
     _add_mcp(commands)
