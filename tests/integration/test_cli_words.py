@@ -171,3 +171,54 @@ def test_ctrl_c_during_a_bridge_wait_prints_the_command_that_finishes_it(tmp_pat
         )
         assert "extensions=" not in rest and "resume_transaction_code" not in rest
         assert "Traceback" not in rest
+
+
+def test_a_refusal_is_one_line_and_debug_or_json_give_each_offer(sandbox, payer) -> None:
+    env, url = env_of(sandbox, payer), sandbox.url("/weather")
+    refused = run("fetch", "--max-amount", "0.05", url, env=env)
+    assert refused.returncode == 3 and refused.stdout == ""
+    assert refused.stderr == (
+        "x402-eur: AmountLimitExceeded: no offer paid: 1 offer skipped (1 over --max-amount "
+        "0.05 EUR); --debug for each\n"
+    )
+    debug = run("fetch", "--debug", "--max-amount", "0.05", url, env=env)
+    assert debug.returncode == 3 and debug.stderr == (
+        "x402-eur: AmountLimitExceeded: no offer paid: 1 offer skipped (1 over --max-amount "
+        "0.05 EUR)\n"
+        "  offer 0: 0.10 EUR is above --max-amount 0.05 EUR\n"
+    )
+    as_json = run("fetch", "--json", "--max-amount", "0.05", url, env=env)
+    assert as_json.returncode == 3
+    assert json.loads(as_json.stderr)["error"] == {
+        "type": "AmountLimitExceeded",
+        "message": "no offer paid: 1 offer skipped (1 over --max-amount 0.05 EUR)",
+        "moneyMoved": False,
+        "skipped": [
+            {
+                "index": 0,
+                "reason": "over_cap",
+                "message": "0.10 EUR is above --max-amount 0.05 EUR",
+            }
+        ],
+    }
+    assert bank_payments(sandbox, payer) == []
+
+
+def test_a_budget_refusal_says_what_the_window_spent_already(sandbox, payer) -> None:
+    env, url = env_of(sandbox, payer), sandbox.url("/weather")
+    assert run("fetch", "--budget", "0.15/24h", url, env=env).returncode == 0
+    refused = run("fetch", "--budget", "0.15/24h", url, env=env)
+    assert refused.returncode == 3 and refused.stderr == (
+        "x402-eur: BudgetExceeded: no offer paid: budget 0.15 EUR/24h: 0.10 EUR spent, this "
+        "payment 0.10 EUR; 1 offer skipped (1 over the budget 0.15 EUR/24h); --debug for each\n"
+    )
+
+
+def test_a_currency_without_a_budget_names_the_flag_that_adds_one(sandbox, payer) -> None:
+    refused = run("fetch", "--budget", "1USD", sandbox.url("/weather"), env=env_of(sandbox, payer))
+    assert refused.returncode == 3 and refused.stderr == (
+        "x402-eur: BudgetExceeded: no offer paid: 0.10 EUR: no budget covers EUR (once a "
+        "budget is set, only currencies with a budget are paid): add one, e.g. --budget "
+        "2.00EUR/24h; 1 offer skipped (1 no budget in EUR); --debug for each\n"
+    )
+    assert "Budget(" not in refused.stderr

@@ -1616,7 +1616,7 @@ class Payer:
             rails=self._describers,
             options=self.options,
             settings=guard.settings,
-            headroom=await budgets.headroom() if budgets.budgets else {},
+            headroom=await budgets.tightest() if budgets.budgets else {},
             now=time.time(),
             resource=str(request.url),
             rail_problem=challenge.rail_problem if challenge.payment_id_required else None,
@@ -1639,7 +1639,8 @@ class Payer:
                 return await self._attempt(guard, challenge, candidate, request, body, send)
             except BudgetExceeded as exc:
                 # Another request took the headroom meanwhile: a cheaper entry may still fit.
-                skipped.append(SkippedEntry(index, SkipReason.OVER_BUDGET, str(exc), intent))
+                why = str(exc).removeprefix("refusing to pay: ").removesuffix("; nothing was paid")
+                skipped.append(SkippedEntry(index, SkipReason.OVER_BUDGET, why, intent))
         skipped.sort(key=lambda s: s.index)
         raise no_candidate_error(skipped, selection.readable, request)
 

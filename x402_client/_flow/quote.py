@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from .._protocol.amounts import money_of
+from .._protocol.budgets import BudgetStatus
 from .._protocol.policy import Selection, select
 from .._protocol.rail_interface import RequestSettings
 from .._protocol.redact import safe_url
@@ -161,7 +162,7 @@ def quote_of(
     response: httpx.Response,
     payer: Payer,
     *,
-    headroom: Mapping[str, Decimal] | None = None,
+    headroom: Mapping[str, Decimal | BudgetStatus] | None = None,
     now: float | None = None,
 ) -> Quote:
     """The quote for a 402 `response` already read, with `payer`'s options and rails.
@@ -249,7 +250,8 @@ async def quote(
     return quote_of(response, payer, headroom=await headroom_of(payer))
 
 
-async def headroom_of(payer: Payer) -> Mapping[str, Decimal]:
-    """What the payer's budgets have left, by currency (none set: no limit)."""
+async def headroom_of(payer: Payer) -> Mapping[str, BudgetStatus]:
+    """What the payer's budgets have left, by currency (none set: no limit): the budget
+    with the least left, whose `spent` a refusal states."""
     budgets = payer.state.budgets
-    return await budgets.headroom() if budgets.budgets else {}
+    return await budgets.tightest() if budgets.budgets else {}

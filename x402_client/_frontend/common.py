@@ -15,9 +15,10 @@ from __future__ import annotations
 import argparse
 import os
 import re
+from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from .._protocol.redact import safe_url
 
@@ -57,7 +58,10 @@ __all__ = [
     "parse_budget_texts",
     "payment_options",
     "payment_record",
+    "plain_words",
     "quote_json",
+    "refusal_line",
+    "skipped_lines",
     "state_file_message",
     "state_path",
     "token_problem",
@@ -376,3 +380,97 @@ def one_line(exc: BaseException) -> str:
         return f"timed out: {type(exc).__name__}"
     text = _flat(exc) or type(exc).__name__
     return f"{type(exc).__name__}: {text}"
+
+
+# --- refusals, in the words of each front end ------------------------------------------------
+
+#: The front end a text is for: the command line (`--flags`, environment variables) or
+#: the MCP server's tools (their arguments and the server's own settings).
+Front = Literal["cli", "mcp"]
+
+#: The library's words for Python callers, and what each front end says instead: the
+#: exception messages stay Python-flavoured for Python users; the front ends translate.
+_PYTHON_WORDS: tuple[tuple[str, str, str], ...] = (
+    (
+        r'add one, e\.g\. Budget\("[0-9.]+", currency="(\w+)"\), or (--budget \S+) on the '
+        r"command line",
+        r"add one, e.g. \2",
+        r"the server's operator can add one (x402-eur mcp \2, or X402_EUR_BUDGET); the "
+        r"budget tool lists what each currency may spend",
+    ),
+    (r"\bmax_amount_per_payment\b", "--max-amount", "the per-payment cap"),
+    (r"PaymentOptions\.assets or ", "", ""),
+    (r"PaymentOptions\.chain_a\b", "X402_EUR_CHAIN_A_PRIVATE_KEY", "X402_EUR_CHAIN_A_PRIVATE_KEY"),
+    (r"PaymentOptions\.evm\b", "X402_EUR_EVM_PRIVATE_KEY", "X402_EUR_EVM_PRIVATE_KEY"),
+    (r"\s*\(max_candidates\)", "", ""),
+    (r" \(EvmOptions\.rpc_urls\)", "", ""),
+    # the command line's budgets are named apart in the state file: a name nobody typed
+    (f"budget '{BUDGET_NAME}' ", "budget ", "budget "),
+)
+
+
+def plain_words(text: str, front: Front = "cli") -> str:
+    """`text` (a library message) with no Python in it: the settings named as `front`
+    sets them, and the sentences that tell Python callers what to write
+    (`extensions={...}`) left out; each front end says the command or tool call instead."""
+    column = 1 if front == "cli" else 2
+    for pattern, *instead in _PYTHON_WORDS:
+        text = re.sub(pattern, instead[column - 1], text)
+    kept = [part for part in text.split(". ") if "extensions=" not in part]
+    return ". ".join(kept) if kept else text
+
+
+#: How each reason an offer was skipped is counted in the one-line refusal.
+_SKIP_LABELS = {
+    "malformed": "unreadable",
+    "unknown_scheme": "unknown scheme",
+    "unpayable": "not payable with this configuration",
+    "not_resumable": "not resumable",
+    "expired": "expired",
+    "no_cap": "no cap in its currency",
+    "no_budget": "in a currency no budget covers",
+    "not_chosen": "not chosen",
+    "prepare_failed": "could not be prepared",
+    "not_tried": "not tried",
+}
+
+
+_BUDGET_SKIPS = frozenset({"over_budget", "no_budget"})
+
+
+def _skip_label(skipped: Any, front: Front) -> str:
+    reason = str(getattr(skipped.reason, "value", skipped.reason))
+    cap = "--max-amount" if front == "cli" else "the per-payment cap"
+    if reason == "over_cap":
+        return f"over {cap} {skipped.limit}" if skipped.limit else f"over {cap}"
+    if reason == "over_budget":
+        return f"over the budget {skipped.limit}" if skipped.limit else "over the budget"
+    if reason == "no_cap" and skipped.intent is not None:
+        return f"no {cap} for {skipped.intent.currency}"
+    if reason == "no_budget" and skipped.intent is not None:
+        return f"no budget in {skipped.intent.currency}"
+    if reason == "unpayable" and "unknown asset" in str(skipped.message):
+        return "unknown asset"
+    return _SKIP_LABELS.get(reason, reason.replace("_", " "))
+
+
+def refusal_line(exc: X402Error, front: Front = "cli") -> str:
+    """A refused 402 in one line: how many offers were skipped and why, counted by
+    reason (`no offer paid: 3 offers skipped (2 over --max-amount 0.05 USD, 1 unknown
+    asset)`); a budget's refusal first says what it has spent. `skipped_lines` has each
+    offer's reason. An error without skipped offers: its message, in `front`'s words."""
+    skipped = list(exc.skipped)
+    if not skipped:
+        return plain_words(_flat(exc), front)
+    counts = Counter(_skip_label(s, front) for s in skipped)
+    many = "offer" if len(skipped) == 1 else "offers"
+    grouped = ", ".join(f"{count} {label}" for label, count in counts.items())
+    # a budget's refusal is said first: what it spent, or how to add one
+    budget = next((s for s in skipped if str(s.reason.value) in _BUDGET_SKIPS), None)
+    lead = f"{plain_words(_flat(budget.message), front)}; " if budget is not None else ""
+    return f"no offer paid: {lead}{len(skipped)} {many} skipped ({grouped})"
+
+
+def skipped_lines(exc: X402Error, front: Front = "cli") -> list[str]:
+    """Each skipped offer of `exc` and why, one line each: `offer 2: ...`."""
+    return [f"offer {s.index}: {plain_words(_flat(s.message), front)}" for s in exc.skipped]

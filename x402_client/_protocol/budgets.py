@@ -59,6 +59,8 @@ __all__ = [
     "BudgetStatus",
     "BudgetStore",
     "CurrencyStatus",
+    "budget_text",
+    "over_budget",
     "parse_window",
     "total_reservation_amount",
     "total_reservation_id",
@@ -205,6 +207,27 @@ class Budget:
         return f"{format_money(Decimal(self.limit), self.currency)} {span}"
 
 
+def over_budget(budget: Budget, spent: Decimal, amount: Decimal) -> str:
+    """Why `amount` does not fit `budget`, of which `spent` is spent in its window, as the
+    command line writes budgets: `budget 2.00 USD/24h: 1.95 USD spent, this payment
+    0.10 USD` (a budget without a window: `budget 2.00 USD in total: ...`); a budget
+    named other than "default" says its name."""
+    currency = budget.currency
+    named = "" if budget.name == "default" else f" {budget.name!r}"
+    return (
+        f"budget{named} {budget_text(budget)}: {format_money(spent, currency)} spent, "
+        f"this payment {format_money(amount, currency)}"
+    )
+
+
+def budget_text(budget: Budget) -> str:
+    """A budget's limit and window as the command line writes them: `2.00 USD/24h`,
+    `2.00 USD in total`."""
+    window = window_text(budget.window_seconds)
+    span = " in total" if window is None else f"/{window}"
+    return f"{format_money(Decimal(budget.limit), budget.currency)}{span}"
+
+
 @dataclasses.dataclass(frozen=True)
 class BudgetStatus:
     """Where one budget stands: `spent` (reserved or committed) and `remaining`
@@ -213,6 +236,11 @@ class BudgetStatus:
     budget: Budget
     spent: Decimal
     remaining: Decimal
+
+    def refusal(self, amount: Decimal) -> str:
+        """Why a payment of `amount` does not fit, with what the window has spent already:
+        `budget 2.00 USD/24h: 1.95 USD spent, this payment 0.10 USD`."""
+        return over_budget(self.budget, self.spent, amount)
 
     def __repr__(self) -> str:
         currency = self.budget.currency

@@ -38,7 +38,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
 from .amounts import format_amount
-from .budgets import uncovered_currency
+from .budgets import BudgetStatus, budget_text, uncovered_currency
 from .challenge import prefer_order
 from .errors import (
     AmountLimitExceeded,
@@ -110,6 +110,9 @@ class SkippedEntry:
     reason: SkipReason
     message: str
     intent: PaymentIntent | None = None
+    #: The limit that refused it, as front ends group refusals by: the cap (`over_cap`,
+    #: e.g. "0.05 EUR") or the budget (`over_budget`, e.g. "2.00 USD/24h").
+    limit: str | None = None
 
     def __str__(self) -> str:
         return f"accepts[{self.index}]: {self.message}"
@@ -207,7 +210,7 @@ def select(
     rails: Sequence[Describer],
     options: PaymentOptions,
     settings: RequestSettings,
-    headroom: Mapping[str, Decimal],
+    headroom: Mapping[str, Decimal | BudgetStatus],
     now: float,
     resource: str,
     parse: Callable[[Any], AcceptEntry | None] = parse_accept,
@@ -299,7 +302,7 @@ class _Limits:
 
     options: PaymentOptions
     settings: RequestSettings
-    headroom: Mapping[str, Decimal]
+    headroom: Mapping[str, Decimal | BudgetStatus]
     now: float
     resuming: bool
 
@@ -320,7 +323,7 @@ class _Limits:
         if intent.amount > cap:
             limit = f"{format_amount(cap)} {intent.currency}"
             message = f"{_shown(intent)} is above max_amount_per_payment {limit}"
-            return SkippedEntry(index, SkipReason.OVER_CAP, message, intent)
+            return SkippedEntry(index, SkipReason.OVER_CAP, message, intent, limit)
         if self.resuming:
             # That payment's budget was reserved when it was made.
             return None
@@ -328,11 +331,17 @@ class _Limits:
         if options.budgets and intent.currency not in budgeted:
             message = f"{_shown(intent)}: {uncovered_currency(intent.currency)}"
             return SkippedEntry(index, SkipReason.NO_BUDGET, message, intent)
-        left = self.headroom.get(intent.currency)
-        if left is not None and intent.amount > left:
-            message = f"{_shown(intent)} is above what the budget has left ({format_amount(left)})"
-            return SkippedEntry(index, SkipReason.OVER_BUDGET, message, intent)
-        return None
+        room = self.headroom.get(intent.currency)
+        left = room.remaining if isinstance(room, BudgetStatus) else room
+        if left is None or intent.amount <= left:
+            return None
+        if isinstance(room, BudgetStatus):
+            message = room.refusal(intent.amount)
+            return SkippedEntry(
+                index, SkipReason.OVER_BUDGET, message, intent, budget_text(room.budget)
+            )
+        message = f"{_shown(intent)} is above what the budget has left ({format_amount(left)})"
+        return SkippedEntry(index, SkipReason.OVER_BUDGET, message, intent)
 
 
 def _ordered(

@@ -34,6 +34,7 @@ from .._protocol.budgets import (
     BudgetStatus,
     BudgetStore,
     CurrencyStatus,
+    over_budget,
     total_reservation_amount,
     total_reservation_id,
     uncovered_currency,
@@ -359,12 +360,11 @@ class Budgets:
         if refused is None:
             return held
         await self.release(held)
-        spent = await self.store.spent(refused.key, refused.window_seconds)
-        span = "in total" if refused.window is None else f"per {refused.window:g} s"
+        spent = trim_amount(
+            from_atomic(await self.store.spent(refused.key, refused.window_seconds))
+        )
         raise BudgetExceeded(
-            f"paying {shown} would exceed the "
-            f"budget {refused.name!r} of {format_amount(Decimal(refused.limit))} "
-            f"{refused.currency} {span} ({format_amount(from_atomic(spent))} used)",
+            f"refusing to pay: {over_budget(refused, spent, intent.amount)}; nothing was paid",
             intent=intent,
         )
 
@@ -460,8 +460,14 @@ class Budgets:
         """Per currency with a budget, the most one more payment may cost now: the
         smallest `remaining` of that currency's budgets. Currencies without one are absent.
         """
-        room: dict[str, Decimal] = {}
+        return {currency: status.remaining for currency, status in (await self.tightest()).items()}
+
+    async def tightest(self) -> dict[str, BudgetStatus]:
+        """Per currency with a budget, the status of the one with the least left (its
+        `remaining` is `headroom()`'s; its `spent` says why a refusal refuses)."""
+        room: dict[str, BudgetStatus] = {}
         for status in await self.status():
             currency = status.budget.currency
-            room[currency] = min(room.get(currency, status.remaining), status.remaining)
+            if currency not in room or status.remaining < room[currency].remaining:
+                room[currency] = status
         return room

@@ -11,6 +11,7 @@ from collections.abc import Iterator, Sequence
 from decimal import Decimal
 from typing import IO, TYPE_CHECKING, Any
 
+from .._frontend.common import plain_words, refusal_line, skipped_lines
 from .._protocol.redact import safe_url
 
 if TYPE_CHECKING:
@@ -147,14 +148,7 @@ def _failure_text(args: Any, exc: X402Error) -> str:
             else f" ({_money(intent.amount, intent.currency)} to {intent.pay_to})"
         )
         return f"declined at the prompt: nothing was paid{what}"
-    return f"{type(exc).__name__}: {_without_python(_flat(exc))}"
-
-
-def _without_python(text: str) -> str:
-    """`text` without its sentences written for Python callers (`extensions={...}`): the
-    command line says the command to run instead."""
-    kept = [part for part in text.split(". ") if "extensions=" not in part]
-    return ". ".join(kept) if kept else text
+    return f"{type(exc).__name__}: {refusal_line(exc)}"
 
 
 def _fetch_json(
@@ -184,16 +178,27 @@ def _error_json(exc: BaseException, money_moved: bool | None, text: str) -> dict
 def _report_failure(
     args: Any, exc: X402Error, hint: str | None, report: IO[str], method: str
 ) -> None:
+    """A refusal in one line, its skipped offers counted by reason; each offer's own
+    reason follows on `--debug`, and is in the JSON object's `skipped` with `--json`."""
     moved = exc.money_moved
     text = _failure_text(args, exc)
     if args.json:
         error = _error_json(exc, moved, text.removeprefix(f"{type(exc).__name__}: "))
+        if exc.skipped:
+            error["skipped"] = [
+                {"index": s.index, "reason": s.reason.value, "message": line.split(": ", 1)[1]}
+                for s, line in zip(exc.skipped, skipped_lines(exc), strict=True)
+            ]
         if hint is not None:
             error["next"] = hint
         _json_line(_fetch_json(args, method, error=error), report)
         if report is sys.stderr:
             return
-    sys.stderr.write(f"x402-eur: {text}\n")
+    debug = bool(getattr(args, "debug", False))
+    more = "; --debug for each" if exc.skipped and not debug else ""
+    sys.stderr.write(f"x402-eur: {text}{more}\n")
+    if exc.skipped and debug:
+        sys.stderr.writelines(f"  {line}\n" for line in skipped_lines(exc))
     if hint is not None:
         what = "money moved" if moved else "money may have moved"
         sys.stderr.write(f"x402-eur: {what}; {hint}\n")
@@ -230,7 +235,7 @@ def _quote_row(entry: Any) -> list[str]:
     if entry.payable:
         verdict = "yes, tried first" if entry.first else "yes"
     else:
-        verdict = f"no: {_flat(entry.message or entry.reason or 'not payable')}"
+        verdict = f"no: {plain_words(_flat(entry.message or entry.reason or 'not payable'))}"
     return [
         str(entry.index),
         _money(entry.amount, entry.currency) if entry.intent else _raw_price(entry.accept),

@@ -186,6 +186,7 @@ def _recovery_json(advice: RecoveryAdvice) -> dict[str, Any]:
 
 
 def _x402_error_json(exc: X402Error) -> dict[str, Any]:
+    from .._frontend.common import refusal_line, skipped_lines
     from .._protocol.errors import (
         BridgeResumeRefused,
         BridgeTransferFailed,
@@ -194,11 +195,14 @@ def _x402_error_json(exc: X402Error) -> dict[str, Any]:
     )
 
     moved = exc.money_moved
+    # one line, its skipped offers counted (each one's reason is in `skipped`), with no
+    # Python in it: an agent calls tools, it does not write PaymentOptions
+    message = refusal_line(exc, "mcp")
     body: dict[str, Any] = {
         "type": type(exc).__name__,
-        "message": str(exc),
+        "message": message,
         "moneyMoved": moved,
-        "summary": f"{_outcome_text(moved)} {type(exc).__name__}: {exc}",
+        "summary": f"{_outcome_text(moved)} {type(exc).__name__}: {message}",
     }
     intent = exc.intent
     if intent is not None:
@@ -211,8 +215,12 @@ def _x402_error_json(exc: X402Error) -> dict[str, Any]:
         }
     if exc.skipped:
         body["skipped"] = [
-            {"index": s.index, "reason": getattr(s.reason, "value", s.reason), "message": s.message}
-            for s in exc.skipped
+            {
+                "index": s.index,
+                "reason": getattr(s.reason, "value", s.reason),
+                "message": line.split(": ", 1)[1],
+            }
+            for s, line in zip(exc.skipped, skipped_lines(exc, "mcp"), strict=True)
         ]
     if isinstance(exc, PaymentAPIError):
         body["providerCode"] = exc.code
