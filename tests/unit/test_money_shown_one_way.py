@@ -112,3 +112,51 @@ def test_mcp_results_never_show_six_decimals() -> None:
     )
     assert quote.to_json()["entries"][0]["amount"] == "0.100000"
     assert _frontend.quote_json(quote)["entries"][0]["amount"] == "0.10"
+
+
+def _unpayable(accept: dict[str, object]) -> QuoteEntry:
+    return QuoteEntry(
+        index=0, accept=accept, intent=None, payable=False, reason="unpayable", message="why"
+    )
+
+
+@pytest.mark.parametrize(
+    ("accept", "price"),
+    [
+        # a token the client knows: its decimals and currency turn atomic units into money
+        (
+            {
+                "scheme": "exact",
+                "network": "eip155:8453",
+                "asset": "0x833589fCD6eDb6E08f4c7C32D4f71b54bdA02913",
+                "maxAmountRequired": "100000",
+            },
+            "0.10 USD (USDC)",
+        ),
+        (
+            {
+                "scheme": "exact",
+                "network": "eip155:8453",
+                "asset": "0x60a3E35Cc302bFA44Cb288Bc5a4F316Fdb1adb42",
+                "amount": "1500000",
+            },
+            "1.50 EUR (EURC)",
+        ),
+        ({"scheme": "euro", "asset": "EURO", "amount": "0.1"}, "0.10 EURO"),
+        # decimals unknown: no price rather than a count of atomic units
+        (
+            {
+                "scheme": "exact",
+                "network": "eip155:137",
+                "asset": "0x" + "5f" * 20,
+                "maxAmountRequired": "100000",
+            },
+            "?",
+        ),
+        ({"scheme": "exact", "network": "ledgera:mainnet", "asset": "27", "amount": "5"}, "?"),
+    ],
+)
+def test_a_quote_never_shows_atomic_units_as_a_price(accept, price) -> None:
+    from x402_client.cli._render import _quote_row
+
+    assert _quote_row(_unpayable(accept))[1] == price

@@ -222,12 +222,26 @@ def _interrupted(record: Any) -> str | None:
 
 
 def _raw_price(accept: Any) -> str:
-    """The price an entry states, as written, when no rail of ours could read it."""
+    """The price an entry states when no rail of ours could read it, as money is written
+    everywhere (`0.10 USD (USDC)`): a euro entry's amount, or a token amount whose asset the
+    client knows (`KNOWN_ASSETS`: its decimals and currency). Atomic units of an unknown
+    asset are never shown as a price ("?"): `quote --json` keeps the entry as written."""
+    from .._protocol.assets import find_asset
+
     amount, asset = accept.get("amount"), accept.get("asset")
-    if isinstance(amount, str):
-        return f"{amount} {asset}" if isinstance(asset, str) else amount
-    atomic = accept.get("maxAmountRequired")
-    return f"{atomic} units" if isinstance(atomic, str) else "?"
+    if accept.get("scheme") == "euro" and isinstance(amount, str):
+        with contextlib.suppress(ArithmeticError, ValueError):
+            return _money(Decimal(amount), asset if isinstance(asset, str) else None)
+        return "?"
+    atomic = accept.get("maxAmountRequired", amount)
+    network = str(accept.get("network") or "")
+    chain = network.removeprefix("eip155:")
+    if not (isinstance(atomic, str) and atomic.isdigit() and chain.isdigit()):
+        return "?"
+    known = find_asset(int(chain), asset) if isinstance(asset, str) else None
+    if known is None:
+        return "?"
+    return _money(Decimal(int(atomic)).scaleb(-known.decimals), known.currency, known.symbol)
 
 
 def _quote_row(entry: Any) -> list[str]:
