@@ -222,3 +222,15 @@ def test_a_currency_without_a_budget_names_the_flag_that_adds_one(sandbox, payer
         "2.00EUR/24h; 1 offer skipped (1 no budget in EUR); --debug for each\n"
     )
     assert "Budget(" not in refused.stderr
+
+
+def test_an_unexpected_error_names_the_class_users_import() -> None:
+    env = {k: "" for k in ("X402_EUR_API_KEY", "X402_EUR_ACCOUNT", "X402_EUR_API_URL")}
+    result = run("fetch", "http://127.0.0.1:9/", env={**env, "X402_EUR_API_KEY": "k"})
+    assert result.returncode == 1 and result.stdout == ""
+    assert result.stderr == (
+        "x402-eur: x402_client.ConfigurationError: no usable payment configuration in the "
+        "environment: X402_EUR_ACCOUNT, X402_EUR_API_URL are not set (set them for the managed "
+        "account)\n"
+        "(run with --debug for the traceback)\n"
+    )

@@ -59,6 +59,7 @@ __all__ = [
     "payment_options",
     "payment_record",
     "plain_words",
+    "public_name",
     "quote_json",
     "refusal_line",
     "skipped_lines",
@@ -367,6 +368,13 @@ def environment_help() -> str:
 
 def _flat(text: object) -> str:
     return " ".join(str(text).split())
+
+
+def public_name(exc: BaseException) -> str:
+    """The error's class as a user imports it: `x402_client.ConfigurationError` for the
+    package's own (their `__module__` is the public one), the bare name for others."""
+    cls = type(exc)
+    return f"x402_client.{cls.__qualname__}" if cls.__module__ == "x402_client" else cls.__name__
 
 
 def one_line(exc: BaseException) -> str:

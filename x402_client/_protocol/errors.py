@@ -435,3 +435,31 @@ class PaymentOutcomeUnknown(X402Error):
         """None: the money may have moved. True: it moved (the client paid first, through
         the payment API or its own wallet) and what became of the purchase is unknown."""
         return self._money_moved
+
+
+#: The classes `x402_client` exports name themselves by that path, the one users import
+#: and catch: a traceback reads `x402_client.AmountLimitExceeded: ...`, not this private
+#: module. Safe for pickling (pickle finds each as `x402_client.<name>`, which loads it)
+#: and for typing (type checkers read `__init__.pyi`, not `__module__`).
+for _public in (
+    AmountLimitExceeded,
+    BridgeTransferFailed,
+    BudgetExceeded,
+    ChallengeError,
+    ConfigurationError,
+    DestinationRefused,
+    InsufficientFunds,
+    InvalidChallenge,
+    NoSatisfiableOption,
+    PaymentAPIError,
+    PaymentFailed,
+    PaymentNotConfirmed,
+    PaymentOutcomeUnknown,
+    PaymentRefused,
+    PaymentRejectedByHook,
+    PaymentVerificationFailed,
+    UnreplayableRequest,
+    X402Error,
+):
+    _public.__module__ = "x402_client"
+del _public
