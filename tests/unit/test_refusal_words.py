@@ -116,3 +116,25 @@ def test_plain_words_leave_out_what_only_python_callers_write() -> None:
         == plain_words(text, "mcp")
         == ("the payment's outcome is unknown. Do not pay again")
     )
+
+
+def test_a_refused_private_destination_names_the_server_settings_that_admit_it() -> None:
+    import pytest
+
+    from x402_client import DestinationRefused
+    from x402_client._state.netguard import DestinationGuard
+
+    with pytest.raises(DestinationRefused) as caught:
+        DestinationGuard([]).resolve_sync("127.0.0.1", 8402)
+    assert _error_json(caught.value)["message"] == (
+        "refused 127.0.0.1:8402: 127.0.0.1 is a loopback address, which this client does not "
+        "reach unless the host is admitted; nothing was sent. The server reaches it once "
+        "started with --allow-host 127.0.0.1:8402 (x402-eur mcp) or with "
+        "X402_EUR_MCP_ALLOW_HOSTS=127.0.0.1:8402 in its environment"
+    )
+    with pytest.raises(DestinationRefused) as caught:
+        DestinationGuard([], resolver=lambda host, port: ["::1"]).resolve_sync("localhost", 80)
+    assert _error_json(caught.value)["message"].endswith(
+        "once started with --allow-host localhost:80 (x402-eur mcp) or with "
+        "X402_EUR_MCP_ALLOW_HOSTS=localhost:80 in its environment"
+    )

@@ -15,7 +15,7 @@ from .._protocol.amounts import format_amount
 if TYPE_CHECKING:
     from .._options import PaymentOptions
     from .._protocol.budgets import BudgetReport
-    from .._protocol.errors import RecoveryAdvice, X402Error
+    from .._protocol.errors import DestinationRefused, RecoveryAdvice, X402Error
     from .._protocol.ledger import LedgerEntry
     from .._protocol.types import PaymentReceipt
 
@@ -185,11 +185,24 @@ def _recovery_json(advice: RecoveryAdvice) -> dict[str, Any]:
     return body
 
 
+def _admit_hint(exc: DestinationRefused) -> str:
+    """How the server's operator admits a host the guard refused: the agent cannot, so the
+    message names the server's own settings (`--allow-host`, `X402_EUR_MCP_ALLOW_HOSTS`)."""
+    from .._frontend.common import ALLOW_HOSTS_ENV
+
+    host = f"[{exc.host}]" if ":" in exc.host else exc.host
+    return (
+        f". The server reaches it once started with --allow-host {host}:{exc.port} "
+        f"(x402-eur mcp) or with {ALLOW_HOSTS_ENV}={host}:{exc.port} in its environment"
+    )
+
+
 def _x402_error_json(exc: X402Error) -> dict[str, Any]:
     from .._frontend.common import refusal_line, skipped_lines
     from .._protocol.errors import (
         BridgeResumeRefused,
         BridgeTransferFailed,
+        DestinationRefused,
         PaymentAPIError,
         PaymentVerificationFailed,
     )
@@ -198,6 +211,8 @@ def _x402_error_json(exc: X402Error) -> dict[str, Any]:
     # one line, its skipped offers counted (each one's reason is in `skipped`), with no
     # Python in it: an agent calls tools, it does not write PaymentOptions
     message = refusal_line(exc, "mcp")
+    if isinstance(exc, DestinationRefused) and exc.address is not None:
+        message += _admit_hint(exc)
     body: dict[str, Any] = {
         "type": type(exc).__name__,
         "message": message,
