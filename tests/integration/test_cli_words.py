@@ -234,3 +234,53 @@ def test_an_unexpected_error_names_the_class_users_import() -> None:
         "account)\n"
         "(run with --debug for the traceback)\n"
     )
+
+
+def test_a_redirect_is_followed_with_dash_l_only_as_curl_does(sandbox, payer) -> None:
+    env = env_of(sandbox, payer)
+    to_paid = sandbox.url("/redirect?to=/weather")
+    kept = run("fetch", to_paid, env=env)
+    assert kept.returncode == 0 and kept.stdout == ""
+    assert kept.stderr == f"HTTP 302, redirects to {sandbox.url('/weather')} (-L follows)\n"
+    assert bank_payments(sandbox, payer) == []
+    # with -L the 402 behind the redirect is paid once, and its resource delivered
+    followed = run("fetch", "-L", to_paid, env=env)
+    assert followed.returncode == 0, followed.stderr
+    assert json.loads(followed.stdout)["city"] == "Amsterdam"
+    assert followed.stderr.startswith("\nHTTP 200\n  rail: euro\n")
+    assert len(bank_payments(sandbox, payer)) == 1
+
+
+def test_dash_s_silences_the_status_lines_but_never_an_error(sandbox, payer) -> None:
+    env, url = env_of(sandbox, payer), sandbox.url("/weather")
+    paid = run("fetch", "-s", "--progress", url, env=env)
+    assert paid.returncode == 0 and paid.stderr == ""
+    assert json.loads(paid.stdout)["city"] == "Amsterdam"
+    refused = run("fetch", "-s", "--max-amount", "0.01", url, env=env)
+    assert refused.returncode == 3 and refused.stderr == (
+        "x402-eur: AmountLimitExceeded: no offer paid: 1 offer skipped (1 over --max-amount "
+        "0.01 EUR); --debug for each\n"
+    )
+
+
+def test_dash_i_writes_the_status_line_and_headers_before_the_body(
+    sandbox, payer, tmp_path
+) -> None:
+    saved = tmp_path / "free.http"
+    to_file = run("fetch", "-i", "-o", str(saved), sandbox.url("/free"), env=env_of(sandbox, payer))
+    assert to_file.returncode == 0 and to_file.stderr == "HTTP 200\n"
+    written = saved.read_bytes()  # as on the wire: CRLF line ends, a blank line, the body
+    assert written.startswith(b"HTTP/1.1 200 OK\r\n")
+    assert written.endswith(b'content-type: application/json\r\n\r\n{"free":true}')
+    result = run("fetch", "-i", "-s", sandbox.url("/free"), env=env_of(sandbox, payer))
+    assert result.returncode == 0 and result.stderr == ""
+    head, _, body = result.stdout.partition("\n\n")
+    lines = head.split("\n")
+    assert lines[0] == "HTTP/1.1 200 OK"
+    assert [line for line in lines if not line.startswith("date: ")] == [
+        "HTTP/1.1 200 OK",
+        "server: uvicorn",
+        "content-length: 13",
+        "content-type: application/json",
+    ]
+    assert body == '{"free":true}'

@@ -168,6 +168,7 @@ def _add_fetch(commands: Any, groups: dict[str, argparse.ArgumentParser]) -> Non
         "(with --json: one JSON object, on stdout when -o FILE is given, else on stderr).",
     )
     fetch.add_argument("-o", "--output", metavar="FILE", help="write the body to FILE")
+    _curl_options(fetch)
     fetch.add_argument(
         "--json",
         action="store_true",
@@ -184,6 +185,31 @@ def _add_fetch(commands: Any, groups: dict[str, argparse.ArgumentParser]) -> Non
     )
     fetch.epilog_factory = _environment_help
     fetch.set_defaults(handler=_commands._fetch)
+
+
+def _curl_options(fetch: argparse.ArgumentParser) -> None:
+    """`-L`, `-s`, `-i` as curl has them. A redirect is followed only with -L (a 402 behind
+    it is paid once, as any request; a paid answer that redirects is followed to what it
+    leads to, and the payment is delivered only when that is a success); without -L the
+    3xx answer is the response, and the status line says where it leads. -s silences the
+    progress display and the status and receipt lines, never an error (curl's -sS): a
+    failure always says whether money moved. -i writes the final answer's status line and
+    headers before its body, where the body goes."""
+    fetch.add_argument(
+        "-L", "--location", action="store_true", help="follow redirects (as curl -L)"
+    )
+    fetch.add_argument(
+        "-s",
+        "--silent",
+        action="store_true",
+        help="no progress, no status or receipt lines on stderr; errors are still said",
+    )
+    fetch.add_argument(
+        "-i",
+        "--include",
+        action="store_true",
+        help="write the status line and the response headers before the body",
+    )
 
 
 def _add_quote(commands: Any, groups: dict[str, argparse.ArgumentParser]) -> None:

@@ -12,6 +12,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from .._frontend import common as _frontend
 from .._frontend.common import one_line as _one_line
+from .._protocol.redact import safe_url
 from ._common import (
     _close_state,
     _mistake,
@@ -135,13 +136,17 @@ async def _fetch_into(
 
     method, body = what
     since = datetime.now(timezone.utc)
-    client = httpx.AsyncClient(follow_redirects=True, timeout=60, verify=default_ssl_context())
+    client = httpx.AsyncClient(
+        follow_redirects=args.location, timeout=60, verify=default_ssl_context()
+    )
     async with with_eur_payment(client, options) as client:
         request = client.build_request(method, args.url, headers=args.header, content=body)
         try:
             with display:
                 response = await client.send(request, stream=True)
             try:
+                if args.include:
+                    output.write(_head(response))
                 async for chunk in response.aiter_bytes():
                     output.write(chunk)
             finally:
@@ -170,6 +175,13 @@ async def _fetch_into(
         return response
 
 
+def _head(response: httpx.Response) -> bytes:
+    """The status line and headers as they came (curl -i), each line ended by CRLF."""
+    lines = [f"{response.http_version} {response.status_code} {response.reason_phrase}"]
+    lines += [f"{name}: {value}" for name, value in response.headers.multi_items()]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1", "replace")
+
+
 async def _latest_unfinished(options: PaymentOptions, since: datetime) -> str | None:
     """The journal id of the newest unfinished payment made since `since`, if any."""
     from .._state.shared import state_of
@@ -194,8 +206,16 @@ def _report_response(
         data = _fetch_json(args, method, status=response.status_code, output=path, receipt=receipt)
         _json_line(data, report)
         return
+    if args.silent:
+        return
     lead = "\n" if output.to_stdout and not output.ends_with_newline else ""
-    sys.stderr.write(f"{lead}HTTP {response.status_code}\n")
+    where = response.headers.get("location")
+    if where is not None and response.is_redirect:
+        # not followed (no -L): say where it leads, without the URL's credentials
+        target = safe_url(str(response.url.join(where)))
+        sys.stderr.write(f"{lead}HTTP {response.status_code}, redirects to {target} (-L follows)\n")
+    else:
+        sys.stderr.write(f"{lead}HTTP {response.status_code}\n")
     if receipt is not None:
         symbol = _frontend.paid_symbol(response)
         for key, value in _receipt_rows(receipt, symbol):

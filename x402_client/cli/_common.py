@@ -114,6 +114,7 @@ def _progress(args: argparse.Namespace) -> tuple[Any, AbstractContextManager[Non
     """The bridge progress display: on by default when stderr is a terminal."""
     terminal = sys.stderr.isatty()
     show = terminal if args.progress is None else args.progress
+    show = show and not getattr(args, "silent", False)
     if not show:
         return None, contextlib.nullcontext()
     from ..progress import bridge_progress_display
