@@ -240,3 +240,33 @@ async def test_budget_status_lists_every_currency_the_options_can_pay():
 def test_a_budget_in_a_currency_that_cannot_be_paid_is_a_mistake():
     with pytest.raises(ConfigurationError, match="must be EUR or USD"):
         Budget("1.00", currency="EURO")
+
+
+# --- another currency once one budget is spent ---------------------------------------------
+
+BASE_EURC = "0x60a3E35Cc302bFA44Cb288Bc5a4F316Fdb1adb42"
+
+
+def eur_entry(atomic: str = "100000") -> dict[str, Any]:
+    """`atomic` units of Circle's EURC on Base (0.10 EUR), payable with an EVM key alone."""
+    return {**usd_entry(atomic), "asset": BASE_EURC, "extra": {"name": "EURC", "version": "2"}}
+
+
+async def test_a_payment_in_another_currency_once_a_budget_is_spent_is_announced() -> None:
+    seen: list[Any] = []
+
+    def approve(intent: Any) -> bool:
+        seen.append(intent)
+        return True
+
+    budgets = [Budget("0.15", currency="EUR", window="24h"), Budget("2.00", currency="USD")]
+    options = evm_options(budgets=budgets, on_before_payment=approve)
+    merchant = Merchant(eur_entry(), usd_entry())
+    transport = PaymentTransport(merchant.transport(), options)
+    async with httpx.AsyncClient(transport=transport) as client:
+        for _ in range(2):
+            assert (await client.get("http://merchant.test/paid")).status_code == 200
+    assert [(i.currency, i.instead_of) for i in seen] == [
+        ("EUR", None),
+        ("USD", "budget 0.15 EUR/24h: 0.10 EUR spent, this payment 0.10 EUR"),
+    ]

@@ -523,3 +523,31 @@ def test_an_unknown_option_of_a_command_points_at_the_command_s_help(command) ->
         f"x402-eur {command}: unknown option --frobnicate",
         f"Try 'x402-eur {command} --help'.",
     ]
+
+
+@pytest.mark.anyio
+async def test_a_payment_in_dollars_once_the_euro_budget_is_spent_says_so(serve) -> None:
+    import anyio
+
+    from tests.flow.test_every_currency import EVM_KEY, Merchant, eur_entry, usd_entry
+
+    merchant = Merchant(eur_entry(), usd_entry())
+    url = await serve(merchant) + "/paid"
+    env = {"X402_EUR_EVM_PRIVATE_KEY": EVM_KEY}
+
+    def fetch() -> subprocess.CompletedProcess:
+        flags = ["--budget", "0.15/24h", "--budget", "2.00USD/24h"]
+        return run("fetch", *flags, url, env=env, timeout=60)
+
+    first = await anyio.to_thread.run_sync(fetch)
+    assert first.returncode == 0 and "instead" not in first.stderr, first.stderr
+    second = await anyio.to_thread.run_sync(fetch)
+    assert second.returncode == 0, second.stderr
+    assert second.stderr.splitlines()[:4] == [
+        "x402-eur: paying 0.10 USD (USDC) instead: budget 0.15 EUR/24h: 0.10 EUR spent, "
+        "this payment 0.10 EUR",
+        "",
+        "HTTP 200",
+        "  rail: eip3009",
+    ]
+    assert len(merchant.paid) == 2

@@ -252,9 +252,29 @@ def select(
                 payable.append(candidate)
             elif not any((s.index, s.message) == (index, refused.message) for s in skipped):
                 skipped.append(refused)  # two rails of one entry meet one limit once
-    payable = _ordered(payable, options, skipped)
+    payable = _switched(_ordered(payable, options, skipped), skipped)
     skipped.sort(key=lambda s: s.index)
     return Selection(payable, skipped, readable)
+
+
+def _switched(payable: list[Candidate], skipped: Sequence[SkippedEntry]) -> list[Candidate]:
+    """`payable`, each candidate in another currency than offers the budget refused (and
+    none of whose currency is left to pay) saying why: `PaymentIntent.instead_of`, which
+    the approval hook sees before the client pays in a currency the user may not expect."""
+    refused: dict[str, str] = {}
+    for entry in skipped:
+        if entry.reason is SkipReason.OVER_BUDGET and entry.intent is not None:
+            refused.setdefault(entry.intent.currency, entry.message)
+    for candidate in payable:
+        refused.pop(candidate.intent.currency, None)
+    if not refused:
+        return payable
+    switched = []
+    for candidate in payable:
+        why = "; ".join(m for c, m in refused.items() if c != candidate.intent.currency)
+        intent = dataclasses.replace(candidate.intent, instead_of=why or None)
+        switched.append(dataclasses.replace(candidate, intent=intent))
+    return switched
 
 
 def _paying_rails(

@@ -23,6 +23,11 @@ class PaymentIntent:
     `atomic_amount` is the on-chain integer amount for `exact` entries. `accept` is the
     merchant's accept entry as it arrived. `resource` is the URL as requested; `repr`
     redacts its credentials.
+
+    `instead_of` is set when this payment is in another currency than offers of the same
+    402 that a budget refused: why those were not paid, e.g. `budget 0.15 EUR/24h: 0.10 EUR
+    spent, this payment 0.10 EUR`. An `on_before_payment` hook sees it, to approve the
+    switch or not (the command line says it in one line).
     """
 
     rail: Rail
@@ -37,6 +42,7 @@ class PaymentIntent:
     atomic_amount: int | None = None
     description: str | None = None
     accept: Mapping[str, Any] = dataclasses.field(default_factory=dict, repr=False, compare=False)
+    instead_of: str | None = dataclasses.field(default=None, compare=False)
 
     def __repr__(self) -> str:
         return resource_repr(self)

@@ -77,9 +77,39 @@ def _open_store(args: argparse.Namespace, path: Path) -> SqliteStore:
 # --- the options a command pays with ---------------------------------------------------------
 
 
+def _switch_line(intent: Any) -> str | None:
+    """One line when a payment is in another currency because a budget refused the
+    offers in the currency expected (`PaymentIntent.instead_of`); None otherwise."""
+    from .._protocol.amounts import format_money
+
+    if not intent.instead_of:
+        return None
+    why = _frontend.plain_words(intent.instead_of)
+    paid = format_money(intent.amount, intent.currency, intent.asset_symbol)
+    return f"x402-eur: paying {paid} instead: {why}\n"
+
+
+def _announcer(args: argparse.Namespace) -> Any:
+    """The hook that says a switch of currency before it is paid (not with -s)."""
+    if getattr(args, "silent", False):
+        return None
+
+    def announce(intent: Any) -> bool:
+        line = _switch_line(intent)
+        if line is not None:
+            sys.stderr.write(line)
+            sys.stderr.flush()
+        return True
+
+    return announce
+
+
 def _confirm(intent: Any) -> bool:
     from .._protocol.amounts import format_money
 
+    line = _switch_line(intent)
+    if line is not None:
+        sys.stderr.write(line)
     sys.stderr.write(
         f"Pay {format_money(intent.amount, intent.currency)} ({intent.rail}) to "
         f"{intent.pay_to} for {safe_url(intent.resource)}? [y/N] "
@@ -104,7 +134,7 @@ def _payment_options(
         budgets=_frontend.parse_budget_texts(budgets, name=_frontend.BUDGET_NAME)
         if budgets
         else None,
-        on_before_payment=_confirm if getattr(args, "confirm", False) else None,
+        on_before_payment=_confirm if getattr(args, "confirm", False) else _announcer(args),
         on_progress=on_progress,
         sign_in_with_x=getattr(args, "sign_in", None),
     )
