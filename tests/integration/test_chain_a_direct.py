@@ -440,3 +440,41 @@ async def test_recovery_of_a_proof_that_expired_unsettled_gives_the_budget_back(
         state_of(options).close()
     assert chain.ledger.transaction(record.blockchain_tx_id) is None
     assert chain.asset_balance(wallet.address, EURQ) == 1_000_000
+
+
+def _guide_block(marker: str) -> str:
+    """The one Python block of docs/chain-a.md that holds `marker`."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[2] / "docs" / "chain-a.md").read_text()
+    [block] = [
+        code for code in re.findall(r"^```python\n(.*?)^```", text, re.S | re.M) if marker in code
+    ]
+    return block
+
+
+async def test_the_sandbox_snippet_of_the_chain_a_guide_pays_on_the_chain_a_rail(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """docs/chain-a.md's sandbox block, run as written (top-level `await`, as in a
+    notebook): it pays the chain-A offer from the wallet, not the euro offer before it."""
+    import ast
+
+    block = _guide_block("from x402_eur_sandbox import Sandbox")
+    code = compile(block, "docs/chain-a.md", "exec", flags=ast.PyCF_ALLOW_TOP_LEVEL_AWAIT)
+    namespace: dict[str, Any] = {}
+    await eval(code, namespace)  # noqa: S307 (the repository's own document)
+    assert capsys.readouterr().out == "chain-a ledgera:mainnet\n"
+    assert namespace["receipt"].amount == Decimal("0.10")
+
+
+async def test_with_the_managed_account_too_prefer_chain_a_pays_from_the_wallet() -> None:
+    async with Sandbox(chain_a=True) as sandbox:
+        assert sandbox.chain_a is not None
+        wallet = sandbox.chain_a.chain_a_config()
+        for prefer, rail in (([], "euro"), (["chain-a"], "chain-a")):
+            options = sandbox.payment_config(chain_a=wallet, prefer=prefer)
+            async with with_eur_payment(httpx.AsyncClient(), options) as client:
+                response = await client.get(sandbox.url("/weather"))
+            assert response.extensions["x402_payment"].rail == rail
