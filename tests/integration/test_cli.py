@@ -192,7 +192,10 @@ def test_a_daily_budget_holds_across_runs(sandbox, payer, own_state_file) -> Non
         "RESOURCE",
         "CODES",
     ]
-    assert len(lines) == 3 and all("0.10 EUR" in line and " paid " in line for line in lines[1:])
+    # COLUMNS=120: the table fits it, a row's long cells wrapping onto indented lines
+    assert max(len(line) for line in lines) <= 120
+    rows = [line for line in lines[1:] if not line.startswith(" ")]
+    assert len(rows) == 2 and all("0.10 EUR" in line and " paid " in line for line in rows)
     records = [json.loads(line) for line in run("payments", "--json").stdout.splitlines()]
     assert len(records) == 2 and {r["outcome"] for r in records} == {"paid"}
     assert all(r["delivered"] and r["resource"] == sandbox.url("/weather") for r in records)
@@ -247,9 +250,11 @@ def test_an_unfinished_payment_is_resumed_without_paying_again(sandbox, payer) -
     assert len(bank_payments(sandbox, payer)) == 1
 
     unfinished = run("payments", "--unfinished")
-    assert journal_id in unfinished.stdout and f"x402-eur resume {journal_id}" in unfinished.stderr
+    # 120 columns: the table shows the id's start, which resume takes as it is shown
+    shown = f"{journal_id[:12]}…"
+    assert shown in unfinished.stdout and f"x402-eur resume {journal_id}" in unfinished.stderr
 
-    resumed = run("resume", journal_id[:8], env=env)  # a unique start of the id will do
+    resumed = run("resume", shown, env=env)  # a unique start of the id will do
     assert resumed.returncode == 0, resumed.stderr
     assert "Amsterdam" in resumed.stdout
     assert (

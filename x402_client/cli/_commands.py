@@ -314,6 +314,7 @@ async def _find_record(args: argparse.Namespace) -> JournalRecord:
     """The journaled payment `args.id` names: its id, or a unique start of it (at least
     `MIN_ID_PREFIX` characters)."""
     hint = "List them with: x402-eur payments --unfinished"
+    args.id = args.id.rstrip("…")  # as a narrow `payments` table shows it
     path, exists = _journal_path(args)
     store = _open_store(args, path) if exists else None
     try:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import re
 import sys
 from collections.abc import Iterator, Sequence
 from decimal import Decimal
@@ -58,20 +59,103 @@ class _Out:
                 print(f"  {key.ljust(width)}  {value}")
 
 
-def _grid(headers: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[int] = ()) -> str:
-    """A plain text table: stable to read, to grep and to pipe (no wrapping, no colour)."""
-    widths = [len(h) for h in headers]
-    for row in rows:
-        widths = [max(w, len(cell)) for w, cell in zip(widths, row, strict=True)]
+def _grid(
+    headers: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    right: Sequence[int] = (),
+    *,
+    wrap: Sequence[int] = (),
+    prefix: Sequence[int] = (),
+    width: int | None = None,
+) -> str:
+    """A plain text table: stable to read, to grep and to pipe (no colour).
 
-    def line(cells: Sequence[str]) -> str:
-        parts = [
-            cell.rjust(width) if index in right else cell.ljust(width)
+    It fits `width` (the terminal's: `COLUMNS`, else the terminal itself; piped without
+    `COLUMNS`, no limit): first every hash or address is shortened explicitly (`0x1234…abcd`,
+    never cut elsewhere), then the `wrap` columns wrap onto more lines, widest first, at
+    spaces, commas and URL separators only, so a code, hash or word is never split; then
+    the `prefix` columns (payment ids) show their first 12 characters and `…`, which
+    `resume` takes as they are. What cannot fit that way overflows rather than being cut."""
+    limit = _terminal_width() if width is None else width
+    table = [list(headers), *(list(row) for row in rows)]
+    if limit and _width_of(table) > limit:
+        table = [[_short_hashes(cell) for cell in row] for row in table]
+    widths = _fitted(table, wrap, limit)
+    if limit and sum(widths) + 2 * (len(widths) - 1) > limit and prefix:
+        for row in table[1:]:
+            for index in prefix:
+                row[index] = row[index] if len(row[index]) <= 13 else row[index][:12] + "…"
+        widths = _fitted(table, wrap, limit)
+
+    def lines(cells: Sequence[str]) -> list[str]:
+        wrapped = [
+            _wrapped(cell, width) if index in wrap else [cell]
             for index, (cell, width) in enumerate(zip(cells, widths, strict=True))
         ]
-        return "  ".join(parts).rstrip()
+        out = []
+        for line in range(max(len(parts) for parts in wrapped)):
+            texts = [part[line] if line < len(part) else "" for part in wrapped]
+            out.append(
+                "  ".join(
+                    text.rjust(width) if index in right else text.ljust(width)
+                    for index, (text, width) in enumerate(zip(texts, widths, strict=True))
+                ).rstrip()
+            )
+        return out
 
-    return "\n".join([line(headers), *(line(row) for row in rows)])
+    return "\n".join(line for row in table for line in lines(row))
+
+
+def _fitted(table: Sequence[Sequence[str]], wrap: Sequence[int], limit: int) -> list[int]:
+    """The column widths: natural, then the `wrap` columns narrowed, widest first, as far
+    as `limit` asks and their longest unbreakable piece allows."""
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    for index in sorted(wrap, key=lambda i: -widths[i]):
+        excess = sum(widths) + 2 * (len(widths) - 1) - limit
+        if not limit or excess <= 0:
+            break
+        narrowest = max(len(piece.rstrip()) for row in table for piece in _pieces(row[index]))
+        widths[index] = max(narrowest, widths[index] - excess)
+    return widths
+
+
+#: A hash or an address (0x and at least 16 hex digits), shortened as `0x1234…abcd`.
+_HASH = re.compile(r"\b0x[0-9a-fA-F]{12,}([0-9a-fA-F]{4})\b")
+
+
+def _short_hashes(cell: str) -> str:
+    return _HASH.sub(lambda found: f"{found[0][:6]}…{found[1]}", cell)
+
+
+def _width_of(table: Sequence[Sequence[str]]) -> int:
+    columns = len(table[0])
+    return sum(max(len(row[i]) for row in table) for i in range(columns)) + 2 * (columns - 1)
+
+
+def _terminal_width() -> int:
+    """`COLUMNS`, else the terminal's width; 0 (no limit) when stdout is not a terminal."""
+    import os
+    import shutil
+
+    if os.environ.get("COLUMNS", "").isdigit() or sys.stdout.isatty():
+        return shutil.get_terminal_size((0, 0)).columns
+    return 0
+
+
+def _pieces(text: str) -> list[str]:
+    """`text` in the pieces a line may break after: a word with the separators (`/`, `?`,
+    `&`, `,`) and spaces that follow it."""
+    return re.findall(r"[^\s/?&,]+[/?&,]*\s*|[/?&,]+\s*|\s+", text) or [text]
+
+
+def _wrapped(text: str, width: int) -> list[str]:
+    lines = [""]
+    for piece in _pieces(text):
+        if lines[-1] and len(lines[-1] + piece.rstrip()) > width:
+            lines[-1] = lines[-1].rstrip()
+            lines.append("")
+        lines[-1] += piece
+    return [line.rstrip() for line in lines]
 
 
 def _money(amount: Decimal | None, currency: str | None, symbol: str | None = None) -> str:
@@ -277,7 +361,8 @@ def _print_quote(method: str, quote: Any) -> None:
         f"{len(quote.payable)} payable"
     )
     rows = [_quote_row(entry) for entry in quote.entries]
-    print(_grid(["#", "PRICE", "RAIL", "NETWORK", "ASSET", "PAYABLE"], rows, right=(0, 1)))
+    headers = ["#", "PRICE", "RAIL", "NETWORK", "ASSET", "PAYABLE"]
+    print(_grid(headers, rows, right=(0, 1), wrap=(5,)))
 
 
 def _codes(record: JournalRecord) -> str:
@@ -320,7 +405,8 @@ def _payment_row(record: JournalRecord) -> list[str]:
 
 def _print_payments(records: Sequence[JournalRecord]) -> None:
     headers = ["ID", "WHEN", "AMOUNT", "RAIL", "OUTCOME", "DELIVERED", "RESOURCE", "CODES"]
-    print(_grid(headers, [_payment_row(record) for record in records], right=(2,)))
+    rows = [_payment_row(record) for record in records]
+    print(_grid(headers, rows, right=(2,), wrap=(6, 7), prefix=(0,)))
     unfinished = [r for r in records if _unfinished(r)]
     waiting = [r for r in unfinished if not r.in_progress]
     if waiting:
@@ -338,7 +424,7 @@ def _print_payments(records: Sequence[JournalRecord]) -> None:
 def _candidates(found: Sequence[JournalRecord]) -> str:
     """The payments an ambiguous start of an id names, indented under the message."""
     rows = [[r.id, _money(r.amount, r.currency), r.resource, _when(r)] for r in found]
-    table = _grid(["ID", "AMOUNT", "RESOURCE", "CREATED"], rows, right=(1,))
+    table = _grid(["ID", "AMOUNT", "RESOURCE", "CREATED"], rows, right=(1,), width=0)
     return "\n".join(f"  {line}" for line in table.splitlines())
 
 
