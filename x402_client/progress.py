@@ -1,4 +1,5 @@
-"""A live display of long payment waits (the bridge: 1 to 3 minutes in real life).
+"""A live display of long payment waits: the bridge (1 to 3 minutes in real life), and
+the re-sends of a proof the merchant has not confirmed yet (`poll 3 of 8`).
 
 ```python
 from x402_client.progress import bridge_progress_display
@@ -38,8 +39,21 @@ ProgressDisplay = tuple[Callable[[PaymentProgress], None], AbstractContextManage
 _DEADLINE: float = PaymentOptions.model_fields["bridge_deadline"].default
 
 
+def _polls(count: int, of: int | None = None) -> str:
+    """`1 poll`, `3 polls`; with a known most, `poll 3 of 8`."""
+    if of is not None:
+        return f"poll {count} of {of}"
+    return f"{count} poll{'' if count == 1 else 's'}"
+
+
 def _describe(event: PaymentProgress) -> str:
     code = event.transaction_code or "…"
+    if event.stage == "confirming":
+        again = f", again in {event.wait:.0f} s" if event.wait and event.wait >= 1 else ""
+        return (
+            f"the merchant has not confirmed the payment yet: "
+            f"{_polls(event.polls, event.max_polls)}{again}"
+        )
     if event.stage == "paying":
         return "paying through the bridge"
     if event.stage == "waiting":
@@ -83,12 +97,15 @@ def _plain_display(stream: IO[str], interval: float) -> ProgressDisplay:
     def on_progress(event: PaymentProgress) -> None:
         changed = event.stage != state["stage"]
         due = event.stage == "waiting" and event.elapsed - state["printed_at"] >= interval
-        if not (changed or due):
+        # each re-send of an unconfirmed proof is a step of its own, once the wait has
+        # lasted a second (the first re-sends follow within a fraction of one)
+        confirming = event.stage == "confirming" and event.elapsed + (event.wait or 0) >= 1
+        if not (changed or due or confirming) or (event.stage == "confirming" and not confirming):
             return
         state["stage"], state["printed_at"] = event.stage, event.elapsed
-        status = f" [{event.status}]" if event.status else ""
+        status = f" [{event.status}]" if event.status and event.stage != "confirming" else ""
         print(
-            f"x402 bridge: {_describe(event)}{status} ({event.elapsed:.0f} s)",
+            f"x402 {event.rail}: {_describe(event)}{status} ({event.elapsed:.0f} s)",
             file=stream,
             flush=True,
         )
@@ -115,23 +132,29 @@ def _rich_display(console: Any) -> ProgressDisplay:
         console=console,
         transient=False,
     )
-    tasks: dict[str, TaskID] = {}
+    tasks: dict[tuple[str, bool], TaskID] = {}
     live = _Live(progress)
 
     def on_progress(event: PaymentProgress) -> None:
         live.show()
-        key = event.resource
+        confirming = event.stage == "confirming"
+        key = (event.resource, confirming)
         task = tasks.get(key)
-        total = event.deadline or _DEADLINE
+        # the bridge's measure is time towards its deadline; a confirmation's, its re-sends
+        total = float(event.max_polls or event.polls or 1) if confirming else None
+        total = total or event.deadline or _DEADLINE
         if task is None or event.stage == "paying":
             task = progress.add_task(_describe(event), total=total, status="")
             tasks[key] = task
         done = event.stage in ("settled", "proving")
+        completed = event.polls if confirming else (total if done else min(event.elapsed, total))
+        polls = event.polls and not confirming
         progress.update(
             task,
             description=_describe(event),
-            completed=total if done else min(event.elapsed, total),
-            status=f"{event.status or ''} · {event.polls} polls" if event.polls else "",
+            total=total,
+            completed=completed,
+            status=f"{event.status or ''} · {_polls(event.polls)}" if polls else "",
         )
         if event.stage in ("proving", "failed"):
             progress.stop_task(task)
@@ -157,8 +180,11 @@ class _Live(AbstractContextManager[None]):
     def __enter__(self) -> None:
         self._entered = True
 
-    def __exit__(self, *exc_info: object) -> None:
+    def __exit__(self, exc_type: object, *exc_info: object) -> None:
         self._entered = False
         if self._shown:
             self._shown = False
+            if exc_type is not None:
+                # interrupted (Ctrl-C) or failed: the display goes, no stale spinner stays
+                self._progress.live.transient = True
             self._progress.stop()

@@ -284,3 +284,20 @@ def test_dash_i_writes_the_status_line_and_headers_before_the_body(
         "content-type: application/json",
     ]
     assert body == '{"free":true}'
+
+
+def test_an_unconfirmed_payment_shows_its_re_sends_with_a_measure() -> None:
+    slow = re.compile(
+        r"x402 euro: the merchant has not confirmed the payment yet: poll (\d) of 8"
+        r"(, again in \d+ s)? \(\d+ s\)"
+    )
+    with Sandbox.run_in_thread(confirmation_delay=2.0) as sandbox:
+        payer = sandbox.bank.open_account("1.00")
+        fetched = run("fetch", "--progress", sandbox.url("/weather"), env=env_of(sandbox, payer))
+    assert fetched.returncode == 0, fetched.stderr
+    lines = fetched.stderr.splitlines()
+    shown = [line for line in lines if line.startswith("x402 euro:")]
+    assert shown and all(slow.fullmatch(line) for line in shown), lines
+    polls = [int(slow.fullmatch(line)[1]) for line in shown]  # type: ignore[index]
+    assert polls == sorted(set(polls))
+    assert lines[len(shown) :][:2] == ["", "HTTP 200"]

@@ -821,6 +821,7 @@ def delivering(
 async def deliver(proof: Delivering) -> httpx.Response | PayFresh:
     """Send the proof and act on the answers until one ends the delivery: the served
     response (its receipt in `RECEIPT_EXTENSION`), a `PayFresh`, or the error."""
+    started, shown = time.monotonic(), 0
     while True:
         answer = await _send_once(proof)
         if answer is None:
@@ -829,6 +830,9 @@ async def deliver(proof: Delivering) -> httpx.Response | PayFresh:
         if decision.step is Step.RETRY:
             if reason is not None:
                 logger.debug("x402: %s; re-sending the same proof", reason)
+            if proof.machine.not_confirmed > shown:  # not a re-send after a transit failure
+                shown = proof.machine.not_confirmed
+                await _confirming(proof, reason or "not confirmed", decision.wait, started)
             await anyio.sleep(decision.wait)
             continue
         if decision.step is Step.SERVED:
@@ -839,6 +843,33 @@ async def deliver(proof: Delivering) -> httpx.Response | PayFresh:
         if isinstance(ended, PayFresh):
             return ended
         raise ended
+
+
+async def _confirming(proof: Delivering, reason: str, wait: float, started: float) -> None:
+    """Tell `on_progress` that the merchant has not confirmed the payment yet and the
+    proof goes again after `wait` seconds: which re-send of how many (`polls` of
+    `max_polls`), so a display can show a real measure. A failing callback is logged."""
+    from .._protocol.events import PaymentProgress
+
+    callback = proof.options.on_progress
+    machine = proof.machine
+    if callback is None:
+        return
+    event = PaymentProgress(
+        stage="confirming",
+        rail=proof.intent.rail,
+        resource=str(proof.request.url),
+        transaction_code=proof.made.transaction_code,
+        status=reason,
+        elapsed=time.monotonic() - started,
+        polls=machine.not_confirmed,
+        max_polls=machine.confirmation_attempts,
+        wait=wait,
+    )
+    try:
+        await _call(callback, event)
+    except Exception:
+        logger.exception("on_progress callback failed")
 
 
 async def _send_once(proof: Delivering) -> httpx.Response | None:

@@ -1,4 +1,6 @@
-"""Progress events for long waits (the bridge takes 1 to 3 minutes in real life)."""
+"""Progress events for long waits: the bridge (1 to 3 minutes in real life), and the
+re-sends of a proof the merchant has not confirmed yet (a backoff that can add up to
+minutes), each with a measure of how far it got (`polls` of `max_polls`)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from .redact import resource_repr
 
 __all__ = ["PaymentProgress"]
 
-Stage = Literal["paying", "waiting", "settled", "proving", "failed"]
+Stage = Literal["paying", "waiting", "settled", "proving", "failed", "confirming"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -17,8 +19,12 @@ class PaymentProgress:
     """One step of a payment in progress, given to `on_progress`.
 
     `stage` is `paying` (money about to move), `waiting` (polled, not there yet),
-    `settled` (the chain transaction id appeared), `proving` (the proof is being sent) or
-    `failed`. `elapsed` is seconds since the payment call; `polls` counts lookups so far.
+    `settled` (the chain transaction id appeared), `proving` (the proof is being sent),
+    `failed`, or `confirming`: the merchant answered that the payment is not confirmed yet,
+    and the same proof is re-sent after `wait` seconds (on every rail; `status` is the
+    merchant's reason). `elapsed` is seconds since the payment call (since the proof was
+    first sent, when `confirming`); `polls` counts lookups (re-sends) so far, of at most
+    `max_polls` when that is known.
     """
 
     stage: Stage
@@ -30,6 +36,8 @@ class PaymentProgress:
     elapsed: float = 0.0
     polls: int = 0
     deadline: float | None = None
+    max_polls: int | None = None
+    wait: float | None = None
 
     def __repr__(self) -> str:
         return resource_repr(self)  # the resource's credentials redacted

@@ -112,7 +112,8 @@ def _progress_group() -> argparse.ArgumentParser:
         "--progress",
         action=argparse.BooleanOptionalAction,
         default=None,
-        help="show the progress of long bridge waits on stderr (default: when it is a terminal)",
+        help="show the progress of long waits on stderr: the bridge, a payment the merchant "
+        "has not confirmed yet (default: when it is a terminal)",
     )
     return progress
 
