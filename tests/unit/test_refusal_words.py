@@ -138,3 +138,29 @@ def test_a_refused_private_destination_names_the_server_settings_that_admit_it()
         "once started with --allow-host localhost:80 (x402-eur mcp) or with "
         "X402_EUR_MCP_ALLOW_HOSTS=localhost:80 in its environment"
     )
+
+
+def test_the_mcp_quote_and_budget_tools_speak_no_python() -> None:
+    import anyio
+
+    from x402_client._flow.quote import Quote, QuoteEntry
+    from x402_client._frontend.common import quote_json
+    from x402_client._state.budget_stores import Budgets
+    from x402_client.mcp._results import _budget_json
+
+    options = PaymentOptions(**ACCOUNT, budgets=[Budget("1.00", currency="USD")])
+    exc = refused(options, [euro()])
+    [skip] = exc.skipped
+    entry = QuoteEntry(0, euro(), skip.intent, False, reason="no_budget", message=skip.message)
+    quote = Quote("https://merchant.example/paid", 402, [entry])
+    assert quote_json(quote, "mcp")["entries"][0]["message"] == (
+        "0.10 EUR: no budget covers EUR (once a budget is set, only currencies with a budget "
+        "are paid): the server's operator can add one (x402-eur mcp --budget 2.00EUR/24h, or "
+        "X402_EUR_BUDGET); the budget tool lists what each currency may spend"
+    )
+    assert quote_json(quote)["entries"][0]["message"].endswith("add one, e.g. --budget 2.00EUR/24h")
+    budgets = Budgets(options.budgets, None, {"EUR": Decimal("1.00"), "USD": Decimal("1.00")})
+    report = anyio.run(budgets.status)
+    notes = [each["note"] for each in _budget_json(report, options)["currencies"]]
+    assert notes[0].endswith("the budget tool lists what each currency may spend")
+    assert not [word for word in PYTHON if word in str(notes)]

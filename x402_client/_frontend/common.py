@@ -91,6 +91,10 @@ STATE_FIX = f"Name another with --state PATH (or set {STATE_ENV}), or use --no-s
 
 _T = TypeVar("_T")
 
+#: The front end a text is for: the command line (`--flags`, environment variables) or
+#: the MCP server's tools (their arguments and the server's own settings).
+Front = Literal["cli", "mcp"]
+
 
 def argument_type(check: Callable[[str], _T]) -> Callable[[str], _T]:
     """`check` as an argparse `type=`: its `ValueError` becomes the argument's message."""
@@ -289,8 +293,9 @@ def note_payment_id(exc: X402Error, request: httpx.Request) -> None:
         exc.payment_id = record.journal_id
 
 
-def quote_json(quote: Any) -> dict[str, Any]:
-    """A quote as JSON, each entry's amount written as everywhere (`format_amount`)."""
+def quote_json(quote: Any, front: Front = "cli") -> dict[str, Any]:
+    """A quote as JSON, each entry's amount written as everywhere (`format_amount`) and
+    its reason in `front`'s words (`plain_words`)."""
     from decimal import Decimal
 
     from .._protocol.amounts import format_amount
@@ -299,6 +304,8 @@ def quote_json(quote: Any) -> dict[str, Any]:
     for entry in data["entries"]:
         if entry["amount"] is not None:  # written the same way on every rail
             entry["amount"] = format_amount(Decimal(entry["amount"]))
+        if entry.get("message"):
+            entry["message"] = plain_words(entry["message"], front)
     return data
 
 
@@ -391,10 +398,6 @@ def one_line(exc: BaseException) -> str:
 
 
 # --- refusals, in the words of each front end ------------------------------------------------
-
-#: The front end a text is for: the command line (`--flags`, environment variables) or
-#: the MCP server's tools (their arguments and the server's own settings).
-Front = Literal["cli", "mcp"]
 
 #: The library's words for Python callers, and what each front end says instead: the
 #: exception messages stay Python-flavoured for Python users; the front ends translate.

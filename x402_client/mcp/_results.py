@@ -86,6 +86,7 @@ def _body_json(
 
 
 def _budget_json(report: BudgetReport, options: PaymentOptions) -> dict[str, Any]:
+    from .._frontend.common import plain_words
     from .._protocol.budget_spec import window_text
 
     budgets = [
@@ -114,7 +115,7 @@ def _budget_json(report: BudgetReport, options: PaymentOptions) -> dict[str, Any
                 "budgeted": each.budgeted,
                 "remaining": None if each.remaining is None else format_amount(each.remaining),
                 "payable": each.payable,
-                "note": each.note,
+                "note": None if each.note is None else plain_words(each.note, "mcp"),
             }
             for each in report.currencies
         ],

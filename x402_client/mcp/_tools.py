@@ -218,7 +218,7 @@ class PaymentTools:
             _log_failure("quote", where, exc)
             raise
         logger.info("quote %s -> %d, %d payable", where, quote.status_code, len(quote.payable))
-        return _frontend.quote_json(quote)
+        return _frontend.quote_json(quote, "mcp")
 
     async def discover(
         self,
