@@ -301,3 +301,11 @@ def test_an_unconfirmed_payment_shows_its_re_sends_with_a_measure() -> None:
     polls = [int(slow.fullmatch(line)[1]) for line in shown]  # type: ignore[index]
     assert polls == sorted(set(polls))
     assert lines[len(shown) :][:2] == ["", "HTTP 200"]
+
+
+def test_a_bad_key_in_the_environment_is_named_by_its_variable() -> None:
+    result = run("fetch", "http://127.0.0.1:9/", env={"X402_EUR_EVM_PRIVATE_KEY": "0x12"})
+    assert result.returncode == 1 and result.stderr == (
+        "x402-eur: x402_client.ConfigurationError: X402_EUR_EVM_PRIVATE_KEY: private_key must "
+        "be 32 bytes of hex\n(run with --debug for the traceback)\n"
+    )

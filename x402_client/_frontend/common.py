@@ -415,6 +415,11 @@ _PYTHON_WORDS: tuple[tuple[str, str, str], ...] = (
     (r"PaymentOptions\.evm\b", "X402_EUR_EVM_PRIVATE_KEY", "X402_EUR_EVM_PRIVATE_KEY"),
     (r"\s*\(max_candidates\)", "", ""),
     (r" \(EvmOptions\.rpc_urls\)", "", ""),
+    (
+        r"invalid EvmOptions: private_key: (?:Value error, )?",
+        "X402_EUR_EVM_PRIVATE_KEY: ",
+        "X402_EUR_EVM_PRIVATE_KEY: ",
+    ),
     # the command line's budgets are named apart in the state file: a name nobody typed
     (f"budget '{BUDGET_NAME}' ", "budget ", "budget "),
 )

@@ -44,6 +44,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 from .._frontend.common import one_line as _one_line
+from .._frontend.common import plain_words as _plain_words
 from .._frontend.common import public_name as _public_name
 
 # `_parser`, `_url` and `_environment_help` are re-exported for the tests.
@@ -132,7 +133,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if debug:
             raise
         # an error no command expected: named as the user imports it, to look up or catch
-        line, bare = _one_line(exc), f"{type(exc).__name__}: "
+        line, bare = _plain_words(_one_line(exc)), f"{type(exc).__name__}: "
         if line.startswith(bare):
             line = f"{_public_name(exc)}: {line.removeprefix(bare)}"
         sys.stderr.write(f"x402-eur: {line}\n(run with --debug for the traceback)\n")
