@@ -171,6 +171,8 @@ def test_ctrl_c_during_a_bridge_wait_prints_the_command_that_finishes_it(tmp_pat
         )
         assert "extensions=" not in rest and "resume_transaction_code" not in rest
         assert "Traceback" not in rest
+        # nothing but that line: no log line of the library's, no spinner left behind
+        assert [line for line in rest.splitlines() if line] == [rest.splitlines()[-1]]
 
 
 def test_a_refusal_is_one_line_and_debug_or_json_give_each_offer(sandbox, payer) -> None:

@@ -451,10 +451,13 @@ def _recovery_reason(recovery: Any) -> str:
 
 class _ShellWords(logging.Filter):
     """Drops the library's instructions written for Python callers (`extensions={...}`):
-    the command line says the command to run instead."""
+    the command line says the command to run instead; and its note on an interrupted
+    payment (a cancel scope's id), which the command line says in its last line, with the
+    command that finishes it."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return "extensions=" not in str(record.msg)
+        text = str(record.msg)
+        return "extensions=" not in text and not text.startswith("x402: payment interrupted")
 
 
 @contextlib.contextmanager
