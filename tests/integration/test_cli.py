@@ -211,9 +211,11 @@ def test_quote_shows_the_options_and_pays_nothing(sandbox, payer) -> None:
     before = sandbox.balance(payer)
     result = run("quote", sandbox.url("/weather"), env=env)
     assert result.returncode == 0, result.stderr
-    assert "402 Payment Required" in result.stdout
-    first = next(line for line in result.stdout.splitlines() if line.startswith("0 "))
-    assert "0.10 EUR" in first and "euro" in first and "yes, tried first" in first
+    assert result.stdout.splitlines() == [
+        f"GET {sandbox.url('/weather')}: 402 Payment Required, 1 offer, 1 payable",
+        "#     PRICE  RAIL  NETWORK           ASSET  PAYABLE",
+        "0  0.10 EUR  euro  provider:mainnet  EURO   yes, tried first",
+    ]
     capped = json.loads(
         run("quote", "--json", "--max-amount", "0.05", sandbox.url("/weather"), env=env).stdout
     )

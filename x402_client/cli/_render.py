@@ -357,7 +357,8 @@ def _print_quote(method: str, quote: Any) -> None:
         print(f"{where}: 402, but not an x402 challenge: {_flat(quote.error)}")
         return
     print(
-        f"{where}: 402 Payment Required, {len(quote.entries)} offer(s), "
+        f"{where}: 402 Payment Required, {len(quote.entries)} "
+        f"offer{'' if len(quote.entries) == 1 else 's'}, "
         f"{len(quote.payable)} payable"
     )
     rows = [_quote_row(entry) for entry in quote.entries]
