@@ -224,8 +224,8 @@ def test_cli_lists_the_catalogue_in_a_table(catalogued):
         f"2  2.00 EUR  no: over cap     {m}/premium    Above the default per-payment cap\n"
         f"3  0.50 EUR  no: over budget  {m}/report     A market report\n"
         f"4  0.10 EUR  yes              {m}/weather    Today's weather in Amsterdam\n"
-        "#2 not paid: 2.00 EUR is above max_amount_per_payment 1.00 EUR\n"
-        "#3 not paid: 0.50 EUR is above what the budget has left (0.30)\n"
+        "#2 not paid: 2.00 EUR is above --max-amount 1.00 EUR\n"
+        "#3 not paid: budget 0.30 EUR in total: 0.00 EUR spent, this payment 0.50 EUR\n"
         "Listed prices are the facilitator's claims: fetch pays what the resource's own 402 asks.\n"
     )
 
@@ -239,7 +239,7 @@ def test_cli_fits_the_table_to_the_terminal_cutting_descriptions_first(catalogue
         "#  PRICE     PAYABLE       RESOURCE                          DESCRIPTION\n"
         f"1  0.05 EUR  yes           POST {m}/echo  Echoes the request…\n"
         f"2  2.00 EUR  no: over cap  {m}/premium    Above the default …\n"
-        "#2 not paid: 2.00 EUR is above max_amount_per_payment 1.00 EUR\n"
+        "#2 not paid: 2.00 EUR is above --max-amount 1.00 EUR\n"
         "more: --offset 2\n"
         "Listed prices are the facilitator's claims: fetch pays what the resource's own\n"
         "  402 asks.\n"

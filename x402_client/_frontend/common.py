@@ -410,6 +410,8 @@ _PYTHON_WORDS: tuple[tuple[str, str, str], ...] = (
         r"budget tool lists what each currency may spend",
     ),
     (r"\bmax_amount_per_payment\b", "--max-amount", "the per-payment cap"),
+    # the front ends' own budget is the one they speak of: its name says nothing
+    (rf"\bbudget '{BUDGET_NAME}' ", "budget ", "budget "),
     (r"PaymentOptions\.assets or ", "", ""),
     (r"PaymentOptions\.chain_a\b", "X402_EUR_CHAIN_A_PRIVATE_KEY", "X402_EUR_CHAIN_A_PRIVATE_KEY"),
     (r"PaymentOptions\.evm\b", "X402_EUR_EVM_PRIVATE_KEY", "X402_EUR_EVM_PRIVATE_KEY"),

@@ -185,7 +185,7 @@ def _print_discovery(found: Any, args: argparse.Namespace) -> None:
             print("  ".join(cells).rstrip())
     width = shutil.get_terminal_size((100, 24)).columns
     notes = [
-        f"#{index} not paid: {_flat(refused.message)}"
+        f"#{index} not paid: {_frontend.plain_words(_flat(refused.message))}"
         for index, refused in enumerate(map(_refused, found.resources), start=1)
         if refused is not None and refused.message
     ]
