@@ -190,7 +190,7 @@ def quote_challenge(
     challenge: Challenge,
     payer: Payer,
     *,
-    headroom: Mapping[str, Decimal] | None = None,
+    headroom: Mapping[str, Decimal | BudgetStatus] | None = None,
     now: float | None = None,
 ) -> Quote:
     """The quote for `challenge`, the 402 of `url` already read (or a catalogue's claim
