@@ -39,8 +39,8 @@ HTTP_LINES = [
     r"max 0\.20: Payment outcome unknown \(PaymentOutcomeUnknown\): .+\. Money may have "
     r"moved: do not pay for this again; ask the user to check the payments\.",
     r'max 0\.20: HTTP 200, paid 0\.10 EUR: \{"city":"Amsterdam",.*\}',
-    r"max 0\.20: Not paid \(BudgetExceeded\): refusing to pay: 0\.10 EUR is above what the "
-    r"budget has left \(0\.05\); nothing was paid.*\. No money moved\.",
+    r"max 0\.20: Not paid \(BudgetExceeded\): refusing to pay: budget 0\.25 EUR/1h: 0\.20 EUR "
+    r"spent, this payment 0\.10 EUR; nothing was paid.*\. No money moved\.",
 ]
 
 MCP_LINES = [
@@ -50,8 +50,9 @@ MCP_LINES = [
     r"the tool fails after the payment: \[error\] Payment outcome unknown "
     r"\(PaymentOutcomeUnknown\): the tool answered the paid call with an error .+\. Money may "
     r"have moved: do not pay for this again; ask the user to check the payments\.",
-    r"over the budget: \[error\] Not paid \(BudgetExceeded\): refusing to pay: 0\.05 EUR is "
-    r"above what the budget has left \(0\.00\); nothing was paid.*\. No money moved\.",
+    r"over the budget: \[error\] Not paid \(BudgetExceeded\): refusing to pay: budget "
+    r"0\.10 EUR/1h: 0\.10 EUR spent, this payment 0\.05 EUR; nothing was paid.*\. No money "
+    r"moved\.",
 ]
 
 
