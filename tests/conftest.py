@@ -398,3 +398,52 @@ def secret_scan() -> Iterator[None]:
     )
     if leaked:
         raise AssertionError(f"secrets leaked into logs or error messages: {leaked}")
+
+
+# --- PostgreSQL: one cluster per test worker, a fresh database per test --------------------
+
+
+@pytest.fixture(scope="session")
+def postgres_cluster() -> Iterator[Any]:
+    """A PostgreSQL server on 127.0.0.1 for this worker (tests/postgres_server.py); its
+    password is one of the secrets the session's scan looks for."""
+    from tests.needs import missing, require
+    from tests.postgres_server import INSTALL, PostgresCluster, server_bin
+
+    require("psycopg", "pip install 'x402-eur[postgres]'")
+    bindir = server_bin()
+    if bindir is None:
+        missing(f"PostgreSQL's initdb is not installed ({INSTALL})")
+    cluster = PostgresCluster(bindir).start()
+    register_secrets(cluster.password)
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def postgres_dsn(postgres_cluster: Any) -> str:
+    """The DSN of a new, empty database (password included)."""
+    return str(postgres_cluster.database())
+
+
+def state_kinds() -> list[Any]:
+    """The stores a state location may name: `sqlite` (a file), `postgres` (a DSN)."""
+    return [pytest.param("sqlite", id="sqlite"), pytest.param("postgres", id="postgres")]
+
+
+@pytest.fixture(params=state_kinds())
+def state_location(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh state for this test, on each store: a SQLite file's path, or a new
+    PostgreSQL database's DSN. Open it with `open_store`."""
+    if request.param == "sqlite":
+        return str(tmp_path / "state.sqlite3")
+    return str(request.getfixturevalue("postgres_cluster").database())
+
+
+def open_store(location: str | Path) -> Any:
+    """The store of a state location (`SqliteStore` or `PostgresStore`)."""
+    from x402_client._state.stores import open_store as open_state_store
+
+    return open_state_store(location)

@@ -46,6 +46,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 from ._protocol.amounts import AmountError, parse_amount
 from ._protocol.assets import Asset
 from ._protocol.budgets import CURRENCIES, Budget, BudgetStore
+from ._protocol.dsn import PostgresDsn, state_location
 from ._protocol.errors import ConfigurationError, X402Error
 from ._protocol.events import PaymentProgress
 from ._protocol.ledger import PaymentLedger
@@ -309,6 +310,18 @@ def _options_of(cls: type[_Options]) -> Callable[[Any], Any]:
         raise WrongKind(f"Input should be a valid dictionary or instance of {cls.__name__}")
 
     return check
+
+
+def _state_path(value: Any) -> Any:
+    """None, a state file's path, or a `PostgresDsn` for a `postgresql://` URL."""
+    if value is None:
+        return None
+    try:
+        return state_location(value)
+    except TypeError:
+        raise WrongKind(
+            "Input should be a path or a postgresql:// URL (or a PostgresDsn)"
+        ) from None
 
 
 def _destination_guard(value: Any) -> Any:
@@ -926,9 +939,13 @@ class PaymentOptions(_Options):
     #: Where every payment is recorded in memory (a bounded window); one per options object.
     ledger: PaymentLedger | None = option(default=None)
     #: A SQLite file that keeps the payment journal and the budgets across restarts and
-    #: across the processes of this machine (written before any money moves); None: memory
-    #: only. `SqliteStore.default_path()` is the CLI's default.
-    state_path: Option[pathlib.Path | None, str | pathlib.Path | None] = option(default=None)
+    #: across the processes of this machine (written before any money moves), or a
+    #: `postgresql://` URL whose database keeps them for a fleet of machines (extra
+    #: `postgres`; kept as a `PostgresDsn`, shown without its password); None: memory only.
+    #: `SqliteStore.default_path()` is the CLI's default.
+    state_path: Option[
+        pathlib.Path | PostgresDsn | None, str | os.PathLike[str] | PostgresDsn | None
+    ] = option(default=None, validate_as="Any", plain=_state_path)
     #: Tokens you pay standard x402 `exact` (EIP-3009) entries in, beyond the built-in
     #: table of Circle's EURC and USDC: each with its chain, address, currency and decimals
     #: (in the environment: comma-separated `CHAIN:ADDRESS:SYMBOL:CURRENCY[:DECIMALS]`).

@@ -1,6 +1,9 @@
-"""Who owns a payment in flight: each `SqliteStore` holds a lease (a lock file the operating
-system releases when its process dies), a payment belongs to the store that opened it
-until it is finished, and recovery never takes over a payment whose owner is alive.
+"""Who owns a payment in flight: each store holds a lease (`SqliteStore`: a lock file the
+operating system releases when its process dies; `PostgresStore`: an advisory lock its
+connection holds, which the database releases when the connection ends), a payment belongs
+to the store that opened it until it is finished, and recovery never takes over a payment
+whose owner is alive. Every test that is not about the lock files runs on both stores
+(`state`: a file's path, or a new PostgreSQL database's DSN).
 
 The owners here are real processes: a child holds a store open, and is killed with
 SIGKILL (no cleanup, as the OOM killer or a power cut would)."""
@@ -11,6 +14,7 @@ import base64
 import json
 import os
 import signal
+import socket
 import sqlite3
 import stat
 import subprocess
@@ -24,14 +28,17 @@ import anyio
 import httpx
 import pytest
 
+from tests.conftest import open_store, state_kinds
 from tests.factories import euro_intent
 from tests.merchants import Reply, ScriptedMerchant, Seen
+from tests.waiting import eventually
 from x402_client import (
     Budget,
     PaymentOutcomeUnknown,
     payments,
     with_eur_payment,
 )
+from x402_client._protocol.dsn import is_postgres_dsn
 from x402_client._state.shared import state_of
 from x402_client._state.sqlite_store import _SCHEMA_V1, SCHEMA_VERSION, SqliteStore
 
@@ -42,10 +49,10 @@ pytestmark = pytest.mark.anyio
 HOLDER = textwrap.dedent("""
     import asyncio, sys
     from tests.factories import euro_intent
-    from x402_client._state.sqlite_store import SqliteStore
+    from x402_client._state.stores import open_store
 
     async def main(path):
-        store = SqliteStore(path)
+        store = open_store(path)
         journal_id = await store.open_payment(
             intent=euro_intent(), request_method="GET", request_url="http://127.0.0.1:9/x",
             request_body=None, request_headers=[], reservations=[("k", "t:1:ab")],
@@ -63,10 +70,18 @@ def path(tmp_path: Path) -> Path:
     return tmp_path / "state" / "state.sqlite3"
 
 
-def _holder(path: Path) -> tuple[subprocess.Popen[str], str]:
+@pytest.fixture(params=state_kinds())
+def state(request: pytest.FixtureRequest, path: Path) -> str:
+    """The state of the test, on each store: a file's path, or a new database's DSN."""
+    if request.param == "sqlite":
+        return str(path)
+    return str(request.getfixturevalue("postgres_cluster").database())
+
+
+def _holder(state: str) -> tuple[subprocess.Popen[str], str]:
     """A child process owning one payment in flight, and the payment's id."""
     child = subprocess.Popen(
-        [sys.executable, "-c", HOLDER, str(path)],
+        [sys.executable, "-c", HOLDER, state],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
@@ -78,6 +93,38 @@ def _holder(path: Path) -> tuple[subprocess.Popen[str], str]:
     return child, journal_id
 
 
+async def _let_go(store: Any, journal_id: str) -> None:
+    """Wait until no live owner holds `journal_id` (a PostgreSQL server notices a killed
+    client's connection is gone a moment after the kill)."""
+
+    async def free() -> bool:
+        record = await store.get(journal_id)
+        return record is not None and not record.in_progress
+
+    await eventually(free, f"the owner of {journal_id} to be gone")
+
+
+def _delivered_by_hand(state: str, journal_id: str) -> None:
+    """Journal `journal_id` as delivered, as another process would, in the state's own terms."""
+    if is_postgres_dsn(state):
+        import psycopg
+
+        with psycopg.connect(state, autocommit=True) as pg:
+            pg.execute(
+                "UPDATE x402_eur.payments SET outcome = 'paid', delivered = TRUE WHERE id = %s",
+                (journal_id,),
+            )
+        return
+    conn = sqlite3.connect(state)
+    try:
+        conn.execute(
+            "UPDATE payments SET outcome = 'paid', delivered = 1 WHERE id = ?", (journal_id,)
+        )
+        conn.commit()
+    finally:
+        conn.close()
+
+
 def _stop(child: subprocess.Popen[str]) -> None:
     if child.poll() is None:
         child.kill()
@@ -87,12 +134,16 @@ def _stop(child: subprocess.Popen[str]) -> None:
             pipe.close()
 
 
-def _owner_files(path: Path) -> list[Path]:
+def _owner_files(state: str | Path) -> list[Path]:
+    """The lock files of a state file's owners (a PostgreSQL state has none)."""
+    if is_postgres_dsn(state):
+        return []
+    path = Path(state)
     owners = path.with_name(path.name + ".owners")
     return sorted(owners.glob("*.lock")) if owners.exists() else []
 
 
-async def _open(store: SqliteStore, **kw: Any) -> str:
+async def _open(store: Any, **kw: Any) -> str:
     args: dict[str, Any] = {
         "intent": euro_intent(),
         "request_method": "GET",
@@ -106,42 +157,48 @@ async def _open(store: SqliteStore, **kw: Any) -> str:
 
 
 async def test_a_payment_a_live_process_holds_is_in_progress_until_the_process_is_killed(
-    path: Path,
+    state: str,
 ) -> None:
-    child, journal_id = _holder(path)
+    child, journal_id = _holder(state)
     try:
-        with SqliteStore(path) as store:
+        with open_store(state) as store:
             record = await store.get(journal_id)
             assert record is not None and record.in_progress
             assert record.to_json()["in_progress"] is True
             (listed,) = await store.unfinished()
             assert listed.id == journal_id and listed.in_progress
             assert not await store.claim(journal_id)  # a live owner keeps it
-            (held,) = _owner_files(path)
-            assert stat.S_IMODE(held.stat().st_mode) == 0o600
-            assert stat.S_IMODE(held.parent.stat().st_mode) == 0o700
+            if not is_postgres_dsn(state):
+                (held,) = _owner_files(state)
+                assert stat.S_IMODE(held.stat().st_mode) == 0o600
+                assert stat.S_IMODE(held.parent.stat().st_mode) == 0o700
             command = [sys.executable, "-m", "x402_client.cli", "payments", "--unfinished"]
             listed_cli = await anyio.run_process(
-                [*command, "--state", str(path)],
+                [*command, "--state", state],
                 check=False,
                 env={**os.environ, "COLUMNS": "200"},
             )
             stdout, stderr = listed_cli.stdout.decode(), listed_cli.stderr.decode()
             assert listed_cli.returncode == 0, stderr
-            assert "pending (in progress)" in stdout
+            # A fleet's operator sees which worker owns it (the holder: `host:pid`).
+            worker = f"{socket.gethostname()}:{child.pid}"
+            shown = f"pending (in progress: {worker})" if is_postgres_dsn(state) else ""
+            assert (shown or "pending (in progress)") in stdout
             assert "1 in progress" in stderr and "x402-eur resume" not in stderr
 
             child.send_signal(signal.SIGKILL)
             assert child.wait(timeout=30) == -signal.SIGKILL
 
-            # The OS released the dead process's lock: the payment is recoverable.
+            # The OS released the dead process's lock (the database, once it sees the
+            # connection gone): the payment is recoverable.
+            await _let_go(store, journal_id)
             record = await store.get(journal_id)
             assert record is not None and not record.in_progress
             assert record.outcome == "pending"
-            assert _owner_files(path) == []  # the dead owner's file is cleaned up
+            assert _owner_files(state) == []  # the dead owner's file is cleaned up
             # Another process on the same file (a new pid, maybe the dead one's) changes
             # nothing: ownership is a lock, not a pid.
-            other, other_id = _holder(path)
+            other, other_id = _holder(state)
             try:
                 record = await store.get(journal_id)
                 assert record is not None and not record.in_progress
@@ -162,14 +219,14 @@ async def test_a_payment_a_live_process_holds_is_in_progress_until_the_process_i
         _stop(child)
 
 
-async def test_a_process_that_closes_its_store_lets_go_of_its_payments(path: Path) -> None:
-    child, journal_id = _holder(path)
+async def test_a_process_that_closes_its_store_lets_go_of_its_payments(state: str) -> None:
+    child, journal_id = _holder(state)
     assert child.stdin is not None
     child.stdin.close()  # the holder closes its store and exits normally
     assert child.wait(timeout=30) == 0
     _stop(child)
-    assert _owner_files(path) == []
-    with SqliteStore(path) as store:
+    assert _owner_files(state) == []
+    with open_store(state) as store:
         record = await store.get(journal_id)
         assert record is not None and not record.in_progress
         assert await store.claim(journal_id)
@@ -187,9 +244,9 @@ async def test_the_files_of_owners_that_died_owning_nothing_are_swept(path: Path
     assert _owner_files(path) == []
 
 
-async def test_two_stores_of_one_process_are_two_owners(path: Path) -> None:
-    first = SqliteStore(path)
-    second = SqliteStore(path)
+async def test_two_stores_of_one_process_are_two_owners(state: str) -> None:
+    first = open_store(state)
+    second = open_store(state)
     try:
         journal_id = await _open(first)
         assert (await first.get(journal_id)).in_progress  # type: ignore[union-attr]
@@ -204,11 +261,11 @@ async def test_two_stores_of_one_process_are_two_owners(path: Path) -> None:
     finally:
         first.close()
         second.close()
-    assert _owner_files(path) == []
+    assert _owner_files(state) == []
 
 
-async def test_finishing_a_payment_ends_its_ownership(path: Path) -> None:
-    with SqliteStore(path) as store, SqliteStore(path) as other:
+async def test_finishing_a_payment_ends_its_ownership(state: str) -> None:
+    with open_store(state) as store, open_store(state) as other:
         paid = await _open(store)
         given_up = await _open(store)
         await store.finish_payment(paid, "paid", delivered=False)
@@ -221,8 +278,8 @@ async def test_finishing_a_payment_ends_its_ownership(path: Path) -> None:
         assert not (await store.get(paid)).in_progress  # type: ignore[union-attr]
 
 
-async def test_a_proof_finds_its_payment(path: Path) -> None:
-    with SqliteStore(path) as store:
+async def test_a_proof_finds_its_payment(state: str) -> None:
+    with open_store(state) as store:
         older = await _open(store)
         await store.update_payment(older, proof="PROOF-A")
         newer = await _open(store)
@@ -273,13 +330,13 @@ async def test_a_version_1_file_is_migrated_and_its_payments_are_owned_by_nobody
 
 
 async def test_recovery_never_touches_a_payment_a_live_store_holds(
-    sandbox: Any, payer: Any, options_for: Any, serve: Any, path: Path
+    sandbox: Any, payer: Any, options_for: Any, serve: Any, state: str
 ) -> None:
     merchant = ScriptedMerchant(sandbox.bank, sandbox.merchant.code)
     url = await serve(merchant)
     budget = Budget("1.00")
     entry = merchant.entry()
-    with SqliteStore(path) as live:
+    with open_store(state) as live:
         # A payment another store (of a live process: this one) is making: in flight, its
         # reservation held, the merchant's payment request not paid yet.
         reservation = await live.reserve(budget.key, 100_000, 1_000_000, None)
@@ -293,7 +350,7 @@ async def test_recovery_never_touches_a_payment_a_live_store_holds(
             reservations=[(budget.key, reservation)],
             payment_request_code=entry["paymentRequestCode"],
         )
-        options = options_for(payer, state_path=path, budgets=[budget])
+        options = options_for(payer, state_path=state, budgets=[budget])
         try:
             async with with_eur_payment(httpx.AsyncClient(), options) as client:
                 (recovery,) = await payments(client).recover_all()
@@ -316,7 +373,7 @@ async def test_recovery_never_touches_a_payment_a_live_store_holds(
     # was never paid: "not confirmed", left for later, its reservation still held.
     restarted = options_for(
         payer,
-        state_path=path,
+        state_path=state,
         budgets=[budget],
         confirmation_attempts=2,
         confirmation_wait=0.01,
@@ -365,14 +422,14 @@ def _guarded(accepted: set[str]) -> Any:
 
 
 async def _undelivered(
-    sandbox: Any, payer: Any, options_for: Any, serve: Any, path: Path
+    sandbox: Any, payer: Any, options_for: Any, serve: Any, state: str
 ) -> tuple[ScriptedMerchant, str, str]:
     """A payment made with credentials, journaled and not delivered: the merchant, the
     URL, the journal id."""
     accepted = {TOKEN, BASIC_HEADER}
     merchant = ScriptedMerchant(sandbox.bank, sandbox.merchant.code, _guarded(accepted))
     url = await serve(merchant) + "/paid?api_key=k-1"
-    options = options_for(payer, state_path=path, merchant_error_retries=0)
+    options = options_for(payer, state_path=state, merchant_error_retries=0)
     try:
         client = httpx.AsyncClient(headers={"Authorization": TOKEN, "X-Trace": "t-1"})
         async with with_eur_payment(client, options) as client:
@@ -388,10 +445,10 @@ async def _undelivered(
 
 @pytest.mark.parametrize("how", ["default headers", "auth", "cookies", "headers per call"])
 async def test_recovery_sends_the_credentials_of_the_client_it_is_given(
-    sandbox: Any, payer: Any, options_for: Any, serve: Any, path: Path, how: str
+    sandbox: Any, payer: Any, options_for: Any, serve: Any, state: str, how: str
 ) -> None:
-    merchant, _, _ = await _undelivered(sandbox, payer, options_for, serve, path)
-    options = options_for(payer, state_path=path)
+    merchant, _, _ = await _undelivered(sandbox, payer, options_for, serve, state)
+    options = options_for(payer, state_path=state)
     kwargs: dict[str, Any] = {
         "default headers": {"headers": {"Authorization": TOKEN}},
         "auth": {"auth": BASIC},
@@ -418,10 +475,10 @@ async def test_recovery_sends_the_credentials_of_the_client_it_is_given(
 
 
 async def test_a_merchant_that_wants_credentials_leaves_the_payment_unfinished(
-    sandbox: Any, payer: Any, options_for: Any, serve: Any, path: Path
+    sandbox: Any, payer: Any, options_for: Any, serve: Any, state: str
 ) -> None:
-    _, _, journal_id = await _undelivered(sandbox, payer, options_for, serve, path)
-    options = options_for(payer, state_path=path)
+    _, _, journal_id = await _undelivered(sandbox, payer, options_for, serve, state)
+    options = options_for(payer, state_path=state)
     try:
         async with with_eur_payment(httpx.AsyncClient(), options) as client:
             (recovery,) = await payments(client).recover_all()
@@ -444,11 +501,11 @@ async def test_a_merchant_that_wants_credentials_leaves_the_payment_unfinished(
 
 
 async def test_a_merchant_still_down_leaves_the_payment_unfinished(
-    sandbox: Any, payer: Any, options_for: Any, serve: Any, path: Path
+    sandbox: Any, payer: Any, options_for: Any, serve: Any, state: str
 ) -> None:
-    merchant, _, journal_id = await _undelivered(sandbox, payer, options_for, serve, path)
+    merchant, _, journal_id = await _undelivered(sandbox, payer, options_for, serve, state)
     merchant.state["up"] = False  # 503 to every re-send of the proof
-    options = options_for(payer, state_path=path, merchant_error_retries=1)
+    options = options_for(payer, state_path=state, merchant_error_retries=1)
     try:
         authorised = httpx.AsyncClient(headers={"Authorization": TOKEN})
         async with with_eur_payment(authorised, options) as client:
@@ -463,9 +520,9 @@ async def test_a_merchant_still_down_leaves_the_payment_unfinished(
 
 
 async def test_an_already_used_proof_of_a_payment_delivered_meanwhile_is_not_given_up(
-    sandbox: Any, payer: Any, options_for: Any, serve: Any, path: Path
+    sandbox: Any, payer: Any, options_for: Any, serve: Any, state: str
 ) -> None:
-    merchant, _, journal_id = await _undelivered(sandbox, payer, options_for, serve, path)
+    merchant, _, journal_id = await _undelivered(sandbox, payer, options_for, serve, state)
 
     def delivered_by_hand_first(m: ScriptedMerchant, seen: Seen) -> Reply:
         if seen.proof is None:
@@ -473,21 +530,13 @@ async def test_an_already_used_proof_of_a_payment_delivered_meanwhile_is_not_giv
         # The same proof, re-sent by hand in another process a moment earlier, was served
         # and journaled as delivered; recovery's re-send then finds it used.
         assert m.verify(seen.proof) == (True, "")
-        conn = sqlite3.connect(path)
-        try:
-            conn.execute(
-                "UPDATE payments SET outcome = 'paid', delivered = 1 WHERE id = ?",
-                (journal_id,),
-            )
-            conn.commit()
-        finally:
-            conn.close()
+        _delivered_by_hand(state, journal_id)
         valid, reason = m.verify(seen.proof)
         assert not valid and "already used" in reason
         return m.challenge(m.entry(), error=reason)
 
     merchant.script = delivered_by_hand_first
-    options = options_for(payer, state_path=path)
+    options = options_for(payer, state_path=state)
     try:
         async with with_eur_payment(httpx.AsyncClient(), options) as client:
             recovery = await payments(client).recover(journal_id)
@@ -495,7 +544,7 @@ async def test_an_already_used_proof_of_a_payment_delivered_meanwhile_is_not_giv
         state_of(options).close()
     assert recovery.status == "delivered", recovery.reason
     assert "meanwhile" in recovery.reason and recovery.response is None
-    with SqliteStore(path) as store:
+    with open_store(state) as store:
         record = await store.get(journal_id)
     assert record is not None
     assert (record.outcome, record.delivered, record.unrecoverable) == ("paid", True, None)
@@ -503,10 +552,10 @@ async def test_an_already_used_proof_of_a_payment_delivered_meanwhile_is_not_giv
 
 
 async def test_resume_takes_the_credentials_on_the_command_line(
-    sandbox: Any, payer: Any, options_for: Any, serve: Any, path: Path
+    sandbox: Any, payer: Any, options_for: Any, serve: Any, state: str
 ) -> None:
-    merchant, _, journal_id = await _undelivered(sandbox, payer, options_for, serve, path)
-    command = [sys.executable, "-m", "x402_client.cli", "resume", journal_id, "--state", str(path)]
+    merchant, _, journal_id = await _undelivered(sandbox, payer, options_for, serve, state)
+    command = [sys.executable, "-m", "x402_client.cli", "resume", journal_id, "--state", state]
     env = {
         **os.environ,
         "X402_EUR_API_KEY": payer.api_key,

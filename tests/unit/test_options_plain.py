@@ -213,7 +213,10 @@ def test_strings_paths_and_tuples() -> None:
     [
         ({"from_account": 5}, "from_account: Input should be a valid string"),
         ({"api_key": 5}, "api_key: Input should be a valid string"),
-        ({"state_path": 5}, "state_path: Input is not a valid path for <class 'pathlib.Path'>"),
+        (
+            {"state_path": 5},
+            "state_path: Input should be a path or a postgresql:// URL (or a PostgresDsn)",
+        ),
         ({"prefer": ["euro", 5]}, "prefer.1: Input should be a valid string"),
         ({"prefer": None}, "prefer: Input should be a valid tuple"),
         ({"budgets": 5}, "budgets: Input should be a valid tuple"),

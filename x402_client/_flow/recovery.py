@@ -92,7 +92,8 @@ from .._protocol.proof import encode_proof
 from .._protocol.redact import redact_urls, strip_redacted
 from .._state.payment_api import PaymentAPI
 from .._state.shared import PaymentState
-from .._state.sqlite_store import JournalRecord, SqliteStore
+from .._state.sqlite_store import JournalRecord
+from .._state.stores import JournalStore
 from .payment import EXTENSION, Payer
 from .quote import Send
 
@@ -178,7 +179,7 @@ class Recovery:
         return fields_table(f"payment {self.record.id}", facts)
 
 
-def journal_of(payer: Payer) -> tuple[PaymentState, SqliteStore]:
+def journal_of(payer: Payer) -> tuple[PaymentState, JournalStore]:
     """The payer's state and its journal (`ConfigurationError` without a state file)."""
     state = payer.state
     if state.journal is None:
@@ -389,7 +390,7 @@ class _Recovering:
     """The recovery of one journaled payment this process owns, and the ways it ends."""
 
     state: PaymentState
-    journal: SqliteStore
+    journal: JournalStore
     record: JournalRecord
     headers: Headers | None
     send: Send

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
     from .._options import PaymentOptions
     from .._protocol.budgets import Budget
+    from .._protocol.dsn import PostgresDsn
     from .._protocol.errors import X402Error
     from .._state.netguard import AllowedHost, DestinationGuard
 
@@ -227,20 +228,26 @@ class StateFileMistake(Exception):
     """The state file cannot be used; the message says which and why, `STATE_FIX` the fix."""
 
 
-def state_path(given: str | None, *, no_state: bool = False) -> Path | None:
-    """The state file: `--state` (given), else the default (`$X402_EUR_STATE`, else the
-    user's data directory); None with `--no-state`."""
+def state_path(given: str | None, *, no_state: bool = False) -> Path | PostgresDsn | None:
+    """The state: `--state` (given: a file, or a `postgresql://` URL), else the default
+    (`$X402_EUR_STATE`, else the user's data directory); None with `--no-state`."""
     if no_state:
         return None
     if given:
-        return Path(given).expanduser()
+        from .._protocol.dsn import state_location
+
+        where = state_location(given)
+        return where.expanduser() if isinstance(where, Path) else where
     from .._state.sqlite_store import default_state_path
 
     return default_state_path()
 
 
-def state_file_message(path: Path | None, exc: BaseException) -> str:
+def state_file_message(path: Path | PostgresDsn | None, exc: BaseException) -> str:
     reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else _flat(exc)
+    if path is not None and not isinstance(path, Path):
+        # The database's own message, with the DSN's password masked.
+        return f"cannot open the state {path}: {path.redact(reason)}"
     return f"cannot open the state file {path}: {reason}"
 
 

@@ -12,7 +12,9 @@ Permit nonces are sequential per owner and token, so two permits signed with the
 nonce cannot both settle. This rail therefore serializes payments per (chain, token,
 owner): the lock is taken before `nonces(owner)` is read and released only when the
 merchant has answered the paid retry (the payer keeps `pay()` open that long). The locks
-are the options' (`_state.KeyedLocks`), shared by every client built from them.
+are the options' (`_state.KeyedLocks`), shared by every client built from them; with a
+PostgreSQL state they are the fleet's (`_state.FleetLocks`: the same advisory lock on
+every machine), and the nonce is always read under the lock.
 
 The nonce read in `prepare`, before the lock, is used by `pay` only when it is exactly
 what a read under the lock would give: no payment for that key was in progress when it
@@ -539,7 +541,9 @@ class EvmPermitRail(PermitDescriber):
         read with no payment in progress, no other payment started since (`before` is the
         count just before this `pay` started, `now` the count with the lock held), fresh."""
         prepared = self._prepared.pop(key, None)
-        if prepared is None:
+        if prepared is None or getattr(self._context.locks, "shared", False):
+            # Another machine of the fleet may have signed with it since: read it again,
+            # with the fleet's lock held.
             return None
         idle = prepared.counts[0] == prepared.counts[1]
         unchanged = before == prepared.counts and now == (before[0] + 1, before[1])

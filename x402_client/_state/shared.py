@@ -16,8 +16,8 @@ from __future__ import annotations
 import logging
 import threading
 import weakref
-from collections.abc import AsyncIterator, Hashable
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Hashable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 import anyio
@@ -29,9 +29,10 @@ if TYPE_CHECKING:
     from decimal import Decimal
 
     from .._options import PaymentOptions
-    from .sqlite_store import JournalRecord, SqliteStore
+    from .sqlite_store import JournalRecord
+    from .stores import JournalStore
 
-__all__ = ["NULL_JOURNAL", "KeyedLocks", "NullJournal", "PaymentState", "state_of"]
+__all__ = ["NULL_JOURNAL", "FleetLocks", "KeyedLocks", "NullJournal", "PaymentState", "state_of"]
 
 logger = logging.getLogger("x402_client")
 
@@ -46,6 +47,9 @@ class KeyedLocks:
     its own loop thread and an async client share them. Contention is rare: only two
     payments from the same EVM owner and token wait for each other.
     """
+
+    #: Whether other machines take these locks too (see `FleetLocks`).
+    shared = False
 
     def __init__(self) -> None:
         self._guard = threading.Lock()
@@ -62,6 +66,23 @@ class KeyedLocks:
             yield
         finally:
             lock.release()
+
+
+class FleetLocks(KeyedLocks):
+    """`KeyedLocks` that also hold the same lock in a store every machine shares (a
+    PostgreSQL state's advisory lock): a fleet never signs two permits with one nonce.
+    `shared` tells a rail that another machine may have used a nonce it read earlier."""
+
+    shared = True
+
+    def __init__(self, hold_shared: Callable[[str], AbstractAsyncContextManager[None]]) -> None:
+        super().__init__()
+        self._hold_shared = hold_shared
+
+    @asynccontextmanager
+    async def hold(self, key: Hashable) -> AsyncIterator[None]:
+        async with super().hold(key), self._hold_shared(repr(key)):
+            yield
 
 
 class NullJournal:
@@ -89,10 +110,11 @@ NULL_JOURNAL = NullJournal()
 class PaymentState:
     """The budgets, ledger, journal and locks of one `PaymentOptions` object.
 
-    With `options.state_path`, a `SqliteStore` on that file is the payment journal and,
-    unless `budget_store` names another store, the budget store: budgets then hold across
-    restarts and across the processes of the machine. It is closed when the options object
-    is garbage-collected, or with `close()`.
+    With `options.state_path`, a `SqliteStore` on that file (or a `PostgresStore` on that
+    `postgresql://` database) is the payment journal and, unless `budget_store` names another
+    store, the budget store: budgets then hold across restarts and across the processes of
+    the machine (of the fleet, on PostgreSQL, whose nonce locks are the fleet's too). It is
+    closed when the options object is garbage-collected, or with `close()`.
     """
 
     def __init__(self, options: PaymentOptions) -> None:
@@ -100,17 +122,20 @@ class PaymentState:
         self.ledger: PaymentLedger = (
             options.ledger if options.ledger is not None else PaymentLedger()
         )
-        self.journal: SqliteStore | None = None
+        self.journal: JournalStore | None = None
+        self.locks = KeyedLocks()
         if options.state_path is not None:
-            from .sqlite_store import SqliteStore
+            from .stores import open_store
 
-            self.journal = SqliteStore(options.state_path)
+            self.journal = open_store(options.state_path)
             weakref.finalize(options, self.journal.close)
+            hold_nonce = getattr(self.journal, "hold_nonce", None)
+            if hold_nonce is not None:
+                self.locks = FleetLocks(hold_nonce)
         store = options.budget_store if options.budget_store is not None else self.journal
         caps = options.max_amount_per_payment
         currencies = {currency: caps.get(currency) for currency in options.currencies}
         self.budgets = Budgets(options.budgets, store, currencies)
-        self.locks = KeyedLocks()
 
     async def book_settlement(
         self, row: JournalRecord, step: str, detail: str, settled: Decimal | None

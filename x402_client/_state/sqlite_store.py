@@ -107,6 +107,7 @@ from .._protocol.budgets import (
     total_reservation_id,
     window_reservation_id,
 )
+from .._protocol.dsn import PostgresDsn, is_postgres_dsn
 from .._protocol.errors import ConfigurationError
 from .._protocol.ledger import Outcome
 from .._protocol.redact import redact_urls, safe_headers, safe_url
@@ -211,10 +212,12 @@ _HELD = (
 )
 
 
-def default_state_path() -> pathlib.Path:
-    """`$X402_EUR_STATE`, else `$XDG_DATA_HOME/x402-eur/state.sqlite3` (XDG's default
-    data home is `~/.local/share`)."""
+def default_state_path() -> pathlib.Path | PostgresDsn:
+    """`$X402_EUR_STATE` (a path, or a `postgresql://` URL), else
+    `$XDG_DATA_HOME/x402-eur/state.sqlite3` (XDG's default data home is `~/.local/share`)."""
     explicit = os.environ.get("X402_EUR_STATE")
+    if is_postgres_dsn(explicit):
+        return PostgresDsn(str(explicit))
     if explicit:
         return pathlib.Path(explicit).expanduser()
     data_home = os.environ.get("XDG_DATA_HOME", "")
@@ -331,7 +334,8 @@ class JournalRecord:
     `request_body_redacted`: the body held credentials (or may have), so `request_body` is
     not the body sent: it has their values replaced by `REDACTED`, or is None (not kept).
     `in_progress`: a process that is still running is working on it (paying, waiting,
-    delivering, or recovering it), as of when the record was read: leave it alone.
+    delivering, or recovering it), as of when the record was read: leave it alone;
+    `worker` names that process where the store knows it.
     """
 
     id: str
@@ -368,6 +372,9 @@ class JournalRecord:
     steps: tuple[JournalStep, ...] = dataclasses.field(repr=False)
     in_progress: bool = False
     request_body_redacted: bool = False
+    #: The worker (`host:pid`) whose store owns the payment while it is in flight, where the
+    #: store knows it (a PostgreSQL store does: a fleet's payments are all in one place).
+    worker: str | None = None
 
     @property
     def state(self) -> str:
@@ -415,6 +422,7 @@ class JournalRecord:
         """What a person reads of this payment, as (label, text) pairs (no proof)."""
         return [
             ("state", self.state),
+            ("worker", self.worker if self.in_progress else None),
             ("amount", money_of(self.amount, self.currency, self.asset_symbol)),
             ("rail", self.rail),
             ("network", self.network),
@@ -584,7 +592,7 @@ class SqliteStore:
     """
 
     @staticmethod
-    def default_path() -> pathlib.Path:
+    def default_path() -> pathlib.Path | PostgresDsn:
         """Where the command line and the MCP server keep their state: `$X402_EUR_STATE`,
         else `$XDG_DATA_HOME/x402-eur/state.sqlite3` (XDG's default data home is
         `~/.local/share`)."""
@@ -765,6 +773,22 @@ class SqliteStore:
             (rid, key, now, amount),
         )
         return rid
+
+    def budget_spending(self) -> list[tuple[str, int, list[tuple[str, float, int]]]]:
+        """Every budget's spending: (key, total, windowed reservations as (id, seconds
+        since the epoch, amount)), by key."""
+
+        def work(conn: sqlite3.Connection) -> list[tuple[str, int, list[tuple[str, float, int]]]]:
+            totals = dict(conn.execute("SELECT key, spent FROM budget_totals").fetchall())
+            windows: dict[str, list[tuple[str, float, int]]] = {}
+            for rid, key, at, amount in conn.execute(
+                "SELECT id, key, at, amount FROM budget_reservations ORDER BY at"
+            ):
+                windows.setdefault(key, []).append((rid, float(at), int(amount)))
+            keys = sorted(set(totals) | set(windows))
+            return [(k, int(totals.get(k, 0)), windows.get(k, [])) for k in keys]
+
+        return self._read_now(work)
 
     async def release(self, key: str, reservation: str) -> None:
         amount = total_reservation_amount(reservation)

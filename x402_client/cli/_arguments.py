@@ -9,7 +9,7 @@ from typing import Any
 
 from ..__version__ import __version__
 from .._frontend import common as _frontend
-from . import _bazaar, _commands, _reference
+from . import _bazaar, _commands, _reference, _state_commands
 from ._common import _UsageError
 
 
@@ -96,9 +96,9 @@ def _state_group() -> argparse.ArgumentParser:
     where = state.add_mutually_exclusive_group()
     where.add_argument(
         "--state",
-        metavar="PATH",
+        metavar="PATH|DSN",
         help="the state file: journal and budgets (default $X402_EUR_STATE, else "
-        "~/.local/share/x402-eur/state.sqlite3)",
+        "~/.local/share/x402-eur/state.sqlite3); or a postgresql:// URL, shared by a fleet",
     )
     where.add_argument(
         "--no-state", action="store_true", help="no state file: journal and budgets in memory"
@@ -324,6 +324,7 @@ def _parser() -> argparse.ArgumentParser:
     _bazaar.add_discover(commands, groups)
     _add_payments(commands, groups)
     _add_resume(commands, groups)
+    _state_commands.add_state(commands, groups["state"])
     _add_mcp(commands)
     _add_help(commands)
     for command in commands.choices.values():

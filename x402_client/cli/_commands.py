@@ -8,6 +8,7 @@ import asyncio
 import sys
 from contextlib import AbstractContextManager
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
 from .._frontend import common as _frontend
@@ -41,11 +42,10 @@ from ._render import (
 )
 
 if TYPE_CHECKING:
-    from pathlib import Path
-
     import httpx
 
     from .._options import PaymentOptions
+    from .._protocol.dsn import PostgresDsn
     from .._state.sqlite_store import JournalRecord
 
 # --- fetch ---------------------------------------------------------------------------------
@@ -263,16 +263,16 @@ async def _quote(args: argparse.Namespace) -> int:
 # --- payments and resume -------------------------------------------------------------------
 
 
-def _journal_path(args: argparse.Namespace) -> tuple[Path, bool]:
-    """The state file `payments` and `resume` read, and whether it exists (they never
-    create one)."""
+def _journal_path(args: argparse.Namespace) -> tuple[Path | PostgresDsn, bool]:
+    """The state `payments` and `resume` read, and whether it exists (they never create a
+    file; a PostgreSQL state is always there)."""
     path = _state_path(args)
     if path is None:
         raise _mistake(
             _prog(args),
             f"{args.command} reads the payment journal in the state file: drop --no-state",
         )
-    return path, path.exists()
+    return path, not isinstance(path, Path) or path.exists()
 
 
 async def _payments(args: argparse.Namespace) -> int:

@@ -17,7 +17,8 @@ from .._protocol.redact import safe_url
 
 if TYPE_CHECKING:
     from .._options import PaymentOptions
-    from .._state.sqlite_store import SqliteStore
+    from .._protocol.dsn import PostgresDsn
+    from .._state.stores import JournalStore
 
 
 class _UsageError(Exception):
@@ -39,7 +40,7 @@ def _prog(args: argparse.Namespace) -> str:
 # --- the state file --------------------------------------------------------------------------
 
 
-def _state_path(args: argparse.Namespace) -> Path | None:
+def _state_path(args: argparse.Namespace) -> Path | PostgresDsn | None:
     """The state file the command uses: `--state`, else the default; None with `--no-state`."""
     return _frontend.state_path(args.state, no_state=args.no_state)
 
@@ -61,14 +62,14 @@ def _close_state(options: PaymentOptions | None) -> None:
         state_of(options).close()
 
 
-def _open_store(args: argparse.Namespace, path: Path) -> SqliteStore:
+def _open_store(args: argparse.Namespace, path: Path | PostgresDsn) -> JournalStore:
     import sqlite3
 
     from .._protocol.errors import ConfigurationError
-    from .._state.sqlite_store import SqliteStore
+    from .._state.stores import open_store
 
     try:
-        return SqliteStore(path)
+        return open_store(path)
     except (OSError, sqlite3.Error, ConfigurationError) as exc:
         message = _frontend.state_file_message(path, exc)
         raise _mistake(_prog(args), message, _frontend.STATE_FIX) from None

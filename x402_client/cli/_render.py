@@ -391,7 +391,7 @@ def _when(record: JournalRecord) -> str:
 def _payment_row(record: JournalRecord) -> list[str]:
     outcome = record.outcome + (" (gave up)" if record.unrecoverable else "")
     if record.in_progress:
-        outcome += " (in progress)"
+        outcome += f" (in progress: {record.worker})" if record.worker else " (in progress)"
     return [
         record.id,
         _when(record),

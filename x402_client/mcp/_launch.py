@@ -84,9 +84,10 @@ def _limit_options(parser: argparse.ArgumentParser) -> None:
     state = parser.add_mutually_exclusive_group()
     state.add_argument(
         "--state",
-        metavar="PATH",
+        metavar="PATH|DSN",
         help="the state file (budgets and payment journal; default: $X402_EUR_STATE, else "
-        "the user's data directory), so budgets hold across restarts",
+        "the user's data directory), so budgets hold across restarts; or a postgresql:// "
+        "URL: one journal and one set of budgets for a fleet",
     )
     state.add_argument(
         "--no-state", action="store_true", help="keep budgets and payments in memory only"
