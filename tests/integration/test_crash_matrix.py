@@ -16,6 +16,11 @@ The table these cases prove is in docs/failure-semantics.md ("When the process d
 Solana payer killed after signing, before delivery, is recovered the same way (its own
 cases, on a sandbox with a Solana chain).
 
+The matrix and the live cases run on both stores (`store`): a SQLite state file, and a
+PostgreSQL database (one per case), where the payer and the recovering process stand for
+two machines of a fleet: separate working directories, one database, the dead payer's
+lease ended by the database when its connection did.
+
 And the other way round: recovery that runs while the payer is alive, in another process
 (a payer waiting on the merchant, or on the chain), leaves its payment alone: the journal
 says it is in progress, nothing is re-sent, no reservation is released, and the payer,
@@ -44,7 +49,7 @@ import httpx
 import pytest
 from eth_account import Account as EthAccount
 
-from tests.conftest import register_secrets
+from tests.conftest import open_store, register_secrets, state_kinds
 from tests.sandboxes import asset_of, evm_options
 from tests.waiting import eventually
 from x402_client import (
@@ -56,7 +61,7 @@ from x402_client import (
 from x402_client._flow import recovery as _recovery
 from x402_client._flow.recovery import Recovery
 from x402_client._state.shared import state_of
-from x402_client._state.sqlite_store import JournalRecord, SqliteStore
+from x402_client._state.sqlite_store import JournalRecord
 from x402_eur_sandbox import Account, Price, Sandbox, StandardMerchant
 from x402_eur_sandbox._chain_a import EURQ_ASSET_ID
 
@@ -305,7 +310,8 @@ class Crashed:
 
     case: Case
     account: Account
-    state_path: Path
+    #: the state: a SQLite file's path, or a PostgreSQL DSN
+    state_path: str
     evm_key: str | None = None
     evm_address: str | None = None
     #: chain A directly: the payer's own wallet (its key, in the chain SDK's form)
@@ -360,7 +366,7 @@ async def _kill_child(sandbox: Sandbox, crashed: Crashed, tmp_path: Path) -> Non
         "api_key": crashed.account.api_key,
         "from_account": crashed.account.code,
         "api_url": sandbox.payment_api_url,
-        "state_path": str(crashed.state_path),
+        "state_path": crashed.state_path,
         "budget": str(BUDGET.limit),
         "evm_key": crashed.evm_key,
         "rpc_urls": {str(c): sandbox.evm.rpc_url(c) for c in (1, 137)},
@@ -374,7 +380,10 @@ async def _kill_child(sandbox: Sandbox, crashed: Crashed, tmp_path: Path) -> Non
         watch.hold_next()
     with log.open("wb") as out:
         process = await anyio.open_process(
-            [sys.executable, str(CHILD), json.dumps(config)], stdout=out, stderr=out
+            [sys.executable, str(CHILD), json.dumps(config)],
+            stdout=out,
+            stderr=out,
+            cwd=_machine(tmp_path),
         )
         try:
             with anyio.fail_after(60):
@@ -453,11 +462,45 @@ async def _money_moved(sandbox: Sandbox, crashed: Crashed) -> bool:
     return bool(kept)
 
 
-async def _crash_and_recover(sandbox: Sandbox, case: Case, tmp_path: Path) -> Crashed:
+def _machine(tmp_path: Path) -> Path:
+    """The payer's own working directory: it stands for a machine of its own."""
+    directory = tmp_path / "payer-machine"
+    directory.mkdir(exist_ok=True)
+    return directory
+
+
+def _state(request: pytest.FixtureRequest, store: str, tmp_path: Path) -> str:
+    """A new state on `store`: a file in `tmp_path`, or a new database of this worker's
+    PostgreSQL cluster."""
+    if store == "sqlite":
+        return str(tmp_path / "state.sqlite3")
+    return str(request.getfixturevalue("postgres_cluster").database())
+
+
+async def _owners_gone(state: str) -> None:
+    """Wait until no payment of `state` is owned by a live process: the database ends a
+    killed payer's lease when it sees its connection gone, a moment after the kill."""
+    with open_store(state) as store:
+
+        async def gone() -> bool:
+            return not any(r.in_progress for r in await store.unfinished())
+
+        await eventually(gone, "the killed payer's lease to end")
+
+
+async def _crash_and_recover(
+    sandbox: Sandbox,
+    case: Case,
+    tmp_path: Path,
+    store: str = "sqlite",
+    request: pytest.FixtureRequest | None = None,
+) -> Crashed:
     """Kill a payer at `case`, then recover as a restarted process would (cached)."""
-    if case.id in _RESULTS:
-        return _RESULTS[case.id]
-    crashed = Crashed(case, sandbox.bank.open_account("10.00"), tmp_path / "state.sqlite3")
+    if (store, case.id) in _RESULTS:
+        return _RESULTS[store, case.id]
+    assert request is not None or store == "sqlite"
+    state = str(tmp_path / "state.sqlite3") if request is None else _state(request, store, tmp_path)
+    crashed = Crashed(case, sandbox.bank.open_account("10.00"), state)
     crashed.served_before = _served(sandbox)
     if case.rail == "evm":
         wallet = EthAccount.create()
@@ -480,10 +523,11 @@ async def _crash_and_recover(sandbox: Sandbox, case: Case, tmp_path: Path) -> Cr
     await _kill_child(sandbox, crashed, tmp_path)
     if case.rail == "bridge":
         await _settle_bridge(sandbox, crashed.account)
+    await _owners_gone(crashed.state_path)
 
     options = _options(sandbox, crashed)
     journal = state_of(options).journal
-    assert isinstance(journal, SqliteStore)
+    assert journal is not None
     try:
         unfinished = await payments(options).unfinished()
         assert len(unfinished) == 1, unfinished
@@ -508,16 +552,17 @@ async def _crash_and_recover(sandbox: Sandbox, case: Case, tmp_path: Path) -> Cr
     finally:
         state_of(options).close()
     crashed.moved = await _money_moved(sandbox, crashed)
-    _RESULTS[case.id] = crashed
+    _RESULTS[store, case.id] = crashed
     return crashed
 
 
+@pytest.mark.parametrize("store", state_kinds())
 @pytest.mark.parametrize("case", MATRIX, ids=[c.id for c in MATRIX])
 async def test_a_payer_killed_at_each_step_is_recovered_without_paying_twice(
-    crash_sandbox: Sandbox, case: Case, tmp_path: Path
+    crash_sandbox: Sandbox, case: Case, store: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     sandbox = crash_sandbox
-    crashed = await _crash_and_recover(sandbox, case, tmp_path)
+    crashed = await _crash_and_recover(sandbox, case, tmp_path, store, request)
     record, recovery, after = crashed.journaled, crashed.recovery, crashed.after
     assert record is not None and recovery is not None and after is not None
 
@@ -624,11 +669,12 @@ def _outcome_cases() -> list[Any]:
     return cases
 
 
+@pytest.mark.parametrize("store", state_kinds())
 @pytest.mark.parametrize("case", _outcome_cases())
 async def test_a_recovered_record_says_whether_money_moved(
-    crash_sandbox: Sandbox, case: Case, tmp_path: Path
+    crash_sandbox: Sandbox, case: Case, store: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    crashed = await _crash_and_recover(crash_sandbox, case, tmp_path)
+    crashed = await _crash_and_recover(crash_sandbox, case, tmp_path, store, request)
     assert crashed.after is not None
     assert crashed.after.outcome in SETTLED_OUTCOMES[case.id], crashed.after.outcome
 
@@ -645,11 +691,12 @@ def _reservation_cases() -> list[Any]:
     return cases
 
 
+@pytest.mark.parametrize("store", state_kinds())
 @pytest.mark.parametrize("case", _reservation_cases())
 async def test_the_reservation_is_released_exactly_when_no_money_moved(
-    crash_sandbox: Sandbox, case: Case, tmp_path: Path
+    crash_sandbox: Sandbox, case: Case, store: str, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
-    crashed = await _crash_and_recover(crash_sandbox, case, tmp_path)
+    crashed = await _crash_and_recover(crash_sandbox, case, tmp_path, store, request)
     assert (crashed.spent_after == 0) is (not crashed.moved)
 
 
@@ -678,7 +725,7 @@ async def test_euro_killed_before_paying_is_failed_once_the_request_expired(
     sandbox = crash_sandbox
     case = MATRIX[0]
     assert case.id == "euro-before-call"
-    crashed = Crashed(case, sandbox.bank.open_account("10.00"), tmp_path / "state.sqlite3")
+    crashed = Crashed(case, sandbox.bank.open_account("10.00"), str(tmp_path / "state.sqlite3"))
     crashed.served_before = _served(sandbox)
     await _kill_child(sandbox, crashed, tmp_path)
     options = _options(sandbox, crashed)
@@ -716,7 +763,7 @@ async def _bridge_killed(sandbox: Sandbox, step: str, tmp_path: Path) -> Crashed
     """A bridge payer killed at `step` (before or after its payment call), its transfer
     (if any) settled."""
     case = next(c for c in MATRIX if c.id == f"bridge-{step}")
-    crashed = Crashed(case, sandbox.bank.open_account("10.00"), tmp_path / "state.sqlite3")
+    crashed = Crashed(case, sandbox.bank.open_account("10.00"), str(tmp_path / "state.sqlite3"))
     crashed.served_before = _served(sandbox)
     await _kill_child(sandbox, crashed, tmp_path)
     await _settle_bridge(sandbox, crashed.account)
@@ -822,13 +869,20 @@ async def _merchant_side(sandbox: Sandbox, rail: str, crashed: Crashed) -> tuple
     return _served(sandbox), 0
 
 
+@pytest.mark.parametrize("store", state_kinds())
 @pytest.mark.parametrize(("rail", "step"), _live_cases())
 async def test_recovery_leaves_a_payment_a_live_payer_is_making_alone(
-    crash_sandbox: Sandbox, rail: str, step: str, tmp_path: Path
+    crash_sandbox: Sandbox,
+    rail: str,
+    step: str,
+    store: str,
+    tmp_path: Path,
+    request: pytest.FixtureRequest,
 ) -> None:
     sandbox = crash_sandbox
     case = Case(rail, step, True, (), "in_progress")
-    crashed = Crashed(case, sandbox.bank.open_account("10.00"), tmp_path / "state.sqlite3")
+    state = _state(request, store, tmp_path)
+    crashed = Crashed(case, sandbox.bank.open_account("10.00"), state)
     ready, release = tmp_path / "waiting", tmp_path / "go-on"
     config: dict[str, Any] = {
         "rail": rail,
@@ -837,7 +891,7 @@ async def test_recovery_leaves_a_payment_a_live_payer_is_making_alone(
         "api_key": crashed.account.api_key,
         "from_account": crashed.account.code,
         "api_url": sandbox.payment_api_url,
-        "state_path": str(crashed.state_path),
+        "state_path": crashed.state_path,
         "budget": str(BUDGET.limit),
         "ready": str(ready),
         "release": str(release),
@@ -864,7 +918,10 @@ async def test_recovery_leaves_a_payment_a_live_payer_is_making_alone(
         held.hold_next()
     with log.open("wb") as out:
         process = await anyio.open_process(
-            [sys.executable, str(CHILD), json.dumps(config)], stdout=out, stderr=out
+            [sys.executable, str(CHILD), json.dumps(config)],
+            stdout=out,
+            stderr=out,
+            cwd=_machine(tmp_path),
         )
         try:
             with anyio.fail_after(60):
@@ -895,7 +952,7 @@ async def test_recovery_leaves_a_payment_a_live_payer_is_making_alone(
                             "resume",
                             record.id,
                             "--state",
-                            str(crashed.state_path),
+                            crashed.state_path,
                         ],
                         check=False,
                         env={
@@ -944,7 +1001,7 @@ async def test_recovery_leaves_a_payment_a_live_payer_is_making_alone(
         await _settle_bridge(sandbox, crashed.account)
 
     # Exactly one payment, delivered once; the journal says so.
-    with SqliteStore(crashed.state_path) as store:
+    with open_store(crashed.state_path) as store:
         (done,) = await store.payments()
         assert (done.outcome, done.delivered, done.in_progress) == ("paid", True, False)
         assert await store.unfinished() == []
