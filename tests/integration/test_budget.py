@@ -8,6 +8,7 @@ import sys
 import textwrap
 import time
 from decimal import Decimal
+from typing import Any
 
 import anyio
 import httpx
@@ -200,12 +201,35 @@ def redis_url(tmp_path):
     process.wait(10)
 
 
+@pytest.fixture(params=["redis", "postgres"])
+def shared_url(request: pytest.FixtureRequest) -> str:
+    """Where a budget shared by several processes (and machines) lives: a Redis server's
+    URL, or a new PostgreSQL database's DSN. The same tests run on both."""
+    if request.param == "redis":
+        return str(request.getfixturevalue("redis_url"))
+    return str(request.getfixturevalue("postgres_dsn"))
+
+
+def shared_store(url: str, prefix: str = "x402:budget:") -> Any:
+    """The budget store at `url`: a `RedisBudgetStore`, or a `PostgresStore`."""
+    if url.startswith("redis://"):
+        return RedisBudgetStore(url, prefix=prefix)
+    from x402_client.postgres import PostgresStore
+
+    return PostgresStore(url)
+
+
 AGENT = textwrap.dedent("""
     import asyncio, sys, httpx
     from x402_client import Budget, BudgetExceeded, RedisBudgetStore, with_eur_payment
 
     async def main(redis_url, api_url, api_key, account, url):
-        store = RedisBudgetStore(redis_url)
+        if redis_url.startswith("redis://"):
+            store = RedisBudgetStore(redis_url)
+        else:
+            from x402_client.postgres import PostgresStore
+
+            store = PostgresStore(redis_url)
         options = {"api_key": api_key, "from_account": account, "api_url": api_url,
                    "budgets": [Budget("1.00", name="fleet")], "budget_store": store}
         paid = refused = 0
@@ -225,9 +249,9 @@ AGENT = textwrap.dedent("""
 """)
 
 
-async def test_redis_budget_is_shared_by_a_fleet_of_processes(sandbox, redis_url):
+async def test_a_shared_budget_is_shared_by_a_fleet_of_processes(sandbox, shared_url):
     payer = sandbox.bank.open_account("100.00")
-    args = [redis_url, sandbox.payment_api_url, payer.api_key, payer.code, sandbox.url("/weather")]
+    args = [shared_url, sandbox.payment_api_url, payer.api_key, payer.code, sandbox.url("/weather")]
     results: list[tuple[int, ...]] = []
 
     async def agent() -> None:
@@ -242,7 +266,7 @@ async def test_redis_budget_is_shared_by_a_fleet_of_processes(sandbox, redis_url
     assert sum(refused for _, refused in results) == 80
     assert len(bank_payments(sandbox, payer)) == 10
     assert sandbox.balance(payer) == Decimal("99.00")
-    store = RedisBudgetStore(redis_url)
+    store = shared_store(shared_url)
     try:
         assert await store.spent(Budget("1.00", name="fleet").key, None) == 1_000_000
     finally:
@@ -396,41 +420,49 @@ async def test_redis_folds_reservations_an_earlier_version_kept_per_payment(redi
         await raw.aclose()
 
 
-async def test_redis_windowed_reservations_leave_with_the_window(redis_url):
-    import redis.asyncio as aioredis
+async def test_windowed_reservations_leave_with_the_window(shared_url):
+    redis = shared_url.startswith("redis://")
+    raw: Any = None
+    if redis:
+        import redis.asyncio as aioredis
 
-    raw = aioredis.from_url(redis_url)
-    store = RedisBudgetStore(redis_url, prefix="t3:")
+        raw = aioredis.from_url(shared_url)
+    store = shared_store(shared_url, prefix="t3:")
     key = Budget("0.30", window=1).key
     try:
         held = [await store.reserve(key, 100_000, 300_000, 1.0) for _ in range(3)]
         assert all(rid and rid.startswith("w:") for rid in held)
         assert await store.reserve(key, 100_000, 300_000, 1.0) is None
-        assert await raw.zcard(f"t3:{key}:at") == 3
-        assert 0 < await raw.pttl(f"t3:{key}:at") <= 2_000  # an idle budget expires
+        if redis:
+            assert await raw.zcard(f"t3:{key}:at") == 3
+            assert 0 < await raw.pttl(f"t3:{key}:at") <= 2_000  # an idle budget expires
         await store.release(key, held[0])  # type: ignore[arg-type]
         assert await store.spent(key, 1.0) == 200_000
 
         async def window_passed() -> bool:
             return await store.spent(key, 1.0) == 0
 
-        await eventually(window_passed, "the window to pass by the Redis server's clock")
+        await eventually(window_passed, "the window to pass by the server's clock")
         assert await store.reserve(key, 300_000, 300_000, 1.0)
-        assert await raw.zcard(f"t3:{key}:at") == 1
-        assert await raw.hlen(f"t3:{key}:amount") == 1
+        if redis:
+            assert await raw.zcard(f"t3:{key}:at") == 1
+            assert await raw.hlen(f"t3:{key}:amount") == 1
+        else:
+            assert await store.budget_keys() == [(key, 0, 300_000)]  # the old ones pruned
     finally:
         await store.aclose()
-        await raw.aclose()
+        if raw is not None:
+            await raw.aclose()
 
 
 @pytest.mark.parametrize(("ahead", "window"), [(25 * 3600, "24h"), (61, "1m")])
 async def test_a_host_whose_clock_runs_ahead_cannot_empty_a_shared_window(
-    redis_url, monkeypatch, ahead: int, window: str
+    shared_url, monkeypatch, ahead: int, window: str
 ):
-    # Two hosts share one Redis budget; the second's clock runs ahead of the first's.
+    # Two hosts share one budget; the second's clock runs ahead of the first's.
     budget = Budget("0.30", window=window)
-    honest = Budgets([budget], RedisBudgetStore(redis_url, prefix="skew:"))
-    skewed_store = RedisBudgetStore(redis_url, prefix="skew:")
+    honest = Budgets([budget], shared_store(shared_url, prefix="skew:"))
+    skewed_store = shared_store(shared_url, prefix="skew:")
     skewed = Budgets([budget], skewed_store)
     for _ in range(3):
         assert await honest.reserve(euro_intent("0.10"))

@@ -2,7 +2,8 @@
 a `requests.Session` (in threads of its own) and an MCP client session, all against the
 sandbox's standard merchant (EIP-3009 in its sEURC token, settled on a real anvil chain).
 
-The budget allows exactly N payments. Every kind pays once first; then all three ask
+The budget allows exactly N payments, kept in memory, in a SQLite state file or in a
+PostgreSQL state (`store`). Every kind pays once first; then all three ask
 together, more than the rest of the budget allows; then every kind asks once more. Exactly
 N payments are made: the options' ledger, the merchant's settlements and the chain's token
 balances agree, and every other call is refused with `BudgetExceeded` before anything is
@@ -18,6 +19,7 @@ from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -74,12 +76,21 @@ async def balances(merchant: StandardMerchant) -> tuple[int, int]:
     )
 
 
-async def test_one_budget_holds_across_httpx_requests_and_mcp_at_once(merchant, caplog):
+@pytest.mark.parametrize("store", ["memory", "sqlite", "postgres"])
+async def test_one_budget_holds_across_httpx_requests_and_mcp_at_once(
+    merchant, caplog, store: str, request: pytest.FixtureRequest, tmp_path: Path
+):
     caplog.set_level(logging.DEBUG, logger="x402_client")
+    state = {
+        "memory": None,
+        "sqlite": tmp_path / "state.sqlite3",
+        "postgres": store == "postgres" and str(request.getfixturevalue("postgres_dsn")),
+    }[store]
     options = PaymentOptions(
         evm=EvmOptions(**merchant.evm_config()),
         assets=[asset_of(merchant)],
         budgets=[Budget(PRICE * N, currency="EUR")],
+        state_path=state or None,
     )
     before = await balances(merchant)
     settled_http, settled_tools = len(merchant.settlements), len(merchant.tools.settlements)
@@ -192,6 +203,16 @@ async def test_one_budget_holds_across_httpx_requests_and_mcp_at_once(merchant, 
             steps = [step.step for step in entry.steps]
             assert (entry.outcome, steps) == ("failed", ["intent", "failed"]), steps
             assert entry.proof is None and entry.tx_hash is None
+    if state:
+        # The journal agrees: N payments delivered, none left unfinished.
+        from x402_client._state.shared import state_of
+
+        journal = state_of(options).journal
+        assert journal is not None
+        delivered = await journal.payments(limit=100, outcome="paid")
+        assert len(delivered) == N and all(r.delivered for r in delivered)
+        assert await journal.unfinished() == []
+        state_of(options).close()
     # Nothing was signed for a refused call: exactly N authorizations, one per payment.
     signed = [r for r in caplog.records if r.getMessage().startswith(SIGNED)]
     assert len(signed) == N, [r.getMessage() for r in signed]
