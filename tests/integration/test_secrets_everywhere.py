@@ -44,6 +44,7 @@ from x402_client import (
 from x402_client._protocol.redact import safe_url
 from x402_client._protocol.secret import SecretStr
 from x402_client._state.payment_api import PaymentAPI
+from x402_client._state.shared import state_of
 from x402_eur_sandbox import Price, Sandbox
 
 #: Known to the session-wide scan already.
@@ -585,3 +586,82 @@ async def test_paying_with_a_keyed_rpc_url_logs_no_secret_even_at_debug(
     assert f"for {evm_sandbox.url('/weather')}?{REDACTED_CREDENTIALS}" in logged
     assert _leaks(logged) == []
     assert _leaks(json.dumps(receipt.to_json()) + repr(receipt) + exported) == []
+
+
+# --- a PostgreSQL state's password ------------------------------------------------------------
+
+WRONG_PASSWORD = "pg-wrong-password-never-shown"
+register_secrets(WRONG_PASSWORD)
+
+
+def _failure(call: Callable[..., Any], *args: Any) -> BaseException:
+    """What `call(*args)` raised (caught here: this frame holds only what it was given)."""
+    try:
+        call(*args)
+    except BaseException as exc:
+        return exc
+    raise AssertionError("no error")
+
+
+async def _async_failure(call: Callable[..., Awaitable[Any]], *args: Any) -> BaseException:
+    try:
+        await call(*args)
+    except BaseException as exc:
+        return exc
+    raise AssertionError("no error")
+
+
+def _with_password(dsn: str, password: str) -> str:
+    user, rest = dsn.removeprefix("postgresql://").split("@", 1)
+    return f"postgresql://{user.split(':', 1)[0]}:{password}@{rest}"
+
+
+@pytest.mark.anyio
+async def test_a_postgres_state_shows_its_password_nowhere(postgres_cluster, tmp_path) -> None:
+    from x402_client.postgres import PostgresDsn, PostgresStore, StateUnavailable
+
+    dsn = postgres_cluster.database()
+    password = postgres_cluster.password
+    options = PaymentOptions(state_path=dsn)
+    assert isinstance(options.state_path, PostgresDsn)
+    shown = [repr(options), str(options), repr(options.state_path), str(options.state_path)]
+    store = PostgresStore(dsn)
+    try:
+        shown.append(repr(store))
+        journal = state_of(options).journal
+        assert journal is not None
+        shown.append(repr(journal))
+    finally:
+        store.close()
+        state_of(options).close()
+    for text in shown:
+        assert password not in text and "***" in text, text
+
+    # A wrong password: the error names the state without it, and no frame holds it (the
+    # error is caught in frames that hold the DSN as a `PostgresDsn` only).
+    wrong = PostgresDsn(_with_password(dsn, WRONG_PASSWORD))
+    failure = _failure(PostgresStore, wrong)
+    assert isinstance(failure, StateUnavailable)
+    message = str(failure)
+    assert "password authentication failed" in message and WRONG_PASSWORD not in message
+    assert leaked_from_frames(failure, WRONG_PASSWORD, password) == []
+
+    async def pay_with(state: PostgresDsn) -> None:
+        async with with_eur_payment(httpx.AsyncClient(), PaymentOptions(state_path=state)) as c:
+            await c.get("http://127.0.0.1:9/")
+
+    through_options = await _async_failure(pay_with, wrong)
+    assert isinstance(through_options, ConfigurationError)
+    assert leaked_from_frames(through_options, WRONG_PASSWORD, password) == []
+    wrong_text = wrong.reveal()
+
+    # The command line and the MCP server say what is wrong, without it.
+    env = {**os.environ, "X402_EUR_STATE": wrong_text}
+    for command in (["payments"], ["resume", "abcdef"], ["state", "migrate"]):
+        done = await anyio.run_process(
+            [sys.executable, "-m", "x402_client.cli", *command], env=env, check=False
+        )
+        output = scan_for_secrets((done.stdout + done.stderr).decode())
+        assert done.returncode in (1, 2), output
+        assert "password authentication failed" in output, output
+        assert WRONG_PASSWORD not in output and password not in output, output

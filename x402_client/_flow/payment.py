@@ -1352,7 +1352,8 @@ class Payer:
         self._sign_in_signers = SignerCache()
 
     def __repr__(self) -> str:
-        return f"Payer(rails={[r.name for r in self._rails]})"
+        # Also for a payer whose state could not be opened (an error tracker shows it).
+        return f"Payer(rails={[r.name for r in getattr(self, '_rails', ())]})"
 
     @property
     def rails(self) -> list[Rail]:

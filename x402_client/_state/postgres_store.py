@@ -278,6 +278,8 @@ class PostgresStore:
         self, dsn: str | PostgresDsn, *, connect_timeout: float = 10.0, migrate: bool = True
     ) -> None:
         location = state_location(dsn)
+        # The text given holds the password: no frame of the store keeps it.
+        del dsn
         if not isinstance(location, PostgresDsn):
             raise ConfigurationError("PostgresStore needs a postgresql:// URL")
         self.dsn = location

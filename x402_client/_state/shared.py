@@ -168,7 +168,10 @@ class PaymentState:
             self.journal.close()
 
     def __repr__(self) -> str:
-        return f"PaymentState({self.ledger!r}, budgets={len(self.budgets.budgets)})"
+        # Also for a state whose store could not be opened (an error tracker shows it).
+        budgets = getattr(self, "budgets", None)
+        count = len(budgets.budgets) if budgets is not None else 0
+        return f"PaymentState({self.ledger!r}, budgets={count})"
 
 
 def state_of(options: PaymentOptions) -> PaymentState:

@@ -21,6 +21,7 @@ JournalStore: TypeAlias = "SqliteStore | PostgresStore"
 def open_store(location: str | os.PathLike[str] | PostgresDsn) -> JournalStore:
     """Open the store of `location` (a path, or a `postgresql://` URL)."""
     where = state_location(location)
+    del location  # it may be the DSN's text, password included: not kept in this frame
     if isinstance(where, PostgresDsn):
         from .postgres_store import PostgresStore
 

@@ -68,6 +68,7 @@ async def _copy(args: argparse.Namespace) -> int:
     try:
         with SqliteStore(Path(source)) as file, PostgresStore(dsn) as database:
             records = await file.payments(limit=1 << 62)
+            unfinished = len(await file.unfinished())
             busy = [r.id for r in records if r.in_progress]
             if busy:
                 raise _Trouble(
@@ -87,7 +88,6 @@ async def _copy(args: argparse.Namespace) -> int:
                 await database.import_budget(key, total, reservations)
     except (OSError, sqlite3.Error, ConfigurationError) as exc:
         raise _Trouble(str(exc)) from None
-    unfinished = sum(1 for r in records if r.state not in ("delivered", "failed"))
     sys.stderr.write(
         f"x402-eur: copied {len(records)} payment(s) ({unfinished} unfinished) and the "
         f"spending of {len(budgets)} budget(s) from {source} into {dsn}\n"
