@@ -1,6 +1,6 @@
 # Everything a fresh machine needs, from the project's own files: a virtualenv with the
 # client and its extras, the sandbox distribution (sandbox/), and anvil from package-lock.json.
-# Redis (for the shared-budget tests) is set up by `make test`, not here.
+# Redis and PostgreSQL (for the shared-budget and fleet tests) are set up by `make test`, not here.
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 # and every process a test starts, compiles the project again.
 PYTEST := env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest
 
-.PHONY: demo test test-fast test-unit test-flow test-integration lint check bench install clean redis-server test-environments
+.PHONY: demo test test-fast test-unit test-flow test-integration lint check bench install clean redis-server postgresql test-environments
 
 $(STAMP): pyproject.toml sandbox/pyproject.toml package.json package-lock.json
 	python3 -m venv $(VENV)
@@ -42,6 +42,18 @@ redis-server:
 		echo "note: install redis-server (apt-get install redis-server) for the shared-budget tests"; \
 	fi
 
+# The fleet tests start PostgreSQL from its own binaries (initdb, pg_ctl: Debian's
+# postgresql package, under /usr/lib/postgresql/*/bin), one cluster per test worker; as root
+# they run it as the user nobody (tests/postgres_server.py).
+postgresql:
+	@if ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing postgresql (apt-get) for the fleet tests"; \
+		(apt-get update -qq && apt-get install -y -qq postgresql) >/dev/null; \
+	else \
+		echo "note: install postgresql (apt-get install postgresql) for the fleet tests"; \
+	fi
+
 install: $(STAMP)
 
 ## The demo: the sandbox on 127.0.0.1 and a paid fetch on every rail.
@@ -50,7 +62,7 @@ demo: $(STAMP)
 
 ## The whole test suite, every lane and the sandbox's own tests, on every core (each worker
 ## runs its own sandbox).
-test: $(STAMP) redis-server test-environments
+test: $(STAMP) redis-server postgresql test-environments
 	$(PYTEST) -n auto --dist loadfile --no-loadscope-reorder
 
 ## The fast lanes: pure unit tests and scripted-merchant flows (seconds, no servers).
@@ -61,7 +73,7 @@ test-fast: $(STAMP)
 test-unit test-flow: $(STAMP)
 	$(PYTEST) -n auto --dist loadfile --no-loadscope-reorder tests/$(@:test-%=%)
 
-test-integration: $(STAMP) redis-server test-environments
+test-integration: $(STAMP) redis-server postgresql test-environments
 	$(PYTEST) -n auto --dist loadfile --no-loadscope-reorder tests/integration
 
 ## Static checks: mypy --strict (the client, the sandbox and the benchmarks), the import

@@ -4,6 +4,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -103,6 +104,44 @@ def test_import_does_not_load_web3_or_eth_account() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_the_postgres_extra_has_a_module_of_its_own_loaded_lightly() -> None:
+    """`x402_client.postgres` is the extra's public module, outside the capped surface;
+    importing it (or giving a DSN to the options) loads no psycopg: connecting does."""
+    from x402_client import postgres
+
+    assert postgres.__all__ == ["PostgresDsn", "PostgresStore", "StateUnavailable"]
+    assert not set(postgres.__all__) & set(x402_client.__all__)
+    code = (
+        "import sys; from x402_client.postgres import PostgresStore; "
+        "from x402_client import PaymentOptions; "
+        "PaymentOptions(state_path='postgresql://u:pw@127.0.0.1:9/db'); "
+        "bad = [m for m in sys.modules if m.split('.')[0] == 'psycopg']; "
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_a_postgres_dsn_is_shown_without_its_password() -> None:
+    from x402_client.postgres import PostgresDsn
+
+    for given, shown in [
+        ("postgresql://payer:s3cret@db:5432/x402", "postgresql://payer:***@db:5432/x402"),
+        ("postgres://payer@db/x402?password=s3cret&sslmode=require",
+         "postgres://payer@db/x402?password=***&sslmode=require"),
+        ("postgresql://db/x402", "postgresql://db/x402"),
+    ]:  # fmt: skip
+        dsn = PostgresDsn(given)
+        options = PaymentOptions(state_path=given)
+        assert options.state_path == dsn and dsn.reveal() == given
+        for text in (repr(dsn), str(dsn), repr(options), str(options)):
+            assert "s3cret" not in text
+        assert str(dsn) == shown
+        if dsn.password is not None:
+            assert dsn.redact(f"failed for {given}: s3cret") == f"failed for {shown}: ***"
+    assert PaymentOptions(state_path="state.sqlite3").state_path == Path("state.sqlite3")
 
 
 def test_options_hide_secrets() -> None:

@@ -27,8 +27,9 @@ STATE_HINT = "Name the PostgreSQL state with --state postgresql://... (or X402_E
 def _dsn(args: argparse.Namespace) -> PostgresDsn:
     where = _state_path(args)
     if not isinstance(where, PostgresDsn):
+        given = "no state (--no-state)" if where is None else str(where)
         raise _mistake(
-            _prog(args), f"{args.action} works on a PostgreSQL state, not {where}", STATE_HINT
+            _prog(args), f"{args.action} works on a PostgreSQL state, not {given}", STATE_HINT
         )
     return where
 
@@ -104,7 +105,9 @@ def add_state(commands: Any, state: argparse.ArgumentParser) -> None:
         "moves a state file's payments (unfinished ones stay unfinished) and budgets in.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    actions = parser.add_subparsers(dest="action", required=True, parser_class=type(parser))
+    actions = parser.add_subparsers(
+        dest="action", required=True, parser_class=type(parser), metavar="{migrate,copy}"
+    )
     actions.add_parser("migrate", help="create or migrate the schema", parents=[state])
     copy = actions.add_parser(
         "copy", help="copy a SQLite state file into the PostgreSQL state", parents=[state]
