@@ -185,8 +185,18 @@ def _watch(sandbox: Sandbox) -> _Watch:
     return _WATCHES[id(sandbox)]
 
 
-def _served(sandbox: Sandbox) -> int:
+def _served(sandbox: Sandbox, rail: str = "euro") -> int:
+    """Paid requests the merchant of `rail` served (the standard merchant's: verified)."""
+    if rail == "eip3009":
+        return _STANDARD_WATCHES[id(sandbox)].verified
     return _watch(sandbox).served
+
+
+def _url(sandbox: Sandbox, rail: str) -> str:
+    """The resource a payer on `rail` pays for."""
+    if rail == "eip3009":
+        return sandbox.standard.resource_url("/weather")
+    return sandbox.url(f"/paid/{rail}")
 
 
 # --- the matrix -----------------------------------------------------------------------------
@@ -300,6 +310,9 @@ MATRIX = [
         (*USED, "is on chain", "the money moved"),
     ),
     Case("chain-a", "delivery-held", True, ("blockchain_tx_id", "proof"), "delivered"),
+    # EIP-3009 (the standard merchant's token): money moves when the merchant settles the
+    # signed authorization; killed with the proof made and not sent, recovery sends it.
+    Case("eip3009", "proof", True, ("proof",), "delivered"),
 ]
 CODES = ("payment_request_code", "transaction_code", "blockchain_tx_id", "proof")
 
@@ -362,13 +375,14 @@ async def _kill_child(sandbox: Sandbox, crashed: Crashed, tmp_path: Path) -> Non
     config = {
         "rail": case.rail,
         "step": case.step,
-        "url": sandbox.url(f"/paid/{case.rail}"),
+        "url": _url(sandbox, case.rail),
         "api_key": crashed.account.api_key,
         "from_account": crashed.account.code,
         "api_url": sandbox.payment_api_url,
         "state_path": crashed.state_path,
         "budget": str(BUDGET.limit),
         "evm_key": crashed.evm_key,
+        "asset": dataclasses.asdict(asset_of(sandbox.standard)),
         "rpc_urls": {str(c): sandbox.evm.rpc_url(c) for c in (1, 137)},
     }
     if crashed.chain_a_key is not None:
@@ -438,6 +452,15 @@ async def _money_moved(sandbox: Sandbox, crashed: Crashed) -> bool:
         assert await evm.native_balance(137, crashed.evm_address) == 0  # never paid gas
         assert await evm.permit_nonce(137, "EURQ", crashed.evm_address) == (1 if spent else 0)
         return bool(spent == ATOMIC)
+    if crashed.case.rail == "eip3009":
+        assert made == []
+        assert crashed.evm_address is not None
+        standard = sandbox.standard
+        spent = 1_000_000 - await standard.token_balance(crashed.evm_address)
+        received = await standard.token_balance(standard.pay_to) - crashed.merchant_token_before
+        assert spent in (0, ATOMIC), f"the payer spent {spent} atomic units"
+        assert received == spent
+        return bool(spent == ATOMIC)
     if crashed.case.rail == "chain-a":
         assert made == []  # the managed account paid nothing: the wallet did
         chain = sandbox.chain_a
@@ -501,7 +524,14 @@ async def _crash_and_recover(
     assert request is not None or store == "sqlite"
     state = str(tmp_path / "state.sqlite3") if request is None else _state(request, store, tmp_path)
     crashed = Crashed(case, sandbox.bank.open_account("10.00"), state)
-    crashed.served_before = _served(sandbox)
+    crashed.served_before = _served(sandbox, case.rail)
+    if case.rail == "eip3009":
+        wallet = EthAccount.create()
+        crashed.evm_key = "0x" + bytes(wallet.key).hex()
+        crashed.evm_address = str(wallet.address)
+        standard = sandbox.standard
+        await standard.fund(crashed.evm_address, "1")
+        crashed.merchant_token_before = await standard.token_balance(standard.pay_to)
     if case.rail == "evm":
         wallet = EthAccount.create()
         crashed.evm_key = "0x" + bytes(wallet.key).hex()
@@ -569,13 +599,13 @@ async def test_a_payer_killed_at_each_step_is_recovered_without_paying_twice(
     # What the dead process left: one pending record with exactly the codes that existed.
     assert record.outcome == "pending" and not record.delivered
     assert (record.rail, record.amount) == (
-        {"euro": "euro", "evm": "evm-permit", "bridge": "bridge", "chain-a": "chain-a"}[case.rail],
+        {"evm": "evm-permit"}.get(case.rail, case.rail),
         PRICE,
     )
     for name in CODES:
         value = getattr(record, name)
         assert (value is not None) is (name in case.codes), (name, value)
-    assert record.request_url == sandbox.url(f"/paid/{case.rail}")
+    assert record.request_url == _url(sandbox, case.rail)
     # the reservation the dead process held is still held
     assert crashed.spent_at_death == ATOMIC
 
@@ -592,7 +622,9 @@ async def test_a_payer_killed_at_each_step_is_recovered_without_paying_twice(
         assert words in recovery.reason, recovery.reason
     if recovery.status == "delivered":
         assert recovery.response is not None and recovery.response.status_code == 200
-        assert recovery.response.json() == {"resource": case.rail, "paid": True}
+        served_json = recovery.response.json()
+        assert served_json["paid"] is True
+        assert served_json["resource"] == ("/weather" if case.rail == "eip3009" else case.rail)
         assert (after.outcome, after.delivered) == ("paid", True)
         assert after.unrecoverable is None
     elif recovery.status == "failed":
@@ -609,7 +641,7 @@ async def test_a_payer_killed_at_each_step_is_recovered_without_paying_twice(
     # The money: moved at most once (checked by `_money_moved`), exactly when the case
     # says; the merchant served at most once.
     assert crashed.moved is case.moved
-    served = _served(sandbox) - crashed.served_before
+    served = _served(sandbox, case.rail) - crashed.served_before
     assert served == (1 if recovery.status == "delivered" or case.step == "delivery" else 0)
     if case.step == "delivery-held":
         # the dead payer's own request, judged after the re-sent proof, was refused
@@ -630,7 +662,7 @@ async def test_a_payer_killed_at_each_step_is_recovered_without_paying_twice(
     finally:
         state_of(options).close()
     assert await _money_moved(sandbox, crashed) is case.moved
-    assert _served(sandbox) - crashed.served_before == served
+    assert _served(sandbox, case.rail) - crashed.served_before == served
 
 
 # --- the outcome a recovered record is left with ---------------------------------------------
@@ -659,6 +691,7 @@ SETTLED_OUTCOMES = {
     "chain-a-proof": {"paid"},
     "chain-a-delivery": {"paid"},  # the chain shows the transfer
     "chain-a-delivery-held": {"paid"},
+    "eip3009-proof": {"paid"},
 }
 
 
