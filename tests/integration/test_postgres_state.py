@@ -276,3 +276,30 @@ async def test_a_lost_connection_stops_the_store_and_frees_its_payments(postgres
         assert await other.claim(journal_id)
         with pytest.raises(Exception, match="connection"):
             await worker.update_payment(journal_id, step="late")
+
+
+@pytest.mark.parametrize("window", [None, 3600.0], ids=["total", "window"])
+async def test_reservations_from_many_connections_at_once_never_overshoot(
+    postgres_dsn: str, window: float | None
+) -> None:
+    """Eight stores (eight database sessions, as eight workers have) reserve 0.10 each,
+    twenty at once per store, from a budget of ten: exactly ten get one."""
+    key = Budget("1.00", window=window).key
+    stores = [PostgresStore(postgres_dsn) for _ in range(8)]
+    granted: list[str] = []
+    try:
+
+        async def reserve(store: PostgresStore) -> None:
+            rid = await store.reserve(key, 100_000, 1_000_000, window)
+            if rid is not None:
+                granted.append(rid)
+
+        async with anyio.create_task_group() as group:
+            for store in stores:
+                for _ in range(20):
+                    group.start_soon(reserve, store)
+        assert len(granted) == 10
+        assert await stores[0].spent(key, window) == 1_000_000
+    finally:
+        for store in stores:
+            store.close()
