@@ -756,3 +756,26 @@ async def test_a_euro_budget_refuses_dollar_offers_and_the_budget_tool_says_so(s
         logs = read_back(errlog)
     assert merchant.paid == []
     assert "USD offers refused: no budget covers them" in logs
+
+
+@pytest.mark.anyio
+async def test_two_servers_on_one_postgres_state_share_one_budget(sandbox, postgres_dsn):
+    """Two MCP servers (two machines' agents) started with `--state postgresql://...` spend
+    one budget: what one spent, the other's `budget` tool reports, and refuses past it."""
+    account = sandbox.bank.open_account("10.00")
+    weather = sandbox.url("/weather")
+    env = server_env(sandbox, account, X402_EUR_STATE=postgres_dsn)
+    with stderr_file() as errlog:
+        async with (
+            stdio_tools(env, "--budget", "0.25", errlog=errlog) as first,
+            stdio_tools(env, "--budget", "0.25", errlog=errlog) as second,
+        ):
+            await first.ok("fetch", url=weather)
+            await second.ok("fetch", url=weather)
+            [budget] = (await first.ok("budget"))["budgets"]
+            assert (budget["spent"], budget["remaining"]) == ("0.20", "0.05")
+            refused, _ = await first.error("fetch", url=weather)
+            assert refused["type"] == "BudgetExceeded" and refused["moneyMoved"] is False
+        logs = read_back(errlog)
+    assert sandbox.balance(account) == Decimal("9.80")
+    assert postgres_dsn.split("@")[0].split(":")[-1] not in logs  # the DSN's password
