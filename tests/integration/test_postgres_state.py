@@ -22,7 +22,7 @@ from tests.waiting import eventually
 from x402_client import Budget
 from x402_client._state.postgres_store import SCHEMA_VERSION, migrate_schema
 from x402_client._state.sqlite_store import SqliteStore
-from x402_client.postgres import PostgresStore
+from x402_client.postgres import PostgresStore, StateUnavailable
 
 pytestmark = pytest.mark.anyio
 
@@ -32,7 +32,7 @@ STARTER = textwrap.dedent("""
     import pathlib, sys, time
     from x402_client._protocol.dsn import PostgresDsn
     from x402_client._state.postgres_store import connect, migrate_schema
-    from x402_client.postgres import PostgresStore
+    from x402_client.postgres import PostgresStore, StateUnavailable
 
     dsn, go = PostgresDsn(sys.argv[1]), pathlib.Path(sys.argv[2])
     conn = connect(dsn)
@@ -274,8 +274,11 @@ async def test_a_lost_connection_stops_the_store_and_frees_its_payments(postgres
 
         await eventually(free, "the lost worker's lease to end")
         assert await other.claim(journal_id)
-        with pytest.raises(Exception, match="connection"):
+        with pytest.raises(StateUnavailable, match="was lost") as lost:
             await worker.update_payment(journal_id, step="late")
+        assert "another worker's to recover" in str(lost.value)
+        with pytest.raises(StateUnavailable, match="was lost"):  # and it stays stopped
+            await worker.get(journal_id)
 
 
 @pytest.mark.parametrize("window", [None, 3600.0], ids=["total", "window"])
@@ -303,3 +306,30 @@ async def test_reservations_from_many_connections_at_once_never_overshoot(
     finally:
         for store in stores:
             store.close()
+
+
+async def test_a_first_payment_that_fails_to_journal_leaves_the_store_a_live_owner(
+    postgres_dsn: str,
+) -> None:
+    """The lease is taken in a transaction of its own: a store whose first journal write
+    fails (an id already there) still holds a lease that other workers see alive."""
+
+    async def open_payment(store: PostgresStore, id: str) -> str:
+        return await store.open_payment(
+            intent=euro_intent(),
+            request_method="GET",
+            request_url="http://127.0.0.1:9/x",
+            request_body=None,
+            request_headers=[],
+            reservations=[],
+            id=id,
+        )
+
+    with PostgresStore(postgres_dsn) as other, PostgresStore(postgres_dsn) as worker:
+        await open_payment(other, "taken")
+        with pytest.raises(psycopg.errors.UniqueViolation):
+            await open_payment(worker, "taken")
+        await open_payment(worker, "mine")
+        record = await other.get("mine")
+        assert record is not None and record.in_progress and record.worker == worker.worker
+        assert not await other.claim("mine")

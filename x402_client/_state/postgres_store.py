@@ -199,6 +199,11 @@ def _key(text: str) -> int:
     return zlib.crc32(text.encode()) - (1 << 31)
 
 
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 def this_worker() -> str:
     """How a worker is named to an operator: `host:pid`."""
     return f"{socket.gethostname()}:{os.getpid()}"
@@ -221,7 +226,7 @@ def connect(dsn: PostgresDsn, *, connect_timeout: float = 10.0) -> Any:
             application_name="x402-eur",
         )
     except psycopg.Error as exc:
-        message = dsn.redact(str(exc).strip().splitlines()[0] if str(exc).strip() else "")
+        message = dsn.redact(_first_line(exc))
         del exc
     raise StateUnavailable(f"cannot connect to the PostgreSQL state {dsn}: {message}")
 
@@ -321,40 +326,58 @@ class PostgresStore:
             raise RuntimeError(f"{self!r} is closed")
         return self._conn
 
-    def _run_now(self, work: Callable[[Any], _T]) -> _T:
-        """Run `work` in one transaction (READ COMMITTED; what needs more locks it)."""
+    def _run_now(self, work: Callable[[Any], _T], *, lease: bool = False) -> _T:
+        """Run `work` in one transaction (READ COMMITTED; what needs more locks it), after
+        taking this store's lease when `lease` (it is about to own a payment). A lost
+        connection is a `StateUnavailable`: the store stops."""
+        psycopg = _psycopg()
+        failure = ""
         with self._lock:
             conn = self._connection()
             if conn.closed or conn.broken:
-                raise ConfigurationError(
-                    f"the connection of {self!r} was lost: its payments in flight are "
-                    "another store's to recover; make a new store"
-                )
-            with conn.transaction():
-                return work(conn)
+                failure = "was lost"
+            else:
+                try:
+                    if lease and self._lease is None:
+                        with conn.transaction():
+                            self._lease = self._take_lease(conn)
+                    with conn.transaction():
+                        return work(conn)
+                except psycopg.OperationalError as exc:
+                    if not conn.broken:
+                        raise
+                    failure = f"was lost ({self.dsn.redact(_first_line(exc))})"
+                    del exc
+        raise StateUnavailable(
+            f"the connection to the PostgreSQL state {self.dsn} {failure}: this store stops, "
+            "and the payments it had in flight are another worker's to recover; make a new one"
+        )
 
-    async def _run(self, work: Callable[[Any], _T]) -> _T:
-        return await anyio.to_thread.run_sync(self._run_now, work)
+    async def _run(self, work: Callable[[Any], _T], *, lease: bool = False) -> _T:
+        return await anyio.to_thread.run_sync(partial(self._run_now, work, lease=lease))
 
     def _owner_id(self, conn: Any) -> str:
-        """This store's lease id; the lease is taken on first use (its lock held by this
-        store's connection, for the connection's life)."""
-        if self._lease is None:
-            lease_id = uuid.uuid4().hex
-            # Leases of dead workers that own nothing any more are swept first.
-            conn.execute(
-                f"DELETE FROM {SCHEMA}.leases l WHERE NOT {_LEASE_HELD} AND NOT EXISTS "
-                f"(SELECT 1 FROM {SCHEMA}.payments p WHERE p.owner = l.id)"
-            )
-            row = conn.execute(
-                f"INSERT INTO {SCHEMA}.leases (id, lock_key, worker) VALUES "
-                f"(%s, nextval('{SCHEMA}.lease_keys'), %s) RETURNING lock_key",
-                (lease_id, self.worker),
-            ).fetchone()
-            # Session-level: it outlives this transaction, and ends with the connection.
-            conn.execute("SELECT pg_advisory_lock(%s, %s)", (_LEASES, row[0]))
-            self._lease = _Lease(lease_id, int(row[0]))
+        """This store's lease id (taken by `_run_now(..., lease=True)`)."""
+        assert self._lease is not None, "the lease is taken before the work that needs it"
         return self._lease.id
+
+    def _take_lease(self, conn: Any) -> _Lease:
+        """A new lease: its row, and its lock held by this store's connection for the
+        connection's life (session-level: it outlives the transaction, and a rolled-back
+        transaction does not take it back)."""
+        lease_id = uuid.uuid4().hex
+        # Leases of dead workers that own nothing any more are swept first.
+        conn.execute(
+            f"DELETE FROM {SCHEMA}.leases l WHERE NOT {_LEASE_HELD} AND NOT EXISTS "
+            f"(SELECT 1 FROM {SCHEMA}.payments p WHERE p.owner = l.id)"
+        )
+        row = conn.execute(
+            f"INSERT INTO {SCHEMA}.leases (id, lock_key, worker) VALUES "
+            f"(%s, nextval('{SCHEMA}.lease_keys'), %s) RETURNING lock_key",
+            (lease_id, self.worker),
+        ).fetchone()
+        conn.execute("SELECT pg_advisory_lock(%s, %s)", (_LEASES, row[0]))
+        return _Lease(lease_id, int(row[0]))
 
     def close(self) -> None:
         """Close the connection: the payments this store still owned are no longer in
@@ -541,7 +564,7 @@ class PostgresStore:
                 request_body_omitted=bool(body["request_body_omitted"]),
                 request_body_redacted=bool(body["request_body_redacted"]),
             )
-            self._run_now(work)
+            self._run_now(work, lease=True)
 
         await anyio.to_thread.run_sync(write)
         return journal_id
@@ -650,7 +673,7 @@ class PostgresStore:
             self._step(conn, id, "recovering", detail)
             return True
 
-        return await self._run(work)
+        return await self._run(work, lease=True)
 
     async def release_claim(self, id: str) -> None:
         """Let go of a payment this store owns without finishing it."""
