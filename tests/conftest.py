@@ -433,15 +433,6 @@ def state_kinds() -> list[Any]:
     return [pytest.param("sqlite", id="sqlite"), pytest.param("postgres", id="postgres")]
 
 
-@pytest.fixture(params=state_kinds())
-def state_location(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A fresh state for this test, on each store: a SQLite file's path, or a new
-    PostgreSQL database's DSN. Open it with `open_store`."""
-    if request.param == "sqlite":
-        return str(tmp_path / "state.sqlite3")
-    return str(request.getfixturevalue("postgres_cluster").database())
-
-
 def open_store(location: str | Path) -> Any:
     """The store of a state location (`SqliteStore` or `PostgresStore`)."""
     from x402_client._state.stores import open_store as open_state_store
