@@ -170,8 +170,8 @@ async def test_two_workers_signing_permits_for_one_owner_at_once_use_two_nonces(
     waited = threading.Event()
     run = postgres_store.PostgresStore._run
 
-    async def noting_run(self: Any, work: Any) -> Any:
-        result = await run(self, work)
+    async def noting_run(self: Any, work: Any, **how: Any) -> Any:
+        result = await run(self, work, **how)
         if getattr(work, "__name__", "") == "attempt" and result is False:
             waited.set()
         return result

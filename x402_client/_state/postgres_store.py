@@ -176,6 +176,8 @@ _HELD = (
     "WHERE s.payment_id = p.id AND s.step = 'held') AND NOT EXISTS (SELECT 1 FROM "
     f"{SCHEMA}.payment_steps s WHERE s.payment_id = p.id AND s.step = 'settled')"
 )
+#: The start of a statement that appends a step to each payment id a CTE returns.
+_STEP_OF = f"INSERT INTO {SCHEMA}.payment_steps (payment_id, at, step, detail) SELECT id, now(),"
 #: Whether the lease `l` is held: its advisory lock is granted to a live session.
 _LEASE_HELD = (
     "EXISTS (SELECT 1 FROM pg_locks k WHERE k.locktype = 'advisory' AND k.granted "
@@ -326,10 +328,13 @@ class PostgresStore:
             raise RuntimeError(f"{self!r} is closed")
         return self._conn
 
-    def _run_now(self, work: Callable[[Any], _T], *, lease: bool = False) -> _T:
+    def _run_now(
+        self, work: Callable[[Any], _T], *, lease: bool = False, single: bool = False
+    ) -> _T:
         """Run `work` in one transaction (READ COMMITTED; what needs more locks it), after
-        taking this store's lease when `lease` (it is about to own a payment). A lost
-        connection is a `StateUnavailable`: the store stops."""
+        taking this store's lease when `lease` (it is about to own a payment). `single`:
+        `work` runs one statement, atomic by itself: no transaction block (no `BEGIN` and
+        `COMMIT` round trips). A lost connection is a `StateUnavailable`: the store stops."""
         psycopg = _psycopg()
         failure = ""
         with self._lock:
@@ -341,6 +346,8 @@ class PostgresStore:
                     if lease and self._lease is None:
                         with conn.transaction():
                             self._lease = self._take_lease(conn)
+                    if single:
+                        return work(conn)
                     with conn.transaction():
                         return work(conn)
                 except psycopg.OperationalError as exc:
@@ -353,8 +360,12 @@ class PostgresStore:
             "and the payments it had in flight are another worker's to recover; make a new one"
         )
 
-    async def _run(self, work: Callable[[Any], _T], *, lease: bool = False) -> _T:
-        return await anyio.to_thread.run_sync(partial(self._run_now, work, lease=lease))
+    async def _run(
+        self, work: Callable[[Any], _T], *, lease: bool = False, single: bool = False
+    ) -> _T:
+        return await anyio.to_thread.run_sync(
+            partial(self._run_now, work, lease=lease, single=single)
+        )
 
     def _owner_id(self, conn: Any) -> str:
         """This store's lease id (taken by `_run_now(..., lease=True)`)."""
@@ -413,7 +424,9 @@ class PostgresStore:
     async def reserve(self, key: str, amount: int, limit: int, window: float | None) -> str | None:
         if amount > limit:
             return None
-        return await self._run(partial(self._reserve, key, amount, limit, window))
+        # A total is one statement; a window's transaction takes its advisory lock first.
+        work = partial(self._reserve, key, amount, limit, window)
+        return await self._run(work, single=window is None)
 
     @staticmethod
     def _reserve(key: str, amount: int, limit: int, window: float | None, conn: Any) -> str | None:
@@ -461,7 +474,7 @@ class PostgresStore:
                     (amount, key),
                 )
 
-        await self._run(work)
+        await self._run(work, single=True)
 
     async def spent(self, key: str, window: float | None) -> int:
         def work(conn: Any) -> int:
@@ -477,7 +490,7 @@ class PostgresStore:
             ).fetchone()
             return int(row[0])
 
-        return await self._run(work)
+        return await self._run(work, single=True)
 
     async def budget_keys(self) -> list[tuple[str, int, int]]:
         """Every budget key the store holds: (key, total spent, windowed reservations)."""
@@ -552,9 +565,13 @@ class PostgresStore:
             row = {**values, "owner": self._owner_id(conn)}
             columns = ", ".join([*row, "created_at", "updated_at"])
             marks = ", ".join([*(f"%({name})s" for name in row), "now()", "now()"])
-            conn.execute(f"INSERT INTO {SCHEMA}.payments ({columns}) VALUES ({marks})", row)
             detail = f"{format_money(intent.amount, intent.currency)} to {intent.pay_to}"
-            self._step(conn, journal_id, "intent", detail)
+            # The row and its first step in one statement: one round trip, atomic.
+            conn.execute(
+                f"WITH p AS (INSERT INTO {SCHEMA}.payments ({columns}) VALUES ({marks}) "
+                f"RETURNING id) {_STEP_OF} 'intent', %(step_detail)s FROM p",
+                {**row, "step_detail": detail},
+            )
 
         def write() -> None:
             body = _body_columns(request_body, sent)
@@ -564,7 +581,7 @@ class PostgresStore:
                 request_body_omitted=bool(body["request_body_omitted"]),
                 request_body_redacted=bool(body["request_body_redacted"]),
             )
-            self._run_now(work, lease=True)
+            self._run_now(work, lease=True, single=True)
 
         await anyio.to_thread.run_sync(write)
         return journal_id
@@ -596,13 +613,14 @@ class PostgresStore:
 
         def work(conn: Any) -> None:
             assignments = "".join(f", {name} = %({name})s" for name in given)
-            query = (
-                f"UPDATE {SCHEMA}.payments SET updated_at = now(){assignments} WHERE id = %(id)s"
+            self._update_with_step(
+                conn,
+                id,
+                f"updated_at = now(){assignments}",
+                {**given, "step": step or "update", "detail": detail or ", ".join(given)},
             )
-            self._update(conn, id, query, {**given, "id": id})
-            self._step(conn, id, step or "update", detail or ", ".join(given))
 
-        await self._run(work)
+        await self._run(work, single=True)
 
     async def finish_payment(
         self,
@@ -619,32 +637,35 @@ class PostgresStore:
             raise ValueError(f"outcome must be one of {get_args(Finished)}, not {outcome!r}")
 
         def work(conn: Any) -> None:
-            self._update(
+            self._update_with_step(
                 conn,
                 id,
-                f"UPDATE {SCHEMA}.payments SET updated_at = now(), outcome = %s, delivered = %s, "
-                "error = %s, tx_hash = COALESCE(%s, tx_hash), owner = NULL WHERE id = %s",
-                (outcome, delivered, error, tx_hash, id),
+                "updated_at = now(), outcome = %(outcome)s, delivered = %(delivered)s, "
+                "error = %(error)s, tx_hash = COALESCE(%(tx_hash)s, tx_hash), owner = NULL",
+                {
+                    "outcome": outcome,
+                    "delivered": delivered,
+                    "error": error,
+                    "tx_hash": tx_hash,
+                    "step": outcome,
+                    "detail": error or ("delivered" if delivered else "not delivered"),
+                },
             )
-            detail = error or ("delivered" if delivered else "not delivered")
-            self._step(conn, id, outcome, detail)
 
-        await self._run(work)
+        await self._run(work, single=True)
 
     async def mark_unrecoverable(self, id: str, reason: str) -> None:
         """Recovery gave up on this payment: it leaves `unfinished()`, its outcome stays."""
 
         def work(conn: Any) -> None:
-            self._update(
+            self._update_with_step(
                 conn,
                 id,
-                f"UPDATE {SCHEMA}.payments SET updated_at = now(), unrecoverable = %s, "
-                "owner = NULL WHERE id = %s",
-                (reason, id),
+                "updated_at = now(), unrecoverable = %(reason)s, owner = NULL",
+                {"reason": reason, "step": "unrecoverable", "detail": reason},
             )
-            self._step(conn, id, "unrecoverable", reason)
 
-        await self._run(work)
+        await self._run(work, single=True)
 
     async def claim(self, id: str) -> bool:
         """Take over payment `id` for recovery: True when no live worker owned it (none
@@ -800,8 +821,15 @@ class PostgresStore:
         )
 
     @staticmethod
-    def _update(conn: Any, id: str, query: str, args: Any) -> None:
-        if conn.execute(query, args).rowcount != 1:
+    def _update_with_step(conn: Any, id: str, assignments: str, args: dict[str, Any]) -> None:
+        """`UPDATE ... SET assignments` of payment `id` and its step (`args["step"]`,
+        `args["detail"]`), in one statement: one round trip, atomic."""
+        inserted = conn.execute(
+            f"WITH u AS (UPDATE {SCHEMA}.payments SET {assignments} WHERE id = %(id)s "
+            f"RETURNING id) {_STEP_OF} %(step)s, %(detail)s FROM u",
+            {**args, "id": id},
+        ).rowcount
+        if inserted != 1:
             raise KeyError(f"no payment {id!r} in the journal")
 
     def _select(
