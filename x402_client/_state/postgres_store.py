@@ -19,7 +19,8 @@ How the database keeps it right, whoever asks at once:
   opened it (or recovers it). The store's lease is a row of `x402_eur.leases` (its id, the
   worker `host:pid`, a lock key) and a *session-level advisory lock* on that key, held by
   the store's connection: when the process dies, or its machine, or the network between
-  them and the database, the connection ends and PostgreSQL releases the lock. An owner
+  them and the database, the connection ends and PostgreSQL releases the lock (for a
+  machine that is gone, once the server's TCP keepalive gives up: docs/fleet.md). An owner
   is alive while its lock is held (`pg_locks`), so recovery on any machine skips a live
   worker's payment and takes over a dead one's. A store whose connection is lost stops
   (every call fails): its payments in flight are then another store's to recover, and it
