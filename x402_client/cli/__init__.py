@@ -21,9 +21,10 @@ payment a crash left unfinished can be resumed. `--state PATH` names another fil
 
 Heavy imports happen inside the commands, so `x402-eur --help` stays fast.
 
-Layout: `_arguments` (the parser), `_commands` (the paying commands), `_bazaar` (`discover`),
-`_render` (what they print), `_common` (state file, options, bodies); the budget grammar, amounts, state path
-and environment are `x402_client._frontend.common`'s, shared with the MCP server. The
+Layout: `_arguments` (the parser), `_commands` (the paying commands), `_bazaar`
+(`discover`), `_state_commands` (`state migrate|copy`), `_render` (what they print),
+`_common` (state file, options, bodies); the budget grammar, amounts, state path and
+environment are `x402_client._frontend.common`'s, shared with the MCP server. The
 sandbox and its demo are a distribution of their own (`x402-eur-sandbox serve|demo`).
 
 Exit codes: 0 success; 1 an error (network, configuration, a port in use, a payment that
