@@ -62,7 +62,9 @@ async def test_rolling_window_forgets_old_spending(path):
     with SqliteStore(path, clock=lambda: now[0]) as store:
         budgets = Budgets([Budget("0.30", window=60)], store)
         held = [await budgets.reserve(euro_intent("0.10")) for _ in range(3)]
-        with pytest.raises(BudgetExceeded, match=r"0\.30 EUR per 60 s"):
+        with pytest.raises(
+            BudgetExceeded, match=r"budget 0\.30 EUR/1m: 0\.30 EUR spent, this payment 0\.10 EUR"
+        ):
             await budgets.reserve(euro_intent("0.10"))
         now[0] += 61
         assert await budgets.reserve(euro_intent("0.10"))

@@ -83,7 +83,7 @@ from .._protocol.policy import Candidate, SkippedEntry, SkipReason, no_candidate
 from .._protocol.rail_interface import ANY_CURRENCY, Describer, MeteredRail, Rail, RequestSettings
 from .._protocol.redact import guard_library_logs, safe_url
 from .._protocol.settlement import failure_reason, receipt_of, settlement_of, settlement_step
-from .._protocol.sign_in import SIGN_IN_HEADER
+from .._protocol.sign_in import SIGN_IN_HEADER, SIGN_IN_WITH_X
 from .._protocol.types import Paid, PaymentIntent, PaymentReceipt
 from .._rails import build_rails
 from .._rails._evm_signing import SignerCache
@@ -1533,6 +1533,7 @@ class Payer:
         if (
             not guard.signed_in
             and settings.resume_transaction_code is None
+            and SIGN_IN_WITH_X in (challenge.extensions or {})  # most 402s: no call at all
             and offers_sign_in(self.options, challenge)
         ):
             # Signing in moves no money: a 402 to it leaves this 402 to be paid, once.
