@@ -7,6 +7,9 @@ project's environment. `foundation_mcp_python()` builds a virtual environment fr
 that file and the Python version; pip's own cache is reused), and `foundation_mcp_server()`
 runs `tests/mcp_foundation_server.py` in it as a subprocess speaking streamable HTTP on
 127.0.0.1, settling through the foundation facilitator of a `FoundationStack`.
+`foundation_svm_mcp_server()` runs their paid MCP server on Solana
+(`tests/svm_foundation_mcp_server.py`) in the foundation's SVM environment
+(`sandbox/tests/svm_foundation.py`), settling through their own SVM facilitator.
 
 Only if the environment cannot be built (no registry reachable) do the tests skip, with
 the reason pip gave.
@@ -23,7 +26,7 @@ import sys
 import tempfile
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import anyio
 import anyio.abc
@@ -39,11 +42,14 @@ __all__ = [
     "build_venv",
     "foundation_mcp_python",
     "foundation_mcp_server",
+    "foundation_svm_mcp_server",
+    "serving",
 ]
 
 HERE = Path(__file__).parent
 REQUIREMENTS = HERE / "mcp_foundation_requirements.txt"
 SERVER = HERE / "mcp_foundation_server.py"
+SVM_SERVER = HERE / "svm_foundation_mcp_server.py"
 _BUILD_TIMEOUT = 900
 
 
@@ -149,11 +155,28 @@ async def foundation_mcp_server(stack: FoundationStack, python: Path) -> AsyncIt
         "--token-name", TOKEN_NAME,
         "--token-version", TOKEN_VERSION,
     ]  # fmt: skip
+    async with serving(command, "the foundation's MCP server") as url:
+        yield url
+
+
+@contextlib.asynccontextmanager
+async def foundation_svm_mcp_server(python: Path, config: dict[str, Any]) -> AsyncIterator[str]:
+    """Run the foundation's paid MCP server on Solana (`svm_foundation_mcp_server.py`, in
+    the foundation's SVM environment at `python`) for `config` and yield its URL."""
+    command = [str(python), str(SVM_SERVER), json.dumps(config)]
+    async with serving(command, "the foundation's Solana MCP server") as url:
+        yield url
+
+
+@contextlib.asynccontextmanager
+async def serving(command: list[str], name: str) -> AsyncIterator[str]:
+    """Run a server `command` that announces `{"url": ...}` on its first line of stdout,
+    yield that URL, and stop the server afterwards."""
     environment = {k: v for k, v in os.environ.items() if not k.startswith("PYTHON")}
     with tempfile.TemporaryFile() as errors:
         process = await anyio.open_process(command, env=environment, stderr=errors)
         try:
-            yield await _announced(process, errors)
+            yield await _announced(process, errors, name)
         finally:
             if process.returncode is None:
                 process.terminate()

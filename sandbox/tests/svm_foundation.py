@@ -5,7 +5,8 @@ own (test helper).
 it cannot share the project's environment. `build_environment()` builds a virtual
 environment from `svm_foundation_requirements.txt` once per machine (under the user's
 cache directory, keyed by that file and the Python version; pip's cache is reused), and
-`run_tool()` runs `svm_foundation_tool.py` in it. Only if the environment cannot be built
+`run_tool()` runs `svm_foundation_tool.py` in it. It carries `mcp` 1.x too, for the
+foundation's paid MCP server on Solana (`tests/svm_foundation_mcp_server.py`). Only if the environment cannot be built
 (no registry reachable) do the tests skip, with the reason pip gave. `make
 test-environments` builds it before the tests start.
 """
