@@ -34,6 +34,7 @@ from tests.merchants import Reply, ScriptedMerchant, Seen
 from tests.waiting import eventually
 from x402_client import (
     Budget,
+    DestinationGuard,
     PaymentOutcomeUnknown,
     payments,
     with_eur_payment,
@@ -493,6 +494,36 @@ async def test_a_merchant_that_wants_credentials_leaves_the_payment_unfinished(
             )
             # With the credentials, the same payment is finished: no new payment.
             done = await payments(client).recover(journal_id, headers={"Authorization": TOKEN})
+        assert done.status == "delivered", done.reason
+    finally:
+        state_of(options).close()
+    assert len([t for t in sandbox.bank.payments_made if t.from_account == payer.code]) == 1
+    assert sandbox.balance(payer) == Decimal("9.90")
+
+
+async def test_a_client_that_may_not_reach_the_merchant_leaves_the_payment_unfinished(
+    sandbox: Any, payer: Any, options_for: Any, serve: Any, state: str
+) -> None:
+    """Recovery through a client whose destination guard refuses the merchant's address
+    (127.0.0.1, not admitted) sends nothing: the merchant said nothing of the payment, so
+    it is not given up, and a client that may reach the merchant finishes it."""
+    merchant, _, journal_id = await _undelivered(sandbox, payer, options_for, serve, state)
+    sent = len(merchant.requests)
+    options = options_for(payer, state_path=state)
+    try:
+        guarded = httpx.AsyncClient(
+            headers={"Authorization": TOKEN}, transport=DestinationGuard().transport()
+        )
+        async with with_eur_payment(guarded, options) as client:
+            (recovery,) = await payments(client).recover_all()
+        assert recovery.status == "pending", recovery.reason
+        assert "not sent" in recovery.reason and "127.0.0.1" in recovery.reason
+        assert len(merchant.requests) == sent
+        (record,) = await state_of(options).journal.unfinished()  # type: ignore[union-attr]
+        assert (record.id, record.state) == (journal_id, "paid, not delivered")
+        authorised = httpx.AsyncClient(headers={"Authorization": TOKEN})
+        async with with_eur_payment(authorised, options) as client:
+            done = await payments(client).recover(journal_id)
         assert done.status == "delivered", done.reason
     finally:
         state_of(options).close()

@@ -34,8 +34,9 @@ What recovery does, by what the journal holds (docs/failure-semantics.md, the cr
 - a proof the merchant calls used or expired, or an expired authorization:
   `unrecoverable`, with the codes a person needs (unless the journal shows the payment
   was delivered meanwhile, by its proof re-sent by hand: `delivered`);
-- the merchant answers 401/403 (it wants credentials), 408/425/429 or 5xx, or nothing:
-  `pending`, left for a later run.
+- the merchant answers 401/403 (it wants credentials), 408/425/429 or 5xx, or nothing,
+  or the client's destination guard refuses to send to it: `pending`, left for a later
+  run.
 
 Recovery never makes a new payment: it only re-sends what was paid or resumes what was
 started. A record it cannot finish stays journaled, marked with the reason.
@@ -79,6 +80,7 @@ from .._protocol.amounts import format_money, money_of
 from .._protocol.challenge import VerifierReason, classify_reason
 from .._protocol.errors import (
     ConfigurationError,
+    DestinationRefused,
     PaymentAPIError,
     PaymentNotConfirmed,
     PaymentOutcomeUnknown,
@@ -327,6 +329,19 @@ def _not_now(status: int) -> str | None:
     return None
 
 
+def _not_sent(record: JournalRecord, exc: DestinationRefused) -> Recovery:
+    """A payment whose request the client's destination guard refused to send: the
+    merchant never saw it, so it said nothing of the payment; it stays as it was."""
+    return Recovery(
+        record,
+        "pending",
+        f"the request was not sent: the client refuses its destination ({exc}); nothing "
+        "was re-sent and nothing released: recover it with a client that may reach the "
+        "merchant",
+        error=exc,
+    )
+
+
 async def recover_one(
     payer: Payer,
     journal_id: str,
@@ -483,6 +498,8 @@ class _Recovering:
             return unsent
         try:
             response = await _send(self.send, record, settings, self.headers, self.content)
+        except DestinationRefused as exc:
+            return _not_sent(record, exc)
         except X402Error as exc:
             later = self.refused_for_now(exc)
             if later is not None:
@@ -576,6 +593,8 @@ class _Recovering:
             return unsent
         try:
             response = await _send(self.send, record, {"proof": proof}, self.headers, self.content)
+        except DestinationRefused as exc:
+            return _not_sent(record, exc)
         except PaymentNotConfirmed as exc:
             if record.rail == "euro" and expired:
                 return await self.nothing_moved(
