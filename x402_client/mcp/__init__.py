@@ -1,6 +1,6 @@
 """`x402-eur mcp`: an MCP server that lets any agent pay for HTTP, within a budget.
 
-Five tools over one paying `httpx.AsyncClient` that lives as long as the server:
+Six tools over one paying `httpx.AsyncClient` that lives as long as the server:
 
 - `fetch(url, method, headers, body, max_amount, proof, resume_transaction_code)`: the
   resource, paid when it answers 402, with its receipt; the body is bounded
@@ -11,7 +11,11 @@ Five tools over one paying `httpx.AsyncClient` that lives as long as the server:
   resources a facilitator's discovery catalogue (x402 Bazaar) lists, each with its price
   options and whether each would be paid; pays nothing (a listing is a claim: `fetch`
   pays what the resource's own 402 asks);
-- `payments(limit)`: the latest ledger entries, newest first;
+- `payments(limit, unfinished)`: the latest ledger entries, newest first; with
+  `unfinished`, the state's unfinished payments (every process's), each with its owning
+  worker and whether it is live;
+- `resume(id | all, headers)`: finishes one unfinished payment, or all those no live
+  worker is making, through the same guarded client; never pays again;
 - `budget()`: what each budget has left, and for every currency the server can pay its
   per-payment cap and whether a budget covers it.
 

@@ -13,11 +13,13 @@ from typing import TYPE_CHECKING, Any
 from .._protocol.amounts import format_amount
 
 if TYPE_CHECKING:
+    from .._flow.recovery import Recovery
     from .._options import PaymentOptions
     from .._protocol.budgets import BudgetReport
     from .._protocol.errors import DestinationRefused, RecoveryAdvice, X402Error
     from .._protocol.ledger import LedgerEntry
     from .._protocol.types import PaymentReceipt
+    from .._state.sqlite_store import JournalRecord
 
 __all__ = ["ToolError"]
 
@@ -320,3 +322,81 @@ def _useful_proof(entry: LedgerEntry) -> str | None:
     if entry.outcome == "unknown" or (entry.outcome == "paid" and not entry.delivered):
         return entry.proof
     return None
+
+
+# --- unfinished payments and their recovery ------------------------------------------------
+
+
+def _journal_json(record: JournalRecord) -> dict[str, Any]:
+    """A journaled payment as the payments and resume tools show it (no proof, no body)."""
+    from .._protocol.redact import redact_urls, safe_url
+
+    return {
+        "id": record.id,
+        "state": record.state,
+        "outcome": record.outcome,
+        "delivered": record.delivered,
+        # A live worker is paying, waiting for or delivering it: resume leaves it alone.
+        "live": record.in_progress,
+        "worker": record.worker,
+        "amount": format_amount(record.amount),
+        "currency": record.currency,
+        "rail": record.rail,
+        "network": record.network,
+        "payTo": record.pay_to,
+        "request": f"{record.request_method} {safe_url(record.request_url)}",
+        "createdAt": record.created_at.isoformat(timespec="seconds"),
+        "updatedAt": record.updated_at.isoformat(timespec="seconds"),
+        "paymentRequestCode": record.payment_request_code,
+        "transactionCode": record.transaction_code,
+        "blockchainTxId": record.blockchain_tx_id,
+        "error": None if record.error is None else redact_urls(record.error),
+        "unrecoverable": None
+        if record.unrecoverable is None
+        else redact_urls(record.unrecoverable),
+    }
+
+
+def _moved_by(recovery: Recovery) -> bool | None:
+    """Whether the recovered payment's money moved, as far as recovery knows: it was
+    delivered (paid), given up as failed (nothing moved), or given up as unrecoverable
+    with the journal saying it was paid; anything else is not known yet."""
+    if recovery.status == "delivered":
+        return True
+    if recovery.status == "failed":
+        return False
+    record = recovery.record
+    if recovery.status == "unrecoverable" and record is not None and record.outcome == "paid":
+        return True
+    return None
+
+
+def _recovered_json(recovery: Recovery, max_body_bytes: int) -> dict[str, Any]:
+    """What `resume` did with one payment, and the resource when the merchant served it."""
+    from .._protocol.redact import redact_urls
+
+    body: dict[str, Any] = {
+        "id": None if recovery.record is None else recovery.record.id,
+        "status": recovery.status,
+        "reason": redact_urls(recovery.reason),
+        "moneyMoved": _moved_by(recovery),
+        "payment": None if recovery.record is None else _journal_json(recovery.record),
+        "response": None,
+    }
+    response = recovery.response
+    if response is not None:
+        data = response.content[:max_body_bytes]
+        truncated = len(response.content) > max_body_bytes
+        content_type = response.headers.get("content-type")
+        text, encoding = _body_json(
+            data, content_type, response.charset_encoding, complete=not truncated
+        )
+        body["response"] = {
+            "status": response.status_code,
+            "contentType": content_type,
+            "body": text,
+            "bodyEncoding": encoding,
+            "bytes": len(data),
+            "truncated": truncated,
+        }
+    return body

@@ -1,4 +1,4 @@
-"""The five tools as MCP describes them: names, descriptions, and the JSON schemas of
+"""The six tools as MCP describes them: names, descriptions, and the JSON schemas of
 their arguments and results."""
 
 from __future__ import annotations
@@ -255,7 +255,12 @@ TOOLS: dict[str, ToolSpec] = {
             description=(
                 "The latest payments this server made or attempted, newest first: outcome "
                 "(paid, failed, unknown, pending), amount, who was paid, the codes that "
-                "identify the payment, and the proof while it can still be used to recover."
+                "identify the payment, and the proof while it can still be used to recover. "
+                "With unfinished: the payments of the whole state (every process and "
+                "machine that pays from it) whose money moved or may have and whose "
+                "resource was not delivered, oldest first, each with the worker that owns "
+                "it and whether that worker is alive (live: leave it alone); resume "
+                "finishes the others."
             ),
             input_schema=_object(
                 {
@@ -263,19 +268,71 @@ TOOLS: dict[str, ToolSpec] = {
                         {"type": "integer", "minimum": 1, "maximum": 1000},
                         "At most this many entries.",
                         default=20,
-                    )
+                    ),
+                    "unfinished": _d(
+                        {"type": "boolean"},
+                        "List the state's unfinished payments instead of this server's latest.",
+                        default=False,
+                    ),
                 }
             ),
             output_schema=_object(
                 {
                     "payments": {"type": "array", "items": {"type": "object"}},
-                    "count": _d({"type": "integer"}, "Entries in the ledger in all."),
+                    "count": _d(
+                        {"type": "integer"},
+                        "Entries in the ledger in all; with unfinished, unfinished payments.",
+                    ),
                 },
                 ["payments", "count"],
                 closed=False,
             ),
             read_only=True,
             open_world=False,
+        ),
+        ToolSpec(
+            name="resume",
+            title="Finish unfinished payments, never paying again",
+            description=(
+                "Finish a payment a process left unfinished (it died, or the request failed "
+                "after paying): by its id (or the first 6 or more characters of it), or all "
+                "of them with all set to true. It re-sends the proof already paid or resumes "
+                "the payment already started, and returns the resource when the merchant "
+                "serves it; it never pays again. A payment a live worker is still making is "
+                "left alone and reported in_progress. Each result says whether the payment's "
+                "money moved (moneyMoved: true, false, or null when not known yet)."
+            ),
+            input_schema=_object(
+                {
+                    "id": _d(
+                        {"type": ["string", "null"], "minLength": 6, "maxLength": 64},
+                        "The payment's id, as payments lists it, or its first characters.",
+                    ),
+                    "all": _d(
+                        {"type": "boolean"},
+                        "Finish every unfinished payment no live worker is making.",
+                        default=False,
+                    ),
+                    "headers": _d(
+                        {"type": ["object", "null"], "additionalProperties": _STRING},
+                        "Headers to send with the re-sent request (the journal keeps no "
+                        "credentials).",
+                    ),
+                }
+            ),
+            output_schema=_object(
+                {
+                    "recoveries": {"type": "array", "items": {"type": "object"}},
+                    "skipped": _d(
+                        {"type": "integer"}, "Payments left alone: a live worker is making them."
+                    ),
+                    "paidNow": _d({"type": "boolean"}, "Always false: resume never pays."),
+                },
+                ["recoveries", "skipped", "paidNow"],
+                closed=False,
+            ),
+            read_only=False,
+            open_world=True,
         ),
         ToolSpec(
             name="budget",

@@ -48,7 +48,9 @@ def _instructions(options: PaymentOptions) -> str:
         )
         + " Use quote to see a price without paying, budget to see what is left. Every error "
         "says whether money moved (moneyMoved). When money moved or may have, never repeat "
-        "the fetch plainly: re-send with the proof the error gives."
+        "the fetch plainly: re-send with the proof the error gives. payments with "
+        "unfinished lists the payments left unfinished (by this server or another process "
+        "on the same state); resume finishes them without paying again."
     )
 
 
@@ -190,6 +192,7 @@ async def serve(args: argparse.Namespace, options: PaymentOptions, token: str | 
             )
         async with with_eur_payment(client, options) as paying:
             tools = PaymentTools(paying, options, max_body_bytes=args.max_body_bytes)
+            await _announce_unfinished(options)
             server = build_server(tools)
             if args.http is None:
                 logger.info("serving MCP on stdio; budget: %s", spending)
@@ -199,6 +202,29 @@ async def serve(args: argparse.Namespace, options: PaymentOptions, token: str | 
                     server, *args.http, spending=spending, token=token, origins=args.allow_origin
                 )
     return 0
+
+
+async def _announce_unfinished(options: PaymentOptions) -> None:
+    """Say at start-up what the state holds unfinished, without recovering it: recovery
+    re-sends requests and hands back resources, which only a caller of `resume` can take."""
+    from .._state.shared import state_of
+
+    journal = state_of(options).journal
+    if journal is None:
+        return
+    try:
+        records = await journal.unfinished()
+    except Exception as exc:  # the server serves even when the journal cannot be read now
+        logger.warning("the unfinished payments could not be read (%s)", type(exc).__name__)
+        return
+    dead = sum(1 for r in records if not r.in_progress)
+    if dead:
+        logger.warning(
+            "%d unfinished payment(s) no live process is making (%d in all): the resume "
+            "tool finishes them without paying again",
+            dead,
+            len(records),
+        )
 
 
 async def _serve_stdio(server: Server[Any]) -> None:

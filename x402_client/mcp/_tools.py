@@ -1,4 +1,4 @@
-"""The five tools as plain async methods over one paying client (`PaymentTools`)."""
+"""The six tools as plain async methods over one paying client (`PaymentTools`)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,9 @@ from ._results import (
     _body_json,
     _budget_json,
     _error_json,
+    _journal_json,
     _receipt_json,
+    _recovered_json,
     _useful_proof,
 )
 from ._schemas import TOOLS
@@ -27,6 +29,8 @@ if TYPE_CHECKING:
 
     from .._options import PaymentOptions
     from .._protocol.types import PaymentReceipt
+    from .._state.sqlite_store import JournalRecord
+    from .._state.stores import JournalStore
 
 __all__ = ["DEFAULT_MAX_BODY_BYTES", "PaymentTools"]
 
@@ -84,7 +88,7 @@ def _request_settings(
 
 
 class PaymentTools:
-    """The five tools over one paying client. `call(name, arguments)` runs one and returns
+    """The six tools over one paying client. `call(name, arguments)` runs one and returns
     `(body, is_error)`; it raises nothing but cancellation.
 
     ```python
@@ -111,6 +115,7 @@ class PaymentTools:
             "discover": self.discover,
             "payments": self.payments,
             "budget": self.budget,
+            "resume": self.resume,
         }
 
     def redact(self, text: str) -> str:
@@ -253,10 +258,13 @@ class PaymentTools:
         logger.info("discover %s -> %d listed, %d payable", where, len(found.resources), payable)
         return _frontend.discovery_json(found)
 
-    async def payments(self, limit: int = 20) -> dict[str, Any]:
+    async def payments(self, limit: int = 20, unfinished: bool = False) -> dict[str, Any]:
         from .._protocol.amounts import format_amount
         from .._state.shared import state_of
 
+        if unfinished:
+            records = await self._journal().unfinished()
+            return {"payments": [_journal_json(r) for r in records[:limit]], "count": len(records)}
         entries = state_of(self.options).ledger.entries()
         listed = []
         for entry in reversed(entries[-limit:]):
@@ -266,6 +274,64 @@ class PaymentTools:
             item["proof"] = _useful_proof(entry)
             listed.append(item)
         return {"payments": listed, "count": len(entries)}
+
+    async def resume(
+        self, id: str | None = None, all: bool = False, headers: Mapping[str, str] | None = None
+    ) -> dict[str, Any]:
+        """Finish one unfinished payment, or every one no live worker is making, through
+        the paying client (and so its destination guard): never a new payment."""
+        from .._adapters.paying_client import payments
+
+        if (id is None) == (not all):
+            raise ToolError("InvalidArguments", "give either id (one payment) or all: true")
+        self._journal()
+        pay = payments(self.client)
+        if id is not None:
+            record = await self._find(id)
+            logger.info("resume %s", record.id)
+            recoveries = [await pay.recover(record.id, headers=headers)]
+        else:
+            logger.info("resume all unfinished payments")
+            recoveries = await pay.recover_all(headers=headers)
+        for recovery in recoveries:
+            logger.info(
+                "resume %s -> %s",
+                "?" if recovery.record is None else recovery.record.id,
+                recovery.status,
+            )
+        return {
+            "recoveries": [_recovered_json(r, self.max_body_bytes) for r in recoveries],
+            "skipped": sum(1 for r in recoveries if r.status == "in_progress"),
+            "paidNow": False,
+        }
+
+    def _journal(self) -> JournalStore:
+        from .._state.shared import state_of
+
+        journal = state_of(self.options).journal
+        if journal is None:
+            raise ToolError(
+                "NoJournal",
+                "this server keeps no payment journal (it was started with --no-state): "
+                "there are no unfinished payments to list or finish",
+            )
+        return journal
+
+    async def _find(self, id: str) -> JournalRecord:
+        """The journaled payment `id` names: its id, or a unique start of it."""
+        journal = self._journal()
+        record = await journal.get(id)
+        if record is not None:
+            return record
+        found = await journal.starting_with(id, 2)
+        if len(found) == 1:
+            return found[0]
+        raise ToolError(
+            "UnknownPayment",
+            f"no payment {id!r}"
+            if not found
+            else f"{id!r} names more than one payment: give more characters of the id",
+        )
 
     async def budget(self) -> dict[str, Any]:
         from .._state.shared import state_of
