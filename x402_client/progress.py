@@ -1,5 +1,6 @@
-"""A live display of long payment waits: the bridge (1 to 3 minutes in real life), and
-the re-sends of a proof the merchant has not confirmed yet (`poll 3 of 8`).
+"""A live display of long payment waits: the bridge (1 to 3 minutes in real life), the
+re-sends of a proof the merchant has not confirmed yet (`poll 3 of 8`), and RPC calls that
+take over a second (`endpoint 1 of 2, attempt 2`).
 
 ```python
 from x402_client.progress import bridge_progress_display
@@ -48,6 +49,11 @@ def _polls(count: int, of: int | None = None) -> str:
 
 def _describe(event: PaymentProgress) -> str:
     code = event.transaction_code or "…"
+    if event.stage == "rpc_waiting":
+        return (
+            f"waiting for the {event.waiting_on or 'RPC'}: endpoint {event.endpoint or 1} "
+            f"of {event.endpoints or 1}, attempt {event.attempt or 1}"
+        )
     if event.stage == "confirming":
         again = f", again in {event.wait:.0f} s" if event.wait and event.wait >= 1 else ""
         return (
@@ -95,6 +101,12 @@ def _plain_display(stream: IO[str], interval: float) -> ProgressDisplay:
     state: dict[str, Any] = {"stage": None, "printed_at": 0.0}
 
     def on_progress(event: PaymentProgress) -> None:
+        if event.stage == "rpc_waiting":
+            # each report of a slow RPC call is a line (the call itself spaces them);
+            # its end is not: the next step says what happened
+            if event.status is None:
+                print(_line(event), file=stream, flush=True)
+            return
         changed = event.stage != state["stage"]
         due = event.stage == "waiting" and event.elapsed - state["printed_at"] >= interval
         # each re-send of an unconfirmed proof is a step of its own, once the wait has
@@ -104,13 +116,13 @@ def _plain_display(stream: IO[str], interval: float) -> ProgressDisplay:
             return
         state["stage"], state["printed_at"] = event.stage, event.elapsed
         status = f" [{event.status}]" if event.status and event.stage != "confirming" else ""
-        print(
-            f"x402 {event.rail}: {_describe(event)}{status} ({event.elapsed:.0f} s)",
-            file=stream,
-            flush=True,
-        )
+        print(_line(event, status), file=stream, flush=True)
 
     return on_progress, contextlib.nullcontext()
+
+
+def _line(event: PaymentProgress, status: str = "") -> str:
+    return f"x402 {event.rail}: {_describe(event)}{status} ({event.elapsed:.0f} s)"
 
 
 def _rich_display(console: Any) -> ProgressDisplay:
@@ -132,10 +144,15 @@ def _rich_display(console: Any) -> ProgressDisplay:
         console=console,
         transient=False,
     )
-    tasks: dict[tuple[str, bool], TaskID] = {}
+    tasks: dict[tuple[str, bool | str], TaskID] = {}
     live = _Live(progress)
 
     def on_progress(event: PaymentProgress) -> None:
+        if event.stage == "rpc_waiting":
+            if event.status is None:
+                live.show()
+            _rpc_task(progress, tasks, event)
+            return
         live.show()
         confirming = event.stage == "confirming"
         key = (event.resource, confirming)
@@ -160,6 +177,23 @@ def _rich_display(console: Any) -> ProgressDisplay:
             progress.stop_task(task)
 
     return on_progress, live
+
+
+def _rpc_task(progress: Any, tasks: dict[Any, Any], event: PaymentProgress) -> None:
+    """A slow RPC call's line: its measure is the endpoints tried of those there are; it
+    goes when the call has returned."""
+    key = (event.resource, f"rpc {event.rail} {event.waiting_on}")
+    task = tasks.get(key)
+    if event.status is not None:
+        if task is not None:
+            progress.remove_task(tasks.pop(key))
+        return
+    total = float(event.endpoints or 1)
+    if task is None:
+        task = tasks[key] = progress.add_task(_describe(event), total=total, status="")
+    progress.update(
+        task, description=_describe(event), total=total, completed=(event.attempt or 1) - 1
+    )
 
 
 class _Live(AbstractContextManager[None]):

@@ -22,6 +22,7 @@ from x402_client import (
     EvmOptions,
     NoSatisfiableOption,
     PaymentOptions,
+    PaymentProgress,
     PaymentRejectedByHook,
     with_eur_payment,
 )
@@ -376,3 +377,62 @@ async def test_stop_leaves_no_anvil_process() -> None:
         assert len(pids) == 2
         assert all(pid is not None and _alive(pid) for pid in pids)
     assert not any(_alive(pid) for pid in pids if pid is not None)
+
+
+def _held_rpc(upstream: str, gate: anyio.Event) -> Any:
+    """A JSON-RPC proxy in front of `upstream` (anvil) that holds its first answer until
+    `gate` is set, then answers everything at once."""
+    first = [True]
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        if first[0]:
+            first[0] = False
+            await gate.wait()
+        async with httpx.AsyncClient() as http:
+            answer = await http.post(
+                upstream, content=body, headers={"content-type": "application/json"}
+            )
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"application/json")],
+            }
+        )
+        await send({"type": "http.response.body", "body": answer.content})
+
+    return app
+
+
+@pytest.mark.anyio
+async def test_an_rpc_call_slower_than_a_second_is_reported_and_a_fast_one_is_not(
+    sandbox: Sandbox, serve: Any
+) -> None:
+    gate = anyio.Event()
+    slow = await serve(_held_rpc(sandbox.evm.rpc_url(137), gate))
+    events: list[PaymentProgress] = []
+
+    def on_progress(event: PaymentProgress) -> None:
+        events.append(event)
+        if event.stage == "rpc_waiting":
+            gate.set()  # the held answer goes only once the wait was reported
+
+    evm = evm_options(sandbox.evm, rpc_urls={137: [slow, sandbox.evm.rpc_url(137)]})
+    options = PaymentOptions(evm=evm, on_progress=on_progress)
+    for _ in range(2):  # the first payment meets the held answer, the second does not
+        async with with_eur_payment(httpx.AsyncClient(timeout=60), options) as client:
+            response = await client.get(sandbox.url("/weather"))
+        assert response.status_code == 200
+    waits = [e for e in events if e.stage == "rpc_waiting"]
+    shown = [(e.rail, e.waiting_on, e.endpoint, e.endpoints, e.attempt, e.polls) for e in waits]
+    assert shown == [("evm-permit", "chain 137 RPC", 1, 2, 1, 1)] * 2
+    assert [e.status for e in waits] == [None, "answered"]
+    assert 1.0 <= waits[0].elapsed <= waits[1].elapsed
+    port = slow.rsplit(":", 1)[1]
+    assert port not in repr(events)  # what is waited on, never its URL

@@ -93,6 +93,7 @@ from .._protocol.policy import EXPIRY_SKEW
 from .._protocol.proof import encode_proof
 from .._protocol.redact import redact_urls, strip_redacted
 from .._state.payment_api import PaymentAPI
+from .._state.rpc_wait import Report, RpcWait, watched
 from .._state.shared import PaymentState
 from .._state.sqlite_store import JournalRecord
 from .._state.stores import JournalStore
@@ -368,7 +369,17 @@ async def recover_one(
         record = await journal.get(record.id) or record
         options = payer.options
         result = _settled(record) or await _recover(
-            _Recovering(state, journal, record, headers, send, options.chain_a, options, content)
+            _Recovering(
+                state,
+                journal,
+                record,
+                headers,
+                send,
+                options.chain_a,
+                options,
+                content,
+                payer.report if options.on_progress is not None else None,
+            )
         )
     finally:
         with anyio.CancelScope(shield=True):
@@ -416,6 +427,11 @@ class _Recovering:
     options: PaymentOptions | None = None
     #: The request's body, given in place of one the journal did not keep.
     content: Content | None = None
+    #: Told (`on_progress`) of a chain lookup that keeps the user waiting over a second.
+    report: Report | None = None
+
+    def _lookup_wait(self, what: str) -> RpcWait:
+        return RpcWait(self.report, rail=self.record.rail, what=what, resource=self.record.resource)
 
     async def give_up(self, reason: str, *, on_chain: bool = False) -> Recovery:
         # Say what is known of the money: on a pay-first rail a proof or a transaction code
@@ -638,7 +654,8 @@ class _Recovering:
 
         assert self.chain_a is not None
         assert self.record.proof is not None
-        found = await lookup(self.chain_a, self.record.proof)
+        chain_a, proof = self.chain_a, self.record.proof
+        found = await watched(self._lookup_wait("chain A node"), lambda: lookup(chain_a, proof))
         refused = f"the merchant refused the re-sent proof ({reason})"
         if found.status == "confirmed":
             return await self.give_up(f"{refused}; {found.detail}: the money moved", on_chain=True)
@@ -662,7 +679,8 @@ class _Recovering:
         assert self.options is not None
         assert self.options.svm is not None
         assert self.record.proof is not None
-        found = await lookup(self.options.svm, self.record.proof)
+        svm, proof = self.options.svm, self.record.proof
+        found = await watched(self._lookup_wait("Solana RPC"), lambda: lookup(svm, proof))
         refused = f"the merchant refused the re-sent proof ({reason})"
         if found.status == "confirmed":
             return await self.give_up(f"{refused}; {found.detail}: the money moved", on_chain=True)

@@ -74,6 +74,7 @@ from .._protocol.rail_interface import (
 from .._protocol.redact import endpoint_url, private_endpoints
 from .._protocol.types import Paid, PaymentIntent
 from .._state.http import default_ssl_context
+from .._state.rpc_wait import RpcWait, watched
 
 if TYPE_CHECKING:
     from .._options import ChainAOptions
@@ -218,8 +219,10 @@ class NodeUnavailable(Exception):
 class _Node:
     """The algod REST endpoints this rail reads, over one httpx client."""
 
-    def __init__(self, options: ChainAOptions) -> None:
+    def __init__(self, options: ChainAOptions, wait: RpcWait | None = None) -> None:
         self._options = options
+        #: A read slower than a second is reported (`on_progress`) when the rail gave one.
+        self._wait = wait
         private_endpoints((options.algod_url, options.indexer_url or ""))
         headers = {}
         if options.algod_token is not None:
@@ -276,7 +279,13 @@ class _Node:
     async def get(self, path: str, *, missing_ok: bool = False) -> Any:
         # The node's URL stays out of this frame's locals: it may carry a key.
         try:
-            response = await self._http.get(self._options.algod_url + path)
+            if self._wait is None:
+                response = await self._http.get(self._options.algod_url + path)
+            else:
+                # a closure, not a partial: no local that shows the URL
+                response = await watched(
+                    self._wait, lambda: self._http.get(self._options.algod_url + path)
+                )
         except httpx.HTTPError as exc:
             raise NodeUnavailable(
                 f"the chain-A node {self._shown} did not answer ({type(exc).__name__})"
@@ -629,7 +638,9 @@ class ChainARail:
 
     def _node_client(self) -> _Node:
         if self._node is None:
-            self._node = _Node(self._options)
+            report = self._context.report if self._context.options.on_progress else None
+            wait = RpcWait(report, rail=self.name, what="chain A node") if report else None
+            self._node = _Node(self._options, wait)
         return self._node
 
     async def _suggested(self, intent: PaymentIntent) -> SuggestedParams:

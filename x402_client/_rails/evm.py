@@ -40,6 +40,7 @@ import time
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import httpx
@@ -70,6 +71,7 @@ from .._protocol.rail_interface import (
 from .._protocol.redact import endpoint_url, guard_library_logs
 from .._protocol.types import Paid, PaymentIntent
 from .._state.http import BodyTooLarge, default_ssl_context, read_bounded
+from .._state.rpc_wait import RpcWait, watched
 from . import EIP712_DOMAIN, setting
 from ._evm_family import EvmRail, Reading
 from ._evm_signing import check_chain_id
@@ -731,12 +733,9 @@ class EvmPermitRail(PermitDescriber):
         for offset in range(count):
             index = (start + offset) % count
             endpoint = self._endpoint(self._options.rpc_urls[chain_id][index])
+            wait = self._rpc_wait(chain_id, index + 1, count, offset + 1)
             try:
-                if not endpoint.verified:
-                    reported = int(await endpoint.w3.eth.chain_id)
-                    check_chain_id(endpoint_url(endpoint.url), reported, chain_id)
-                    endpoint.verified = True
-                result = await call(endpoint.w3)
+                result = await watched(wait, partial(self._ask, endpoint, chain_id, call))
             except (OSError, TimeoutError, aiohttp.ClientError, Web3Exception, ValueError) as exc:
                 # Web3Exception: a JSON-RPC error object, or a call with no contract behind
                 # it (BadFunctionCallOutput); ValueError: an answer that is not JSON-RPC at
@@ -747,6 +746,30 @@ class EvmPermitRail(PermitDescriber):
             return result
         raise _RpcUnavailable(
             f"no RPC endpoint for chain {chain_id} answered ({'; '.join(failures)})"
+        )
+
+    @staticmethod
+    async def _ask(
+        endpoint: _Endpoint,
+        chain_id: int,
+        call: Callable[[AsyncWeb3[AsyncHTTPProvider]], Awaitable[T]],
+    ) -> T:
+        if not endpoint.verified:
+            reported = int(await endpoint.w3.eth.chain_id)
+            check_chain_id(endpoint_url(endpoint.url), reported, chain_id)
+            endpoint.verified = True
+        return await call(endpoint.w3)
+
+    def _rpc_wait(self, chain_id: int, endpoint: int, endpoints: int, attempt: int) -> RpcWait:
+        """A call that keeps the user waiting is reported (`on_progress`), without its URL."""
+        context = self._context
+        return RpcWait(
+            context.report if context.options.on_progress is not None else None,
+            rail=self.name,
+            what=f"chain {chain_id} RPC",
+            endpoint=endpoint,
+            endpoints=endpoints,
+            attempt=attempt,
         )
 
     def _endpoint(self, url: str) -> _Endpoint:

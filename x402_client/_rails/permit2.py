@@ -43,6 +43,7 @@ from .._protocol.rail_interface import NotForThisRail, RailContext
 from .._protocol.redact import endpoint_url, private_endpoints
 from .._protocol.types import PaymentIntent
 from .._state.http import default_ssl_context
+from .._state.rpc_wait import Report, RpcWait, watched
 from ._evm_family import SigningRail
 from ._evm_signing import (
     UINT256_LIMIT,
@@ -293,8 +294,12 @@ class ChainReader:
     used only after its `eth_chainId` matched (checked once): a mismatch is a
     `ConfigurationError`, never a fall-back. Errors name endpoints by scheme, host and port."""
 
-    def __init__(self, rpc_urls: Mapping[int, tuple[str, ...]]) -> None:
+    def __init__(
+        self, rpc_urls: Mapping[int, tuple[str, ...]], report: Report | None = None, rail: str = ""
+    ) -> None:
         self._rpc_urls = rpc_urls
+        #: A call slower than a second is reported (`on_progress`) when the rail gave one.
+        self._report, self._rail = report, rail
         private_endpoints(url for urls in rpc_urls.values() for url in urls)
         #: (chain id, index into its URLs) of the endpoints whose chain id matched.
         self._verified: set[tuple[int, int]] = set()
@@ -323,6 +328,14 @@ class ChainReader:
             raise ValueError("not a JSON-RPC result")
         return answer["result"]
 
+    async def _ask(self, chain_id: int, index: int, method: str, params: list[Any]) -> Any:
+        if (chain_id, index) not in self._verified:
+            reported = await self._rpc(chain_id, index, "eth_chainId", [])
+            shown = endpoint_url(self._rpc_urls[chain_id][index])
+            check_chain_id(shown, int(str(reported), 16), chain_id)
+            self._verified.add((chain_id, index))
+        return await self._rpc(chain_id, index, method, params)
+
     async def request(self, chain_id: int, method: str, params: list[Any]) -> Any:
         """One JSON-RPC call on the chain's endpoints, tried in order: its result (which may
         be null). `RpcUnavailable` when none answered with a result (an error answer, a
@@ -332,14 +345,20 @@ class ChainReader:
         `self._rpc_urls` where it is used, by its index.
         """
         failures: list[str] = []
-        for index in range(len(self._rpc_urls.get(chain_id, ()))):
+        count = len(self._rpc_urls.get(chain_id, ()))
+        for index in range(count):
+            wait = RpcWait(
+                self._report,
+                rail=self._rail,
+                what=f"chain {chain_id} RPC",
+                endpoint=index + 1,
+                endpoints=count,
+                attempt=index + 1,
+            )
             try:
-                if (chain_id, index) not in self._verified:
-                    reported = await self._rpc(chain_id, index, "eth_chainId", [])
-                    shown = endpoint_url(self._rpc_urls[chain_id][index])
-                    check_chain_id(shown, int(str(reported), 16), chain_id)
-                    self._verified.add((chain_id, index))
-                return await self._rpc(chain_id, index, method, params)
+                return await watched(
+                    wait, functools.partial(self._ask, chain_id, index, method, params)
+                )
             except ConfigurationError:
                 raise  # an X402Error is an httpx.HTTPError: never a fall-back to the next URL
             except (httpx.HTTPError, ValueError) as exc:
@@ -437,7 +456,9 @@ class Permit2Family(SigningRail[EntryT]):
         evm = self._context.options.evm
         assert evm is not None
         if self._reader is None or self._reader._rpc_urls is not evm.rpc_urls:
-            self._reader = ChainReader(evm.rpc_urls)
+            context = self._context
+            report = context.report if context.options.on_progress is not None else None
+            self._reader = ChainReader(evm.rpc_urls, report, self.name)
         return self._reader
 
 

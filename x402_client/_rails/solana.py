@@ -89,6 +89,7 @@ from .._protocol.solana_chain import (
 )
 from .._protocol.types import Paid, PaymentIntent
 from .._state.http import default_ssl_context
+from .._state.rpc_wait import RpcWait, watched
 from . import setting
 from ._evm_family import token_intent
 
@@ -257,8 +258,10 @@ class RpcUnavailable(Exception):
 class _Rpc:
     """JSON-RPC calls to the user's Solana endpoint, over one httpx client."""
 
-    def __init__(self, options: SvmOptions) -> None:
+    def __init__(self, options: SvmOptions, wait: RpcWait | None = None) -> None:
         self._options = options
+        #: A call slower than a second is reported (`on_progress`) when the rail gave one.
+        self._wait = wait
         private_endpoints((options.rpc_url,))
         self._http = httpx.AsyncClient(
             timeout=options.timeout, follow_redirects=False, verify=default_ssl_context()
@@ -276,7 +279,13 @@ class _Rpc:
         body = {"jsonrpc": "2.0", "id": self._ids, "method": method, "params": list(params)}
         # The URL stays out of this frame's locals: it may carry a key.
         try:
-            response = await self._http.post(self._options.rpc_url, json=body)
+            if self._wait is None:
+                response = await self._http.post(self._options.rpc_url, json=body)
+            else:
+                # a closure, not a partial: no local that shows the URL
+                response = await watched(
+                    self._wait, lambda: self._http.post(self._options.rpc_url, json=body)
+                )
         except httpx.HTTPError as exc:
             raise RpcUnavailable(
                 f"the Solana RPC {self.shown} did not answer {method} ({type(exc).__name__})"
@@ -588,7 +597,9 @@ class SvmRail:
     def _rpc_client(self) -> _Rpc:
         if self._rpc is None:
             assert self._options is not None
-            self._rpc = _Rpc(self._options)
+            report = self._context.report if self._context.options.on_progress else None
+            wait = RpcWait(report, rail=self.name, what="Solana RPC") if report else None
+            self._rpc = _Rpc(self._options, wait)
         return self._rpc
 
     async def aclose(self) -> None:

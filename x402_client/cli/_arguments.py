@@ -113,7 +113,8 @@ def _progress_group() -> argparse.ArgumentParser:
         action=argparse.BooleanOptionalAction,
         default=None,
         help="show the progress of long waits on stderr: the bridge, a payment the merchant "
-        "has not confirmed yet (default: when it is a terminal)",
+        "has not confirmed yet, a chain's RPC slower than a second (default: when it is a "
+        "terminal)",
     )
     return progress
 
