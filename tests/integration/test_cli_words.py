@@ -311,3 +311,92 @@ def test_a_bad_key_in_the_environment_is_named_by_its_variable() -> None:
         "x402-eur: x402_client.ConfigurationError: X402_EUR_EVM_PRIVATE_KEY: private_key must "
         "be 32 bytes of hex\n(run with --debug for the traceback)\n"
     )
+
+
+class _HeldRpc:
+    """A JSON-RPC proxy on 127.0.0.1 in front of `upstream` (anvil) that holds its first
+    answer until `release` is set (or, after `slow(seconds)`, for that long)."""
+
+    def __init__(self, upstream: str) -> None:
+        import http.server
+        import threading
+
+        import httpx
+
+        self.release = threading.Event()
+        self.armed, self.hold = True, 120.0
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                if outer.armed:
+                    outer.armed = False
+                    outer.release.wait(outer.hold)
+                raw = httpx.post(
+                    upstream, content=body, headers={"Content-Type": "application/json"}, timeout=60
+                ).content
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        outer = self
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def slow(self, seconds: float) -> None:
+        """The next first answer comes after `seconds`: a node that is merely slow."""
+        import threading
+
+        self.release, self.armed, self.hold = threading.Event(), True, seconds
+
+    def close(self) -> None:
+        self.release.set()
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(30)
+
+
+def test_a_slow_chain_rpc_gets_a_status_line_and_none_with_s(tmp_path) -> None:
+    with Sandbox.run_in_thread(evm=True) as sandbox:
+        held = _HeldRpc(sandbox.evm.rpc_url(137))
+        try:
+            env = {
+                **os.environ,
+                **{k: "" for k in ("X402_EUR_API_KEY", "X402_EUR_ACCOUNT", "X402_EUR_API_URL")},
+                "X402_EUR_EVM_PRIVATE_KEY": sandbox.evm.env()["X402_EUR_EVM_PRIVATE_KEY"],
+                "X402_EUR_RPC_URL_137": held.url,
+                "COLUMNS": "120",
+            }
+            fetch = subprocess.Popen(
+                [*CLI, "fetch", "--progress", sandbox.url("/weather")],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=env,
+            )
+            assert fetch.stderr is not None
+            first = fetch.stderr.readline()  # the status line comes while the RPC holds
+            held.release.set()
+            out, rest = fetch.communicate(timeout=120)
+            # -s: the same slow node, two seconds this time, and not a word on stderr
+            held.slow(2.0)
+            quiet = run("fetch", "-s", "--progress", sandbox.url("/weather"), env=env)
+            assert not held.armed  # the answer was held
+        finally:
+            held.close()
+    assert fetch.returncode == 0 and out, first + rest
+    shown = re.fullmatch(
+        r"x402 evm-permit: waiting for the chain 137 RPC: endpoint 1 of 1, attempt 1 "
+        r"\((\d+) s\)\n",
+        first,
+    )
+    assert shown and int(shown[1]) >= 1, first
+    assert "RPC" not in rest and held.url.rsplit(":", 1)[1] not in first + rest
+    assert quiet.returncode == 0 and quiet.stderr == "", quiet.stderr
