@@ -222,7 +222,7 @@ class _Node:
     def __init__(self, options: ChainAOptions, wait: RpcWait | None = None) -> None:
         self._options = options
         #: A read slower than a second is reported (`on_progress`) when the rail gave one.
-        self._wait = wait
+        self.wait = wait
         private_endpoints((options.algod_url, options.indexer_url or ""))
         headers = {}
         if options.algod_token is not None:
@@ -276,15 +276,15 @@ class _Node:
             who, response.status_code, response.content, read, absent_status=absent_status
         )
 
-    async def get(self, path: str, *, missing_ok: bool = False) -> Any:
+    async def get(self, path: str, *, missing_ok: bool = False, reported: bool = True) -> Any:
         # The node's URL stays out of this frame's locals: it may carry a key.
         try:
-            if self._wait is None:
+            if self.wait is None or not reported:
                 response = await self._http.get(self._options.algod_url + path)
             else:
                 # a closure, not a partial: no local that shows the URL
                 response = await watched(
-                    self._wait, lambda: self._http.get(self._options.algod_url + path)
+                    self.wait, lambda: self._http.get(self._options.algod_url + path)
                 )
         except httpx.HTTPError as exc:
             raise NodeUnavailable(
@@ -462,6 +462,29 @@ class _Wallet:
         return signer(self._secret).sign_transactions([transaction], [0])[0]
 
 
+async def _first_reads(node: _Node, address: str, asset: str) -> dict[str, Any]:
+    """The node's suggested parameters, the account and its holding of `asset`, read at
+    once (one round trip's wait on a remote node); a read that failed is its
+    `NodeUnavailable`."""
+    results: dict[str, Any] = {}
+
+    async def read(name: str, path: str, missing_ok: bool = False) -> None:
+        try:
+            results[name] = await node.get(path, missing_ok=missing_ok, reported=False)
+        except NodeUnavailable as exc:
+            results[name] = exc
+
+    async def reads() -> None:
+        async with anyio.create_task_group() as group:
+            group.start_soon(read, "params", "/v2/transactions/params")
+            group.start_soon(read, "account", f"/v2/accounts/{address}?exclude=all")
+            group.start_soon(read, "holding", f"/v2/accounts/{address}/assets/{asset}", True)
+
+    # one wait reported for the three (one status line, not three)
+    await (reads() if node.wait is None else watched(node.wait, reads))
+    return results
+
+
 class ChainARail:
     """Signs asset transfers from the user's chain-A wallet (see the module docstring).
 
@@ -530,20 +553,7 @@ class ChainARail:
             address = self.address
         except Exception as exc:  # a key the SDK refuses (a mnemonic with a bad checksum)
             return f"the chain-A key cannot be used ({type(exc).__name__})"
-        node = self._node_client()
-        results: dict[str, Any] = {}
-
-        async def read(name: str, path: str, missing_ok: bool = False) -> None:
-            try:
-                results[name] = await node.get(path, missing_ok=missing_ok)
-            except NodeUnavailable as exc:
-                results[name] = exc
-
-        # The three reads at once: one round trip's wait on a remote node.
-        async with anyio.create_task_group() as group:
-            group.start_soon(read, "params", "/v2/transactions/params")
-            group.start_soon(read, "account", f"/v2/accounts/{address}?exclude=all")
-            group.start_soon(read, "holding", f"/v2/accounts/{address}/assets/{entry.asset}", True)
+        results = await _first_reads(self._node_client(), address, entry.asset)
         for found in results.values():
             if isinstance(found, NodeUnavailable):
                 return f"{found}; nothing was signed"
