@@ -21,7 +21,8 @@ hand-written baseline:
 - with chain A, a watcher stamps when each transaction's `blockchainTxId` first appears
   in the bank (polled every 5 ms).
 
-Control app: `GET /stats` returns the counters, `POST /reset` clears them.
+Control app: `GET /stats` returns the counters and how many transactions the bank holds
+(never reset: the money that moved), `POST /reset` clears the counters.
 """
 
 from __future__ import annotations
@@ -202,6 +203,8 @@ async def main() -> None:
         body: dict[str, Any] = {name: c.stats() for name, c in counters.items()}
         body["blockchain_tx_appeared"] = dict(watcher.appeared)
         body["rpc"] = {str(chain): c.stats() for chain, c in rpc_counters.items()}
+        with sandbox.bank.lock:
+            body["bank_transactions"] = len(sandbox.bank.transactions)
         return JSONResponse(body)
 
     async def reset(request: Request) -> JSONResponse:

@@ -25,6 +25,12 @@ FIGURES = (
     "servers",
     "bridge_delay",
     "bridge_polls",
+    "fleet_1",
+    "fleet_2",
+    "fleet_4",
+    "fleet_8",
+    "fleet_exact",
+    "fleet_round_trips",
 )
 
 #: 1a: a paid euro GET against the lean floor, ratio of medians.
@@ -52,3 +58,7 @@ MEMORY_MB = 2.0
 BRIDGE_DELAY_S = 0.5
 #: 8b: the bridge's polls per minute of waiting.
 BRIDGE_POLLS_PER_MIN = 60.0
+#: 9b: payments at the bank beyond a fleet's shared budget of exactly K (any run).
+FLEET_OVERSPEND = 0.0
+#: 9c: database round trips per warm payment on a PostgreSQL state.
+FLEET_ROUND_TRIPS = 3.0

@@ -50,6 +50,7 @@ from _figure import Figure  # noqa: E402
 from _figures_bridge import fig_bridge  # noqa: E402
 from _figures_eip3009 import fig_eip3009  # noqa: E402
 from _figures_evm import evm_block, fig_evm, mean_signing_ms  # noqa: E402
+from _figures_fleet import fig_fleet  # noqa: E402
 from _figures_gc import attribute_pauses, fig_gc  # noqa: E402
 from _figures_latency import (  # noqa: E402
     fig_latency,
@@ -109,6 +110,10 @@ COUNTS: dict[str, dict[str, int]] = {
         "bridge_short": 1,
         "bridge_long_s": 1,
         "profile_n": 20,
+        "fleet_k": 2,
+        "fleet_max_workers": 2,
+        "fleet_rounds": 1,
+        "fleet_trips": 3,
     },
     "quick": {
         "latency_blocks": 4,
@@ -129,6 +134,10 @@ COUNTS: dict[str, dict[str, int]] = {
         "bridge_short": 3,
         "bridge_long_s": 5,
         "profile_n": 500,
+        "fleet_k": 20,
+        "fleet_max_workers": 8,
+        "fleet_rounds": 2,
+        "fleet_trips": 20,
     },
     "full": {
         "latency_blocks": 10,
@@ -149,6 +158,10 @@ COUNTS: dict[str, dict[str, int]] = {
         "bridge_short": 10,
         "bridge_long_s": 20,
         "profile_n": 500,
+        "fleet_k": 40,
+        "fleet_max_workers": 8,
+        "fleet_rounds": 5,
+        "fleet_trips": 50,
     },
 }
 
@@ -163,6 +176,7 @@ SECTIONS = (
     "evm",
     "eip3009",
     "bridge",
+    "fleet",
 )
 #: Measured as short blocks spread over the run (`Blocks`), not as sections of their own.
 BLOCK_SECTIONS = ("latency", "servers", "throughput", "evm")
@@ -253,6 +267,7 @@ def _sections(
         ("sandbox", "1s. latency against the sandbox (informational)", fig_sandbox_latency),
         ("eip3009", "5. EIP-3009 vs the x402 foundation client", fig_eip3009),
         ("bridge", "8. bridge rail (sandbox)", fig_bridge),
+        ("fleet", "9. a fleet of workers on one budget: PostgreSQL / SQLite", fig_fleet),
     ):
         if wanted(name):
             blocks.run()

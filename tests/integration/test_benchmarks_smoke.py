@@ -63,9 +63,11 @@ def _run_module() -> Any:
     return run
 
 
-#: The smoke run in two halves, each in its own test module so that parallel workers run
-#: them side by side: the chains' figures (`test_benchmarks_smoke_chains.py`) and the rest.
+#: The smoke run in three parts, each in its own test module so that parallel workers run
+#: them side by side: the chains' figures (`test_benchmarks_smoke_chains.py`), the fleet's
+#: (`test_benchmarks_smoke_fleet.py`) and the rest.
 CHAIN_SECTIONS = "sandbox,evm,eip3009,bridge"
+FLEET_SECTIONS = "fleet"
 OTHER_SECTIONS = "startup,servers,latency,throughput,gc,memory"
 CHAIN_FIGURES = {
     "bridge_delay",
@@ -101,14 +103,15 @@ def smoke_run(tmp_path: Path, sections: str) -> dict[str, Any]:
 def test_the_two_halves_of_the_smoke_run_cover_every_figure() -> None:
     expected = set(_run_module().FIGURES)
     assert expected >= CHAIN_FIGURES
-    sections = set(CHAIN_SECTIONS.split(",")) | set(OTHER_SECTIONS.split(","))
+    parts = (CHAIN_SECTIONS, FLEET_SECTIONS, OTHER_SECTIONS)
+    sections = {name for part in parts for name in part.split(",")}
     assert sections == set(_run_module().SECTIONS)
 
 
 @pytest.mark.slow
 def test_benchmarks_smoke_run_writes_every_figure_but_the_chains(tmp_path: Path) -> None:
     figures = smoke_run(tmp_path, OTHER_SECTIONS)["figures"]
-    expected = set(_run_module().FIGURES) - CHAIN_FIGURES
+    expected = {f for f in _run_module().FIGURES if not f.startswith("fleet")} - CHAIN_FIGURES
     assert set(figures) == expected, sorted(set(figures) ^ expected)
 
 
