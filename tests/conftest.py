@@ -51,6 +51,7 @@ LONGEST_FIRST = (
     "sandbox/tests/test_sandbox_cli.py",
     "tests/integration/test_long_run.py",
     "tests/integration/test_benchmarks_smoke_chains.py",
+    "tests/integration/test_benchmarks_smoke_fleet.py",
     "tests/integration/test_budget.py",
     "tests/integration/test_walkthrough.py",
     "tests/integration/test_mcp_http_guard.py",
