@@ -13,13 +13,14 @@ from pathlib import Path
 import pytest
 
 from tests.integration.test_benchmarks_smoke import smoke_run
+from tests.needs import missing
 from tests.postgres_server import INSTALL, server_bin
 
 
 @pytest.mark.slow
 def test_benchmarks_smoke_run_measures_the_fleet_on_one_exact_budget(tmp_path: Path) -> None:
     if server_bin() is None:
-        pytest.skip(f"PostgreSQL is not installed: {INSTALL}")
+        missing(f"PostgreSQL is not installed: {INSTALL}")
     figures = smoke_run(tmp_path, "fleet")["figures"]
     assert set(figures) == {"fleet_1", "fleet_2", "fleet_exact", "fleet_round_trips"}
     for key, figure in figures.items():
