@@ -12,16 +12,13 @@ with the reason pip gave; under CI they fail.
 
 from __future__ import annotations
 
-import hashlib
 import os
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 
 import anyio
 
-from tests.mcp_foundation import _cache_root, build_once, build_venv
-from tests.needs import missing
+from tests.mcp_foundation import SideEnvironment
 
 __all__ = ["EXAMPLES", "REQUIREMENTS", "build_environment", "framework_tools_python", "run_example"]
 
@@ -31,37 +28,14 @@ REQUIREMENTS = HERE / "framework_tools_requirements.txt"
 EXAMPLES = ROOT / "examples" / "agents"
 
 
-def _venv_dir() -> Path:
-    key = hashlib.sha256(
-        REQUIREMENTS.read_bytes()
-        + (ROOT / "pyproject.toml").read_bytes()
-        + str(ROOT.resolve()).encode()
-        + sys.version.encode()
-    ).hexdigest()[:16]
-    return _cache_root() / f"framework-tools-{key}"
-
-
-def _build(venv: Path) -> str | None:
-    return build_venv(venv, "-r", str(REQUIREMENTS), "-e", f"{ROOT}[mcp,evm]")
-
-
-def build_environment() -> tuple[Path, str | None]:
-    """Build the frameworks' environment unless it is built (once, under a file lock, so
-    that parallel test workers build it once): its Python, and None or why it could not
-    be built."""
-    return build_once(_venv_dir(), _build)
-
-
-def framework_tools_python() -> Path:
-    """The Python of the frameworks' environment, built on first use; when it cannot be
-    built, the calling test is skipped with the reason (under CI, it fails)."""
-    python, problem = build_environment()
-    if problem is not None:
-        missing(
-            "the agent frameworks' environment could not be built from "
-            f"{REQUIREMENTS.name} (make test-environments): {problem}"
-        )
-    return python
+ENVIRONMENT = SideEnvironment(
+    "framework-tools",
+    REQUIREMENTS,
+    "the agent frameworks' environment",
+    checkout_extras="mcp,evm",
+)
+build_environment = ENVIRONMENT.build
+framework_tools_python = ENVIRONMENT.python
 
 
 async def run_example(
@@ -90,7 +64,4 @@ async def run_example(
 
 
 if __name__ == "__main__":
-    # `make test-environments` builds it before the tests start (a note if it cannot).
-    _, reason = build_environment()
-    if reason is not None:
-        print(f"note: the agent frameworks' environment: {reason}", file=sys.stderr)
+    ENVIRONMENT.build_before_the_tests()

@@ -13,17 +13,14 @@ with the reason pip gave; under CI they fail.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import sys
 from pathlib import Path
 from typing import Any
 
 import anyio
 
-from tests.mcp_foundation import _cache_root, build_once, build_venv
-from tests.needs import missing
+from tests.mcp_foundation import SideEnvironment
 
 __all__ = ["REQUIREMENTS", "build_environment", "mcp1_client_python", "run_mcp1_client"]
 
@@ -33,38 +30,11 @@ REQUIREMENTS = HERE / "mcp1_client_requirements.txt"
 SCRIPT = HERE / "mcp1_client_script.py"
 
 
-def _venv_dir() -> Path:
-    key = hashlib.sha256(
-        REQUIREMENTS.read_bytes()
-        + (ROOT / "pyproject.toml").read_bytes()
-        + str(ROOT.resolve()).encode()
-        + sys.version.encode()
-    ).hexdigest()[:16]
-    return _cache_root() / f"mcp1-client-{key}"
-
-
-def _build(venv: Path) -> str | None:
-    """Build the environment at `venv`; None, or why it could not be built."""
-    return build_venv(venv, "-r", str(REQUIREMENTS), "-e", f"{ROOT}[mcp,evm]")
-
-
-def build_environment() -> tuple[Path, str | None]:
-    """Build the 1.x client environment unless it is built (once, under a file lock, so
-    that parallel test workers build it once): its Python, and None or why it could not
-    be built."""
-    return build_once(_venv_dir(), _build)
-
-
-def mcp1_client_python() -> Path:
-    """The Python of the 1.x client environment, built on first use; when it cannot be
-    built, the calling test is skipped with the reason (under CI, it fails)."""
-    python, problem = build_environment()
-    if problem is not None:
-        missing(
-            "the mcp 1.x client environment could not be built from "
-            f"{REQUIREMENTS.name} (make test-environments): {problem}"
-        )
-    return python
+ENVIRONMENT = SideEnvironment(
+    "mcp1-client", REQUIREMENTS, "the mcp 1.x client environment", checkout_extras="mcp,evm"
+)
+build_environment = ENVIRONMENT.build
+mcp1_client_python = ENVIRONMENT.python
 
 
 async def run_mcp1_client(python: Path, call: dict[str, Any]) -> dict[str, Any]:
@@ -85,7 +55,4 @@ async def run_mcp1_client(python: Path, call: dict[str, Any]) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    # `make test-environments` builds it before the tests start (a note if it cannot).
-    _, reason = build_environment()
-    if reason is not None:
-        print(f"note: the mcp 1.x client environment: {reason}", file=sys.stderr)
+    ENVIRONMENT.build_before_the_tests()

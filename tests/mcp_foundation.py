@@ -18,6 +18,7 @@ the reason pip gave.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
 import os
@@ -36,7 +37,9 @@ from tests.needs import missing
 from tests.x402_foundation import TOKEN_NAME, TOKEN_VERSION, FoundationStack
 
 __all__ = [
+    "ENVIRONMENT",
     "REQUIREMENTS",
+    "SideEnvironment",
     "build_environment",
     "build_once",
     "build_venv",
@@ -47,6 +50,7 @@ __all__ = [
 ]
 
 HERE = Path(__file__).parent
+ROOT = HERE.parent
 REQUIREMENTS = HERE / "mcp_foundation_requirements.txt"
 SERVER = HERE / "mcp_foundation_server.py"
 SVM_SERVER = HERE / "svm_foundation_mcp_server.py"
@@ -61,18 +65,60 @@ def _cache_root() -> Path:
     return Path(base) / "x402-eur-tests"
 
 
-def _venv_dir() -> Path:
-    key = hashlib.sha256(REQUIREMENTS.read_bytes() + sys.version.encode()).hexdigest()[:16]
-    return _cache_root() / f"mcp-foundation-{key}"
-
-
 def _python_of(venv: Path) -> Path:
     return venv / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
 
 
-def _build(venv: Path) -> str | None:
-    """Build the environment at `venv`; None, or why it could not be built."""
-    return build_venv(venv, "-r", str(REQUIREMENTS))
+@dataclasses.dataclass(frozen=True)
+class SideEnvironment:
+    """A virtual environment of its own for code the client must not depend on (another
+    `mcp` generation, the foundation's pinned packages, agent frameworks), built once under
+    the user's cache directory and keyed by what it installs, so a change rebuilds it. With
+    `checkout_extras` it installs this checkout too (`-e ROOT[extras]`): then it is keyed by
+    the checkout's path and pyproject as well, and built once per checkout."""
+
+    name: str  # the cache directory's prefix
+    requirements: Path
+    what: str  # how a note or a skip names it
+    checkout_extras: str | None = None
+
+    def venv(self) -> Path:
+        keyed = [self.requirements.read_bytes()]
+        if self.checkout_extras is not None:
+            keyed += [(ROOT / "pyproject.toml").read_bytes(), str(ROOT.resolve()).encode()]
+        key = hashlib.sha256(b"".join(keyed) + sys.version.encode()).hexdigest()[:16]
+        return _cache_root() / f"{self.name}-{key}"
+
+    def build(self) -> tuple[Path, str | None]:
+        """Build it unless it is built (once, under a file lock, so that parallel test
+        workers build it once): its Python, and None or why it could not be built."""
+        install = ["-r", str(self.requirements)]
+        if self.checkout_extras is not None:
+            install += ["-e", f"{ROOT}[{self.checkout_extras}]"]
+        return build_once(self.venv(), lambda venv: build_venv(venv, *install))
+
+    def python(self) -> Path:
+        """Its Python, built on first use; when it cannot be built, the calling test is
+        skipped with the reason (under CI, it fails)."""
+        python, problem = self.build()
+        if problem is not None:
+            missing(
+                f"{self.what} could not be built from {self.requirements.name} "
+                f"(make test-environments): {problem}"
+            )
+        return python
+
+    def build_before_the_tests(self) -> None:
+        """`make test-environments`: build it before the tests start (a note if it cannot:
+        the tests that need it then skip with the reason, or fail under CI)."""
+        _, reason = self.build()
+        if reason is not None:
+            print(f"note: {self.what}: {reason}", file=sys.stderr)
+
+
+ENVIRONMENT = SideEnvironment(
+    "mcp-foundation", REQUIREMENTS, "the x402 foundation's MCP server environment"
+)
 
 
 def build_venv(venv: Path, *install: str) -> str | None:
@@ -99,13 +145,6 @@ def build_venv(venv: Path, *install: str) -> str | None:
     return None
 
 
-def build_environment() -> tuple[Path, str | None]:
-    """Build the foundation's MCP server environment unless it is built (once per machine,
-    under a file lock so parallel test workers build it once): its Python, and None or
-    why it could not be built."""
-    return build_once(_venv_dir(), _build)
-
-
 def build_once(venv: Path, build: Callable[[Path], str | None]) -> tuple[Path, str | None]:
     """`build(venv)` unless the environment is built, under a file lock so that parallel
     test workers build it once: its Python, and None or why it could not be built."""
@@ -126,16 +165,8 @@ def build_once(venv: Path, build: Callable[[Path], str | None]) -> tuple[Path, s
     return _python_of(venv), None
 
 
-def foundation_mcp_python() -> Path:
-    """The Python of the foundation's MCP server environment, built on first use. When it
-    cannot be built, the calling test is skipped with the reason (under CI, it fails)."""
-    python, problem = build_environment()
-    if problem is not None:
-        missing(
-            "the x402 foundation's MCP server environment could not be built from "
-            f"{REQUIREMENTS.name} (make test-environments): {problem}"
-        )
-    return python
+build_environment = ENVIRONMENT.build
+foundation_mcp_python = ENVIRONMENT.python
 
 
 @contextlib.asynccontextmanager
@@ -206,8 +237,4 @@ async def _announced(
 
 
 if __name__ == "__main__":
-    # `make test` builds the environment before the tests start (a note if it cannot: the
-    # tests that need it then skip with the reason).
-    _, reason = build_environment()
-    if reason is not None:
-        print(f"note: the x402 foundation's MCP server environment: {reason}", file=sys.stderr)
+    ENVIRONMENT.build_before_the_tests()

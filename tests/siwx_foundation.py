@@ -17,10 +17,8 @@ the reason pip gave; under CI they fail.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import os
-import sys
 import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -28,8 +26,7 @@ from typing import Any
 
 import anyio
 
-from tests.mcp_foundation import _announced, _cache_root, build_once, build_venv
-from tests.needs import missing
+from tests.mcp_foundation import SideEnvironment, _announced
 from tests.x402_foundation import TOKEN_NAME, TOKEN_VERSION, FoundationStack
 
 __all__ = [
@@ -45,28 +42,11 @@ REQUIREMENTS = HERE / "siwx_foundation_requirements.txt"
 SERVER = HERE / "siwx_foundation_server.py"
 
 
-def _venv_dir() -> Path:
-    key = hashlib.sha256(REQUIREMENTS.read_bytes() + sys.version.encode()).hexdigest()[:16]
-    return _cache_root() / f"siwx-foundation-{key}"
-
-
-def build_environment() -> tuple[Path, str | None]:
-    """Build the environment unless it is built (once per machine, under a file lock so
-    that parallel test workers build it once): its Python, and None or why it could not be
-    built."""
-    return build_once(_venv_dir(), lambda venv: build_venv(venv, "-r", str(REQUIREMENTS)))
-
-
-def siwx_foundation_python() -> Path:
-    """The Python of the environment, built on first use. When it cannot be built, the
-    calling test is skipped with the reason (under CI, it fails)."""
-    python, problem = build_environment()
-    if problem is not None:
-        missing(
-            "the x402 foundation's sign-in-with-x environment could not be built from "
-            f"{REQUIREMENTS.name} (make test-environments): {problem}"
-        )
-    return python
+ENVIRONMENT = SideEnvironment(
+    "siwx-foundation", REQUIREMENTS, "the x402 foundation's sign-in-with-x environment"
+)
+build_environment = ENVIRONMENT.build
+siwx_foundation_python = ENVIRONMENT.python
 
 
 def _environment() -> dict[str, str]:
@@ -122,7 +102,4 @@ async def foundation_sign_ins(python: Path, cases: list[dict[str, Any]]) -> list
 
 
 if __name__ == "__main__":
-    # `make test-environments` builds it before the tests start (a note if it cannot).
-    _, reason = build_environment()
-    if reason is not None:
-        print(f"note: the x402 foundation's sign-in-with-x environment: {reason}", file=sys.stderr)
+    ENVIRONMENT.build_before_the_tests()
