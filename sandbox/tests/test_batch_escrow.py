@@ -13,7 +13,9 @@ from typing import Any
 import pytest
 from eth_account import Account
 from eth_account.messages import encode_typed_data
+from web3 import Web3
 
+from tests.needs import require
 from x402_eur_sandbox import _batch_escrow as escrow
 from x402_eur_sandbox._anvil import ANVIL_DEV_KEYS, AnvilNode, mint, token_balance
 from x402_eur_sandbox._batch_escrow import ChannelConfig, EscrowReverted, VoucherClaim
@@ -25,6 +27,7 @@ from x402_eur_sandbox._standard import TOKEN_NAME, deploy_eip3009_token
 CHAIN_ID = 84532
 DEPLOYER, RELAYER, PAYER, RECEIVER, AUTHORIZER = ANVIL_DEV_KEYS
 PAYER_ADDRESS = Account.from_key(PAYER).address
+RELAYER_ADDRESS = Account.from_key(RELAYER).address
 RECEIVER_ADDRESS = Account.from_key(RECEIVER).address
 AUTHORIZER_ADDRESS = Account.from_key(AUTHORIZER).address
 FUNDS = 10_000_000
@@ -174,7 +177,7 @@ async def test_the_escrow_at_its_canonical_address_computes_the_same_ids(
     abi = escrow._artifact("SandboxBatchSettlement")["abi"]
     w3 = AsyncWeb3(AsyncHTTPProvider(node.rpc_url))
     try:
-        contract = w3.eth.contract(address=escrow.ESCROW, abi=abi)
+        contract = w3.eth.contract(address=Web3.to_checksum_address(escrow.ESCROW), abi=abi)
         onchain = await contract.functions.getChannelId(VECTOR.as_abi()).call()
         assert bytes(onchain).hex() == VECTOR_ID
         cid = escrow.channel_id(VECTOR, CHAIN_ID)
@@ -186,7 +189,7 @@ async def test_the_escrow_at_its_canonical_address_computes_the_same_ids(
         digest = await contract.functions.getClaimBatchDigest([r.as_abi() for r in rows]).call()
         assert bytes(digest) == escrow.claim_batch_digest(CHAIN_ID, rows)
         collector = w3.eth.contract(
-            address=escrow.ERC3009_COLLECTOR,
+            address=Web3.to_checksum_address(escrow.ERC3009_COLLECTOR),
             abi=escrow._artifact("SandboxErc3009DepositCollector")["abi"],
         )
         assert await collector.functions.x402BatchSettlement().call() == escrow.ESCROW
@@ -240,7 +243,9 @@ async def test_only_the_escrow_may_call_a_collector(node: AnvilNode, token: str)
             (escrow.ERC3009_COLLECTOR, "SandboxErc3009DepositCollector"),
             (escrow.PERMIT2_COLLECTOR, "SandboxPermit2DepositCollector"),
         ):
-            call = w3.eth.contract(address=address, abi=escrow._artifact(name)["abi"])
+            call = w3.eth.contract(
+                address=Web3.to_checksum_address(address), abi=escrow._artifact(name)["abi"]
+            )
             data = call.encode_abi("collect", [PAYER_ADDRESS, token, 1, bytes(32), b""])
             answer = await w3.provider.make_request(
                 "eth_call", [{"to": address, "data": data, "from": PAYER_ADDRESS}, "latest"]
@@ -304,3 +309,324 @@ async def test_permit2_deposit_funds_the_channel(node: AnvilNode, token: str) ->
     other = channel(token)
     with pytest.raises(EscrowReverted):
         await escrow.deposit(node.rpc_url, RELAYER, other, 600, escrow.PERMIT2_COLLECTOR, data)
+
+
+# --- claims and settlement --------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_claim_then_settle_pays_the_receiver_exactly_the_claimed_sum(
+    node: AnvilNode, token: str
+) -> None:
+    first, second = channel(token), channel(token)
+    await deposit_erc3009(node.rpc_url, first, 1_000)
+    await deposit_erc3009(node.rpc_url, second, 500)
+    claimed_before, settled_before = await escrow.receiver_state(
+        node.rpc_url, RECEIVER_ADDRESS, token
+    )
+    receiver_before = await token_balance(node.rpc_url, token, RECEIVER_ADDRESS)
+    # The merchant charged 250 of a 300 ceiling on one channel, 120 of 120 on the other.
+    claims = [voucher(first, 300, 250), voucher(second, 120, 120)]
+
+    await escrow.claim_with_signature(node.rpc_url, RELAYER, claims, authorize_claims(claims))
+
+    assert await escrow.channel_state(node.rpc_url, escrow.channel_id(first, CHAIN_ID)) == (
+        1_000,
+        250,
+    )
+    assert await escrow.channel_state(node.rpc_url, escrow.channel_id(second, CHAIN_ID)) == (
+        500,
+        120,
+    )
+    assert await escrow.receiver_state(node.rpc_url, RECEIVER_ADDRESS, token) == (
+        claimed_before + 370,
+        settled_before,
+    )
+    assert await token_balance(node.rpc_url, token, RECEIVER_ADDRESS) == receiver_before
+
+    await escrow.settle(node.rpc_url, RELAYER, RECEIVER_ADDRESS, token)
+
+    assert await token_balance(node.rpc_url, token, RECEIVER_ADDRESS) == (
+        receiver_before + claimed_before + 370 - settled_before
+    )
+    claimed, settled = await escrow.receiver_state(node.rpc_url, RECEIVER_ADDRESS, token)
+    assert claimed == settled == claimed_before + 370
+    # Nothing left to settle: a second settle moves nothing and logs nothing.
+    receipt = await escrow.settle(node.rpc_url, RELAYER, RECEIVER_ADDRESS, token)
+    assert receipt["logs"] == []
+    assert await token_balance(node.rpc_url, token, RECEIVER_ADDRESS) == (receiver_before + claimed)
+
+
+@pytest.mark.anyio
+async def test_a_replayed_claim_changes_nothing(node: AnvilNode, token: str) -> None:
+    config = channel(token)
+    cid = escrow.channel_id(config, CHAIN_ID)
+    await deposit_erc3009(node.rpc_url, config, 1_000)
+    claims = [voucher(config, 400, 400)]
+    signature = authorize_claims(claims)
+    await escrow.claim_with_signature(node.rpc_url, RELAYER, claims, signature)
+    state = await escrow.receiver_state(node.rpc_url, RECEIVER_ADDRESS, token)
+
+    receipt = await escrow.claim_with_signature(node.rpc_url, RELAYER, claims, signature)
+
+    assert receipt["logs"] == []  # no Claimed event
+    assert await escrow.channel_state(node.rpc_url, cid) == (1_000, 400)
+    assert await escrow.receiver_state(node.rpc_url, RECEIVER_ADDRESS, token) == state
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("ceiling", "total", "deposit", "error"),
+    [
+        (300, 301, 1_000, "ClaimExceedsCeiling"),
+        (2_000, 1_500, 1_000, "ClaimExceedsBalance"),
+    ],
+)
+async def test_a_claim_beyond_the_voucher_or_the_deposit_is_refused(
+    node: AnvilNode, token: str, ceiling: int, total: int, deposit: int, error: str
+) -> None:
+    config = channel(token)
+    await deposit_erc3009(node.rpc_url, config, deposit)
+    claims = [voucher(config, ceiling, total)]
+
+    with pytest.raises(EscrowReverted) as caught:
+        await escrow.claim_with_signature(node.rpc_url, RELAYER, claims, authorize_claims(claims))
+
+    assert caught.value.error == error
+    assert caught.value.function == "claimWithSignature"
+    assert await escrow.channel_state(node.rpc_url, escrow.channel_id(config, CHAIN_ID)) == (
+        deposit,
+        0,
+    )
+
+
+@pytest.mark.anyio
+async def test_claims_need_the_receiver_authorizers_and_the_payers_signatures(
+    node: AnvilNode, token: str
+) -> None:
+    config = channel(token)
+    await deposit_erc3009(node.rpc_url, config, 1_000)
+    claims = [voucher(config, 300, 300)]
+    # Signed by the payer instead of the receiver authorizer.
+    not_the_authorizer = DigestSigner(bytes.fromhex(PAYER[2:])).sign(
+        escrow.claim_batch_digest(CHAIN_ID, claims)
+    )
+    with pytest.raises(EscrowReverted) as caught:
+        await escrow.claim_with_signature(node.rpc_url, RELAYER, claims, not_the_authorizer)
+    assert caught.value.error == "InvalidSignature"
+    # A voucher the payer never signed (its signature is for another amount).
+    forged = [VoucherClaim(config, 900, voucher(config, 300, 300).signature, 900)]
+    with pytest.raises(EscrowReverted) as caught:
+        await escrow.claim_with_signature(node.rpc_url, RELAYER, forged, authorize_claims(forged))
+    assert caught.value.error == "InvalidSignature"
+    with pytest.raises(EscrowReverted) as caught:
+        await escrow.claim_with_signature(node.rpc_url, RELAYER, [], authorize_claims([]))
+    assert caught.value.error == "EmptyBatch"
+
+
+# --- refunds and the timed withdrawal -------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_a_signed_refund_returns_exactly_the_unclaimed_balance(
+    node: AnvilNode, token: str
+) -> None:
+    config = channel(token)
+    cid = escrow.channel_id(config, CHAIN_ID)
+    await deposit_erc3009(node.rpc_url, config, 1_000)
+    claims = [voucher(config, 300, 250)]
+    await escrow.claim_with_signature(node.rpc_url, RELAYER, claims, authorize_claims(claims))
+    payer_before = await token_balance(node.rpc_url, token, PAYER_ADDRESS)
+    assert await escrow.refund_nonce(node.rpc_url, cid) == 0
+
+    # Asked for more than is left: the escrow refunds what is left, no more.
+    signature = authorize_refund(cid, 0, 1_000_000)
+    await escrow.refund_with_signature(node.rpc_url, RELAYER, config, 1_000_000, 0, signature)
+
+    assert await token_balance(node.rpc_url, token, PAYER_ADDRESS) == payer_before + 750
+    assert await escrow.channel_state(node.rpc_url, cid) == (250, 250)
+    assert await escrow.refund_nonce(node.rpc_url, cid) == 1
+    # The signature was good for one refund.
+    with pytest.raises(EscrowReverted) as caught:
+        await escrow.refund_with_signature(node.rpc_url, RELAYER, config, 1_000_000, 0, signature)
+    assert caught.value.error == "InvalidRefundNonce"
+    assert await token_balance(node.rpc_url, token, PAYER_ADDRESS) == payer_before + 750
+
+
+@pytest.mark.anyio
+async def test_claim_and_refund_in_one_multicall(node: AnvilNode, token: str) -> None:
+    config = channel(token)
+    cid = escrow.channel_id(config, CHAIN_ID)
+    await deposit_erc3009(node.rpc_url, config, 1_000)
+    payer_before = await token_balance(node.rpc_url, token, PAYER_ADDRESS)
+    claims = [voucher(config, 400, 330)]
+    calls = [
+        escrow.encode_claim_with_signature(claims, authorize_claims(claims)),
+        escrow.encode_refund_with_signature(config, 670, 0, authorize_refund(cid, 0, 670)),
+    ]
+
+    await escrow.multicall(node.rpc_url, RELAYER, calls)
+
+    assert await escrow.channel_state(node.rpc_url, cid) == (330, 330)
+    assert await token_balance(node.rpc_url, token, PAYER_ADDRESS) == payer_before + 670
+    assert await escrow.refund_nonce(node.rpc_url, cid) == 1
+
+
+async def _advance(rpc_url: str, seconds: int) -> None:
+    from web3 import AsyncHTTPProvider, AsyncWeb3
+
+    w3 = AsyncWeb3(AsyncHTTPProvider(rpc_url))
+    try:
+        for method, params in (("evm_increaseTime", [seconds]), ("evm_mine", [])):
+            answer = await w3.provider.make_request(method, params)
+            assert "error" not in answer, answer
+    finally:
+        await w3.provider.disconnect()
+
+
+@pytest.mark.anyio
+async def test_timed_withdrawal_pays_the_payer_after_the_delay_only(
+    node: AnvilNode, token: str
+) -> None:
+    config = channel(token)
+    cid = escrow.channel_id(config, CHAIN_ID)
+    await deposit_erc3009(node.rpc_url, config, 1_000)
+    payer_before = await token_balance(node.rpc_url, token, PAYER_ADDRESS)
+
+    with pytest.raises(EscrowReverted) as caught:
+        await escrow.initiate_withdraw(node.rpc_url, PAYER, config, 1_001)
+    assert caught.value.error == "WithdrawAmountExceedsAvailable"
+    receipt = await escrow.initiate_withdraw(node.rpc_url, PAYER, config, 600)
+    amount, initiated_at = await escrow.pending_withdrawal(node.rpc_url, cid)
+    assert amount == 600
+    assert initiated_at > 0
+    assert len(receipt["logs"]) == 1  # WithdrawInitiated
+    with pytest.raises(EscrowReverted) as caught:
+        await escrow.finalize_withdraw(node.rpc_url, PAYER, config)
+    assert caught.value.error == "WithdrawDelayNotElapsed"
+    await _advance(node.rpc_url, 600)
+    with pytest.raises(EscrowReverted) as caught:
+        await escrow.finalize_withdraw(node.rpc_url, PAYER, config)
+    assert caught.value.error == "WithdrawDelayNotElapsed"
+    # Only the payer's side may finalize.
+    with pytest.raises(EscrowReverted) as caught:
+        await escrow.finalize_withdraw(node.rpc_url, RECEIVER, config)
+    assert caught.value.error == "NotAuthorizedToFinalizeWithdraw"
+    assert await token_balance(node.rpc_url, token, PAYER_ADDRESS) == payer_before
+
+    await _advance(node.rpc_url, 300)
+    await escrow.finalize_withdraw(node.rpc_url, PAYER, config)
+
+    assert await token_balance(node.rpc_url, token, PAYER_ADDRESS) == payer_before + 600
+    assert await escrow.channel_state(node.rpc_url, cid) == (400, 0)
+    assert await escrow.pending_withdrawal(node.rpc_url, cid) == (0, 0)
+    with pytest.raises(EscrowReverted) as caught:
+        await escrow.finalize_withdraw(node.rpc_url, PAYER, config)
+    assert caught.value.error == "WithdrawalNotPending"
+
+
+@pytest.mark.anyio
+async def test_claims_during_the_delay_shrink_the_withdrawal(node: AnvilNode, token: str) -> None:
+    config = channel(token)
+    cid = escrow.channel_id(config, CHAIN_ID)
+    await deposit_erc3009(node.rpc_url, config, 1_000)
+    await escrow.initiate_withdraw(node.rpc_url, PAYER, config, 1_000)
+    claims = [voucher(config, 300, 300)]
+    await escrow.claim_with_signature(node.rpc_url, RELAYER, claims, authorize_claims(claims))
+    payer_before = await token_balance(node.rpc_url, token, PAYER_ADDRESS)
+
+    await _advance(node.rpc_url, 900)
+    await escrow.finalize_withdraw(node.rpc_url, PAYER, config)
+
+    assert await token_balance(node.rpc_url, token, PAYER_ADDRESS) == payer_before + 700
+    assert await escrow.channel_state(node.rpc_url, cid) == (300, 300)
+
+
+# --- the foundation's Multicall3 reads and its code ----------------------------------------
+
+
+@pytest.mark.anyio
+async def test_multicall3_reads_channel_state(node: AnvilNode, token: str) -> None:
+    from web3 import AsyncHTTPProvider, AsyncWeb3
+
+    config = channel(token)
+    cid = escrow.channel_id(config, CHAIN_ID)
+    await deposit_erc3009(node.rpc_url, config, 800)
+    w3 = AsyncWeb3(AsyncHTTPProvider(node.rpc_url))
+    try:
+        multicall3 = w3.eth.contract(
+            address=Web3.to_checksum_address(escrow.MULTICALL3),
+            abi=escrow._artifact("SandboxMulticall3")["abi"],
+        )
+        reads = [
+            (escrow.ESCROW, bytes.fromhex("7a7ebd7b") + cid),  # channels(bytes32)
+            (escrow.ESCROW, bytes.fromhex("f0dc792e") + cid),  # refundNonce(bytes32)
+            (escrow.ESCROW, bytes.fromhex("deadbeef")),  # no such function
+        ]
+        results = await multicall3.functions.tryAggregate(False, reads).call()
+        rows = await multicall3.functions.aggregate3(
+            [(target, True, data) for target, data in reads]
+        ).call()
+        balance = await multicall3.functions.getEthBalance(RELAYER_ADDRESS).call()
+        assert balance == await w3.eth.get_balance(RELAYER_ADDRESS)
+    finally:
+        await w3.provider.disconnect()
+    assert results == rows
+    (ok_state, state), (ok_nonce, nonce), (ok_missing, _) = results
+    assert ok_state and ok_nonce and not ok_missing
+    assert int.from_bytes(state[:32], "big") == 800
+    assert int.from_bytes(state[32:], "big") == 0
+    assert int.from_bytes(nonce, "big") == 0
+    assert balance > 0
+
+
+@pytest.mark.anyio
+async def test_the_foundations_ids_and_authorizer_signatures_work_on_our_escrow(
+    node: AnvilNode, token: str
+) -> None:
+    foundation = require(
+        "x402.mechanisms.evm.batch_settlement",
+        "pip install 'x402[evm]>=2.25' (or `make install`)",
+    )
+    from x402.mechanisms.evm.batch_settlement.authorizer_signer import (
+        LocalAuthorizerSigner,
+        sign_claim_batch,
+        sign_refund,
+    )
+    from x402.mechanisms.evm.batch_settlement.utils import compute_channel_id
+
+    config = channel(token)
+    theirs = foundation.ChannelConfig(
+        payer=config.payer,
+        payer_authorizer=config.payer_authorizer,
+        receiver=config.receiver,
+        receiver_authorizer=config.receiver_authorizer,
+        token=config.token,
+        withdraw_delay=config.withdraw_delay,
+        salt="0x" + config.salt.hex(),
+    )
+    cid = escrow.channel_id(config, CHAIN_ID)
+    assert compute_channel_id(theirs, CHAIN_ID) == "0x" + cid.hex()
+    network = f"eip155:{CHAIN_ID}"
+    signer = LocalAuthorizerSigner(AUTHORIZER)
+    await deposit_erc3009(node.rpc_url, config, 1_000)
+    payer_before = await token_balance(node.rpc_url, token, PAYER_ADDRESS)
+    row = voucher(config, 300, 200)
+    their_row = foundation.VoucherClaim(
+        channel=theirs,
+        max_claimable_amount="300",
+        signature="0x" + row.signature.hex(),
+        total_claimed="200",
+    )
+
+    claim_signature = sign_claim_batch(signer, [their_row], network)
+    await escrow.claim_with_signature(
+        node.rpc_url, RELAYER, [row], bytes.fromhex(claim_signature.removeprefix("0x"))
+    )
+    refund_signature = sign_refund(signer, "0x" + cid.hex(), 800, 0, network)
+    await escrow.refund_with_signature(
+        node.rpc_url, RELAYER, config, 800, 0, bytes.fromhex(refund_signature.removeprefix("0x"))
+    )
+
+    assert await escrow.channel_state(node.rpc_url, cid) == (200, 200)
+    assert await token_balance(node.rpc_url, token, PAYER_ADDRESS) == payer_before + 800
