@@ -168,6 +168,27 @@ def test_channel_ids_and_digests_match_the_published_vectors() -> None:
     )
 
 
+def test_calldata_carries_the_schemes_function_selectors() -> None:
+    row = VoucherClaim(VECTOR, 10, b"\x01" * 65, 5)
+    calls = {
+        "140f1e75": escrow.encode_deposit(VECTOR, 1, escrow.ERC3009_COLLECTOR, b""),
+        "29237b0c": escrow.encode_claim([row]),
+        "e43ce1f2": escrow.encode_claim_with_signature([row], b"\x02" * 65),
+        "9db32a8f": escrow.encode_settle(VECTOR.receiver, VECTOR.token),
+        "dce4bfae": escrow.encode_refund(VECTOR, 1),
+        "b77433e9": escrow.encode_refund_with_signature(VECTOR, 1, 0, b"\x03" * 65),
+        "cf5cf3dc": escrow.encode_initiate_withdraw(VECTOR, 1),
+        "e88377b1": escrow.encode_finalize_withdraw(VECTOR),
+        "ac9650d8": escrow.encode_multicall([b"\x04"]),
+    }
+    assert {selector: data[:4].hex() for selector, data in calls.items()} == {
+        selector: selector for selector in calls
+    }
+    assert escrow.error_name(bytes.fromhex("f1789775")) == "ClaimExceedsCeiling"
+    assert escrow.error_name(bytes.fromhex("9794beb9")) == "OnlyX402BatchSettlement"
+    assert escrow.error_name(bytes.fromhex("12345678")) is None
+
+
 @pytest.mark.anyio
 async def test_the_escrow_at_its_canonical_address_computes_the_same_ids(
     node: AnvilNode,
@@ -496,6 +517,9 @@ async def test_timed_withdrawal_pays_the_payer_after_the_delay_only(
     with pytest.raises(EscrowReverted) as caught:
         await escrow.initiate_withdraw(node.rpc_url, PAYER, config, 1_001)
     assert caught.value.error == "WithdrawAmountExceedsAvailable"
+    with pytest.raises(EscrowReverted) as caught:
+        await escrow.initiate_withdraw(node.rpc_url, RECEIVER, config, 600)
+    assert caught.value.error == "InvalidChannel"  # only the payer's side may withdraw
     receipt = await escrow.initiate_withdraw(node.rpc_url, PAYER, config, 600)
     amount, initiated_at = await escrow.pending_withdrawal(node.rpc_url, cid)
     assert amount == 600

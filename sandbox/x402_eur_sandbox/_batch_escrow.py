@@ -540,7 +540,9 @@ def _function_of(data: bytes) -> str:
 
 async def _transact(rpc_url: str, sender_key: str, data: bytes) -> dict[str, Any]:
     """Simulate `data` against the escrow as `sender_key` (a refusal raises
-    `EscrowReverted` before anything is sent), then send it and wait for the receipt."""
+    `EscrowReverted` before anything is sent), then send it and wait for the receipt.
+    When no receipt comes in time, web3's `TimeExhausted` propagates: the transaction
+    may still be mined, so its effect is unknown until the chain is read again."""
     from eth_account import Account
     from web3.exceptions import ContractLogicError
 
