@@ -88,6 +88,7 @@ def test_workers_that_start_together_migrate_the_schema_once(
     assert tables == [
         "budget_reservations",
         "budget_totals",
+        "channels",
         "leases",
         "payment_steps",
         "payments",

@@ -488,7 +488,7 @@ async def test_a_version_2_file_is_migrated_and_its_bodies_count_as_sent(path):
         assert kept is not None and kept.request_body_redacted and kept.request_body is None
     conn = sqlite3.connect(path)
     try:
-        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 3
+        assert conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
     finally:
         conn.close()
 

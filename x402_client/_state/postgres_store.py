@@ -56,6 +56,8 @@ import threading
 import uuid
 import zlib
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
+from contextlib import AbstractAsyncContextManager
+from datetime import timezone
 from functools import partial
 from typing import Any, Literal, TypeVar, get_args
 
@@ -74,14 +76,32 @@ from .._protocol.errors import ConfigurationError
 from .._protocol.ledger import Outcome
 from .._protocol.redact import safe_headers, safe_url
 from .._protocol.types import PaymentIntent
-from .sqlite_store import JournalRecord, JournalStep, _body_columns, _intent_columns, _record
+from .channels import (
+    ChannelRecord,
+    acknowledged_record,
+    check_channel_id,
+    check_status,
+    check_voucher,
+    deposited_record,
+    refunded_record,
+)
+from .shared import KeyedLocks
+from .sqlite_store import (
+    JournalRecord,
+    JournalStep,
+    _body_columns,
+    _channel_columns,
+    _channel_of,
+    _intent_columns,
+    _record,
+)
 
 __all__ = ["SCHEMA", "SCHEMA_VERSION", "PostgresStore", "StateUnavailable", "migrate_schema"]
 
 #: The schema (namespace) of the store's tables.
 SCHEMA = "x402_eur"
 #: The schema version this module writes (`x402_eur.schema_version`).
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 Finished = Literal["paid", "failed", "unknown"]
 _T = TypeVar("_T")
@@ -91,6 +111,7 @@ _LEASES = 0x402E
 _NONCES = 0x402F
 _BUDGETS = 0x4030
 _MIGRATIONS_LOCK = 0x4031
+_CHANNELS = 0x4032
 
 _V1 = (
     f"""CREATE TABLE {SCHEMA}.budget_totals (
@@ -165,7 +186,30 @@ _V2 = (
     )""",
     f"CREATE INDEX payments_by_owner ON {SCHEMA}.payments (owner) WHERE owner IS NOT NULL",
 )
-MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2)
+# Version 3: the payment channels of the `batch-settlement` scheme (`_state.channels`);
+# amounts are uint128, kept exactly as NUMERIC.
+_V3 = (
+    f"""CREATE TABLE {SCHEMA}.channels (
+        seq BIGSERIAL UNIQUE,
+        channel_id TEXT PRIMARY KEY,
+        network TEXT NOT NULL,
+        origin TEXT NOT NULL,
+        config TEXT NOT NULL,
+        currency TEXT NOT NULL,
+        asset TEXT NOT NULL,
+        decimals INTEGER NOT NULL,
+        deposited NUMERIC(39, 0) NOT NULL CHECK (deposited >= 0),
+        signed NUMERIC(39, 0) NOT NULL CHECK (signed >= 0),
+        signature TEXT,
+        acknowledged NUMERIC(39, 0) NOT NULL CHECK (acknowledged BETWEEN 0 AND signed),
+        refunded NUMERIC(39, 0) NOT NULL CHECK (refunded >= 0),
+        status TEXT NOT NULL CHECK (status IN ('open', 'refunding', 'withdrawing', 'closed')),
+        opened_at TIMESTAMPTZ NOT NULL,
+        updated_at TIMESTAMPTZ NOT NULL
+    )""",
+    f"CREATE INDEX channels_by_status ON {SCHEMA}.channels (status, seq)",
+)
+MIGRATIONS: tuple[tuple[str, ...], ...] = (_V1, _V2, _V3)
 assert len(MIGRATIONS) == SCHEMA_VERSION
 
 _UNFINISHED = (
@@ -294,6 +338,8 @@ class PostgresStore:
         self.worker = this_worker()
         self._lock = threading.Lock()
         self._lease: _Lease | None = None
+        #: Tasks and threads of this process take turns on a channel before its advisory lock.
+        self._channel_locks = KeyedLocks()
         conn = connect(location, connect_timeout=connect_timeout)
         try:
             if migrate:
@@ -508,15 +554,21 @@ class PostgresStore:
 
     # --- EVM permit nonces across machines ----------------------------------------------------
 
-    @contextlib.asynccontextmanager
-    async def hold_nonce(self, key: str) -> AsyncIterator[None]:
+    def hold_nonce(self, key: str) -> AbstractAsyncContextManager[None]:
         """Hold the fleet-wide lock of a permit nonce `key` (chain, token, owner) until the
         block ends; waits (polling, without holding the connection) while another worker
         holds it. The lock is the connection's: it ends if this process dies."""
+        return self._hold_advisory(_NONCES, key)
+
+    @contextlib.asynccontextmanager
+    async def _hold_advisory(self, namespace: int, key: str) -> AsyncIterator[None]:
+        """A session-level advisory lock on (`namespace`, `key`) for the block. The session
+        is this store's: callers in one process take turns before they ask for it (a
+        session may take its own lock twice)."""
         lock_key = _key(key)
 
         def attempt(conn: Any) -> bool:
-            row = conn.execute("SELECT pg_try_advisory_lock(%s, %s)", (_NONCES, lock_key))
+            row = conn.execute("SELECT pg_try_advisory_lock(%s, %s)", (namespace, lock_key))
             return bool(row.fetchone()[0])
 
         # Another machine's lock has no event to wait on here: poll it.
@@ -528,7 +580,7 @@ class PostgresStore:
             with anyio.CancelScope(shield=True):
                 await self._run(
                     lambda conn: conn.execute(
-                        "SELECT pg_advisory_unlock(%s, %s)", (_NONCES, lock_key)
+                        "SELECT pg_advisory_unlock(%s, %s)", (namespace, lock_key)
                     )
                 )
 
@@ -813,6 +865,136 @@ class PostgresStore:
 
         await self._run(work)
 
+    # --- payment channels (`_state.channels`) -------------------------------------------------
+
+    async def channel(self, channel_id: str) -> ChannelRecord | None:
+        check_channel_id(channel_id)
+
+        def work(conn: Any) -> ChannelRecord | None:
+            cursor = conn.cursor(row_factory=_dict_rows())
+            row = cursor.execute(
+                f"SELECT * FROM {SCHEMA}.channels WHERE channel_id = %s", (channel_id,)
+            ).fetchone()
+            return None if row is None else _pg_channel(row)
+
+        return await self._run(work, single=True)
+
+    async def open_channel(self, record: ChannelRecord) -> ChannelRecord:
+        row = _channel_columns(record)
+        columns = ", ".join(row)
+        marks = ", ".join(_CHANNEL_VALUES.get(name, f"%({name})s") for name in row)
+
+        def work(conn: Any) -> ChannelRecord:
+            conn.execute(
+                f"INSERT INTO {SCHEMA}.channels ({columns}) VALUES ({marks}) "
+                "ON CONFLICT (channel_id) DO NOTHING",
+                row,
+            )
+            cursor = conn.cursor(row_factory=_dict_rows())
+            stored = cursor.execute(
+                f"SELECT * FROM {SCHEMA}.channels WHERE channel_id = %s", (record.channel_id,)
+            ).fetchone()
+            return _pg_channel(stored)
+
+        return await self._run(work)
+
+    async def advance(self, channel_id: str, *, expected: int, signed: int, signature: str) -> bool:
+        check_channel_id(channel_id)
+        check_voucher(expected, signed, signature)
+
+        def work(conn: Any) -> bool:
+            # One statement: the row's lock orders every machine's attempts, and an attempt
+            # whose `expected` is stale (or whose amount is not above it) changes nothing.
+            changed = conn.execute(
+                f"UPDATE {SCHEMA}.channels SET signed = %(signed)s::numeric, "
+                "signature = %(signature)s, updated_at = now() WHERE channel_id = %(id)s "
+                "AND signed = %(expected)s::numeric AND %(signed)s::numeric > signed",
+                {"id": channel_id, "expected": expected, "signed": signed, "signature": signature},
+            ).rowcount
+            if changed == 1:
+                return True
+            found = conn.execute(
+                f"SELECT 1 FROM {SCHEMA}.channels WHERE channel_id = %s", (channel_id,)
+            ).fetchone()
+            if found is None:
+                raise KeyError(f"no channel {channel_id} in the journal")
+            return False
+
+        return await self._run(work)
+
+    async def _change_channel(
+        self, channel_id: str, change: Callable[[ChannelRecord, str], ChannelRecord]
+    ) -> None:
+        """Apply `change` to the channel's row, locked (`FOR UPDATE`) from the read to the
+        write: no other machine changes it in between. Its time is the database's."""
+        check_channel_id(channel_id)
+
+        def work(conn: Any) -> None:
+            cursor = conn.cursor(row_factory=_dict_rows())
+            row = cursor.execute(
+                f"SELECT *, now() AS database_now FROM {SCHEMA}.channels "
+                "WHERE channel_id = %s FOR UPDATE",
+                (channel_id,),
+            ).fetchone()
+            if row is None:
+                raise KeyError(f"no channel {channel_id} in the journal")
+            record = _pg_channel(row)
+            changed = change(record, _iso(row["database_now"]))
+            if changed is record:
+                return
+            conn.execute(
+                f"UPDATE {SCHEMA}.channels SET deposited = %(deposited)s::numeric, "
+                "signed = %(signed)s::numeric, signature = %(signature)s, "
+                "acknowledged = %(acknowledged)s::numeric, refunded = %(refunded)s::numeric, "
+                "status = %(status)s, updated_at = %(updated_at)s::timestamptz "
+                "WHERE channel_id = %(channel_id)s",
+                _channel_columns(changed),
+            )
+
+        await self._run(work)
+
+    async def acknowledge(self, channel_id: str, charged: int) -> None:
+        await self._change_channel(channel_id, lambda r, now: acknowledged_record(r, charged, now))
+
+    async def deposited(self, channel_id: str, amount: int) -> None:
+        await self._change_channel(channel_id, lambda r, now: deposited_record(r, amount, now))
+
+    async def refunded(self, channel_id: str, amount: int, status: str) -> None:
+        check_status(status)
+        await self._change_channel(
+            channel_id, lambda r, now: refunded_record(r, amount, status, now)
+        )
+
+    async def set_status(self, channel_id: str, status: str) -> None:
+        new = check_status(status)
+        await self._change_channel(
+            channel_id, lambda r, now: dataclasses.replace(r, status=new, updated_at=now)
+        )
+
+    async def channels(self, *, status: str | None = None) -> list[ChannelRecord]:
+        where, args = ("TRUE", ()) if status is None else ("status = %s", (check_status(status),))
+
+        def work(conn: Any) -> list[ChannelRecord]:
+            cursor = conn.cursor(row_factory=_dict_rows())
+            rows = cursor.execute(
+                f"SELECT * FROM {SCHEMA}.channels WHERE {where} ORDER BY seq", args
+            ).fetchall()
+            return [_pg_channel(row) for row in rows]
+
+        return await self._run(work, single=True)
+
+    @contextlib.asynccontextmanager
+    async def hold(self, channel_id: str) -> AsyncIterator[None]:
+        """Hold the channel against every worker of the fleet until the block ends: a
+        session-level advisory lock, which ends with this store's connection (its process
+        or machine gone). Waits (polling) while another worker holds it."""
+        check_channel_id(channel_id)
+        async with (
+            self._channel_locks.hold(channel_id),
+            self._hold_advisory(_CHANNELS, channel_id),
+        ):
+            yield
+
     @staticmethod
     def _step(conn: Any, id: str, step: str, detail: str) -> None:
         conn.execute(
@@ -901,3 +1083,25 @@ def _row_of(record: JournalRecord) -> dict[str, Any]:
         "error": record.error,
         "unrecoverable": record.unrecoverable,
     }
+
+
+#: How `open_channel` writes the columns that are not plain text: amounts as NUMERIC, and
+#: the times a record leaves empty as the database's.
+_CHANNEL_VALUES = {
+    **{
+        name: f"%({name})s::numeric" for name in ("deposited", "signed", "acknowledged", "refunded")
+    },
+    "opened_at": "COALESCE(NULLIF(%(opened_at)s, '')::timestamptz, now())",
+    "updated_at": "COALESCE(NULLIF(%(updated_at)s, '')::timestamptz, "
+    "NULLIF(%(opened_at)s, '')::timestamptz, now())",
+}
+
+
+def _iso(at: Any) -> str:
+    return str(at.astimezone(timezone.utc).isoformat(timespec="microseconds"))
+
+
+def _pg_channel(row: Mapping[str, Any]) -> ChannelRecord:
+    return _channel_of(
+        {**row, "opened_at": _iso(row["opened_at"]), "updated_at": _iso(row["updated_at"])}
+    )

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
     from decimal import Decimal
 
     from .._options import PaymentOptions
+    from .channels import ChannelBook
     from .sqlite_store import JournalRecord
     from .stores import JournalStore
 
@@ -108,12 +109,14 @@ NULL_JOURNAL = NullJournal()
 
 
 class PaymentState:
-    """The budgets, ledger, journal and locks of one `PaymentOptions` object.
+    """The budgets, ledger, journal, payment channels and locks of one `PaymentOptions`
+    object.
 
     With `options.state_path`, a `SqliteStore` on that file (or a `PostgresStore` on that
     `postgresql://` database) is the payment journal and, unless `budget_store` names another
     store, the budget store: budgets then hold across restarts and across the processes of
-    the machine (of the fleet, on PostgreSQL, whose nonce locks are the fleet's too). It is
+    the machine (of the fleet, on PostgreSQL, whose nonce locks are the fleet's too), and
+    so do its payment channels (`channels`; without a state, this process's only). It is
     closed when the options object is garbage-collected, or with `close()`.
     """
 
@@ -132,6 +135,12 @@ class PaymentState:
             hold_nonce = getattr(self.journal, "hold_nonce", None)
             if hold_nonce is not None:
                 self.locks = FleetLocks(hold_nonce)
+        from .channels import MemoryChannelBook
+
+        #: The payment channels (`batch-settlement`): the journal's, else this process's.
+        self.channels: ChannelBook = (
+            self.journal if self.journal is not None else MemoryChannelBook()
+        )
         store = options.budget_store if options.budget_store is not None else self.journal
         caps = options.max_amount_per_payment
         currencies = {currency: caps.get(currency) for currency in options.currencies}

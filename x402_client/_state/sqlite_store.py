@@ -53,6 +53,13 @@ while its lock file exists; a process that closes its store removes its file, an
 a crash a person who knows the process is gone deletes it by hand. A forked child
 inherits its parent's lock, which then lives as long as either.
 
+Payment channels (the `batch-settlement` scheme): the store is also a `ChannelBook`
+(`_state.channels`): `channel`, `open_channel`, `advance` (compare-and-set of the highest
+cumulative amount signed, in one `BEGIN IMMEDIATE` transaction), `acknowledge`,
+`deposited`, `refunded`, `set_status`, `channels`, and `hold(channel_id)`, a lock file
+`<state file>.channels/<channel id>.lock` locked with `flock` (released by the operating
+system when its holder dies), so the processes of the machine take turns on a channel.
+
 Nothing secret is written: there is no field for an API key or a private key; request
 headers that carry credentials (`authorization`, `cookie`, `x-api-key`, `x-payment`,
 `payment-signature`, any name with `token`, `secret`, `key`, `auth`, `cookie`, `password`,
@@ -87,7 +94,7 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timezone
 from decimal import Decimal
 from functools import partial
@@ -113,6 +120,17 @@ from .._protocol.ledger import Outcome
 from .._protocol.redact import redact_urls, safe_headers, safe_url
 from .._protocol.redact_body import KeptBody, safe_body
 from .._protocol.types import PaymentIntent, Rail
+from .channels import (
+    ChannelRecord,
+    acknowledged_record,
+    advanced_record,
+    check_channel_id,
+    check_status,
+    deposited_record,
+    refunded_record,
+    stamped,
+)
+from .shared import KeyedLocks
 
 __all__ = [
     "MAX_STORED_BODY",
@@ -124,7 +142,7 @@ __all__ = [
 ]
 
 #: The schema this module writes (`PRAGMA user_version`).
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 #: Request bodies larger than this (1 MiB) are not kept in the journal.
 MAX_STORED_BODY = 1 << 20
 
@@ -196,7 +214,29 @@ _SCHEMA_V2 = (
 # Version 3: the stored request body is not the one sent (its credentials were redacted,
 # or it may have held some and was not kept).
 _SCHEMA_V3 = ("ALTER TABLE payments ADD COLUMN request_body_redacted INTEGER NOT NULL DEFAULT 0",)
-_MIGRATIONS: tuple[tuple[str, ...], ...] = (_SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3)
+# Version 4: the payment channels of the `batch-settlement` scheme (`_state.channels`).
+# Amounts are decimal text: a uint128 does not fit SQLite's 64-bit integers.
+_SCHEMA_V4 = (
+    """CREATE TABLE channels (
+        channel_id TEXT PRIMARY KEY,
+        network TEXT NOT NULL,
+        origin TEXT NOT NULL,
+        config TEXT NOT NULL,
+        currency TEXT NOT NULL,
+        asset TEXT NOT NULL,
+        decimals INTEGER NOT NULL,
+        deposited TEXT NOT NULL,
+        signed TEXT NOT NULL,
+        signature TEXT,
+        acknowledged TEXT NOT NULL,
+        refunded TEXT NOT NULL,
+        status TEXT NOT NULL CHECK (status IN ('open', 'refunding', 'withdrawing', 'closed')),
+        opened_at TEXT NOT NULL,
+        updated_at TEXT NOT NULL
+    )""",
+    "CREATE INDEX channels_by_status ON channels (status)",
+)
+_MIGRATIONS: tuple[tuple[str, ...], ...] = (_SCHEMA_V1, _SCHEMA_V2, _SCHEMA_V3, _SCHEMA_V4)
 assert len(_MIGRATIONS) == SCHEMA_VERSION
 
 _UNFINISHED = (
@@ -615,6 +655,9 @@ class SqliteStore:
         #: taken the first time it owns a payment.
         self._owners = self.path.with_name(self.path.name + ".owners")
         self._lease: _Lease | None = None
+        #: Where the locks of `hold(channel_id)` live, and the hold within this store.
+        self._channel_holds = self.path.with_name(self.path.name + ".channels")
+        self._channel_locks = KeyedLocks()
         self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         # created here, not by SQLite, so that it is never readable by others; SQLite
         # gives its -wal and -shm files the same mode
@@ -1090,3 +1133,163 @@ class SqliteStore:
                 alive[owner] = self._alive(owner)
             records.append(_record(row, steps[row["id"]], owner is not None and alive[owner]))
         return records
+
+    # --- payment channels (`_state.channels`) -------------------------------------------------
+
+    async def channel(self, channel_id: str) -> ChannelRecord | None:
+        check_channel_id(channel_id)
+        return await self._read(partial(_channel_row, channel_id))
+
+    async def open_channel(self, record: ChannelRecord) -> ChannelRecord:
+        def work(conn: sqlite3.Connection) -> ChannelRecord:
+            stored = _channel_row(record.channel_id, conn)
+            if stored is not None:
+                return stored
+            new = stamped(record, self._now())
+            row = _channel_columns(new)
+            columns = ", ".join(row)
+            marks = ", ".join(f":{name}" for name in row)
+            conn.execute(f"INSERT INTO channels ({columns}) VALUES ({marks})", row)  # noqa: S608
+            return new
+
+        return await self._write(work)
+
+    async def _change_channel(
+        self, channel_id: str, change: Callable[[ChannelRecord, str], ChannelRecord | None]
+    ) -> bool:
+        """Apply `change` to the stored channel in one `BEGIN IMMEDIATE` transaction, which
+        SQLite serialises across processes: what it read is what it replaces. False when
+        `change` returned None (nothing written)."""
+        check_channel_id(channel_id)
+
+        def work(conn: sqlite3.Connection) -> bool:
+            record = _channel_row(channel_id, conn)
+            if record is None:
+                raise KeyError(f"no channel {channel_id} in the journal")
+            changed = change(record, self._now())
+            if changed is None:
+                return False
+            if changed is not record:
+                row = _channel_columns(changed)
+                conn.execute(
+                    "UPDATE channels SET deposited = :deposited, signed = :signed, "
+                    "signature = :signature, acknowledged = :acknowledged, refunded = :refunded, "
+                    "status = :status, updated_at = :updated_at WHERE channel_id = :channel_id",
+                    row,
+                )
+            return True
+
+        return await self._write(work)
+
+    async def advance(self, channel_id: str, *, expected: int, signed: int, signature: str) -> bool:
+        return await self._change_channel(
+            channel_id, lambda r, now: advanced_record(r, expected, signed, signature, now)
+        )
+
+    async def acknowledge(self, channel_id: str, charged: int) -> None:
+        await self._change_channel(channel_id, lambda r, now: acknowledged_record(r, charged, now))
+
+    async def deposited(self, channel_id: str, amount: int) -> None:
+        await self._change_channel(channel_id, lambda r, now: deposited_record(r, amount, now))
+
+    async def refunded(self, channel_id: str, amount: int, status: str) -> None:
+        check_status(status)
+        await self._change_channel(
+            channel_id, lambda r, now: refunded_record(r, amount, status, now)
+        )
+
+    async def set_status(self, channel_id: str, status: str) -> None:
+        new = check_status(status)
+        await self._change_channel(
+            channel_id, lambda r, now: dataclasses.replace(r, status=new, updated_at=now)
+        )
+
+    async def channels(self, *, status: str | None = None) -> list[ChannelRecord]:
+        where, args = ("1", ()) if status is None else ("status = ?", (check_status(status),))
+
+        def work(conn: sqlite3.Connection) -> list[ChannelRecord]:
+            query = f"SELECT * FROM channels WHERE {where} ORDER BY rowid"  # noqa: S608
+            return [_channel_of(row) for row in conn.execute(query, args)]
+
+        return await self._read(work)
+
+    @contextlib.asynccontextmanager
+    async def hold(self, channel_id: str) -> AsyncIterator[None]:
+        """Hold the channel against every process on this machine until the block ends:
+        `<state file>.channels/<channel id>.lock` locked with `flock`, which the operating
+        system releases when the holder dies, however it dies. Waits (polling) while
+        another process holds it. Where `fcntl` is missing (Windows), the hold reaches
+        this store only (the compare-and-set of `advance` still refuses a voucher signed
+        twice)."""
+        check_channel_id(channel_id)
+        async with self._channel_locks.hold(channel_id):
+            fd = await anyio.to_thread.run_sync(self._channel_lock_file, channel_id)
+            try:
+                # Another process's lock has no event to wait on here: poll it.
+                while not _try_lock(fd):  # noqa: ASYNC110
+                    await anyio.sleep(0.005)
+                yield
+            finally:
+                os.close(fd)  # which lets go of the lock
+
+    def _channel_lock_file(self, channel_id: str) -> int:
+        # The files stay: one removed while another process waits on it would let two
+        # processes lock two different files of one name.
+        self._channel_holds.mkdir(mode=0o700, exist_ok=True)
+        return os.open(self._channel_holds / f"{channel_id}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+
+
+def _try_lock(fd: int) -> bool:
+    if fcntl is None:  # pragma: no cover - Windows
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    return True
+
+
+def _channel_columns(record: ChannelRecord) -> dict[str, Any]:
+    """The journal's columns of a channel (amounts as decimal text)."""
+    return {
+        "channel_id": record.channel_id,
+        "network": record.network,
+        "origin": record.origin,
+        "config": _json.dumps(dict(record.config)).decode(),
+        "currency": record.currency,
+        "asset": record.asset,
+        "decimals": record.decimals,
+        "deposited": str(record.deposited),
+        "signed": str(record.signed),
+        "signature": record.signature,
+        "acknowledged": str(record.acknowledged),
+        "refunded": str(record.refunded),
+        "status": record.status,
+        "opened_at": record.opened_at,
+        "updated_at": record.updated_at,
+    }
+
+
+def _channel_of(row: Mapping[str, Any]) -> ChannelRecord:
+    return ChannelRecord(
+        channel_id=row["channel_id"],
+        network=row["network"],
+        origin=row["origin"],
+        config=_json.loads(row["config"]),
+        currency=row["currency"],
+        asset=row["asset"],
+        decimals=int(row["decimals"]),
+        deposited=int(row["deposited"]),
+        signed=int(row["signed"]),
+        signature=row["signature"],
+        acknowledged=int(row["acknowledged"]),
+        refunded=int(row["refunded"]),
+        status=check_status(row["status"]),
+        opened_at=row["opened_at"],
+        updated_at=row["updated_at"],
+    )
+
+
+def _channel_row(channel_id: str, conn: sqlite3.Connection) -> ChannelRecord | None:
+    row = conn.execute("SELECT * FROM channels WHERE channel_id = ?", (channel_id,)).fetchone()
+    return None if row is None else _channel_of(row)
