@@ -1,7 +1,7 @@
 """The PostgreSQL state's schema and an operator's commands, against a real server: workers
 that start together migrate it once; an older schema is migrated in place with its
-payments; `x402-eur state migrate` and `x402-eur state copy` (a machine's SQLite journal
-and budgets moved in, every unfinished payment still unfinished)."""
+payments; `x402-eur state migrate` and `x402-eur state copy` (a machine's SQLite journal,
+payment channels and budgets moved in, every unfinished payment still unfinished)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ import anyio
 import psycopg
 import pytest
 
+from tests.channel_books import channel, channel_id
 from tests.conftest import scan_for_secrets
 from tests.factories import euro_intent
 from tests.waiting import eventually
@@ -164,6 +165,9 @@ async def _journal(store: SqliteStore, budget: Budget, window: Budget) -> dict[s
     await store.mark_unrecoverable(ids["gave up"], "the merchant is gone")
     for _ in range(2):
         assert await store.reserve(window.key, 50_000, 1_000_000, window.window_seconds)
+    await store.open_channel(channel("copied"))
+    assert await store.advance(channel_id("copied"), expected=0, signed=1 << 70, signature="0x01")
+    await store.acknowledge(channel_id("copied"), 1 << 69)
     return ids
 
 
@@ -178,12 +182,16 @@ async def test_state_copy_moves_every_unfinished_payment_and_budget(
     with SqliteStore(path) as file:
         unfinished = await file.unfinished()
         everything = await file.payments(limit=100)
+        channels = await file.channels()
         spent = (await file.spent(budget.key, None), await file.spent(window.key, 86400.0))
     assert [r.state for r in unfinished] == ["pending", "paid, not delivered", "unknown"]
 
     copied = _cli("state", "copy", str(path), state=postgres_dsn)
     assert copied.returncode == 0, copied.stderr
-    assert "copied 6 payment(s) (3 unfinished) and the spending of 2 budget(s)" in copied.stderr
+    assert (
+        "copied 6 payment(s) (3 unfinished), 1 payment channel(s) and the spending of 2 "
+        "budget(s)" in copied.stderr
+    )
 
     def same(record: Any) -> tuple[Any, ...]:
         return (
@@ -216,6 +224,9 @@ async def test_state_copy_moves_every_unfinished_payment_and_budget(
             == spent
             == (600_000, 100_000)
         )
+        # The channel goes on from what the machine signed, its times as they were.
+        assert await database.channels() == channels
+        assert [(c.signed, c.acknowledged) for c in channels] == [(1 << 70, 1 << 69)]
 
     listed = _cli("payments", "--unfinished", state=postgres_dsn)
     assert listed.returncode == 0, listed.stderr
@@ -226,6 +237,24 @@ async def test_state_copy_moves_every_unfinished_payment_and_budget(
     assert again.returncode == 1 and "copied before" in again.stderr, again.stderr
     with PostgresStore(postgres_dsn) as database:
         assert await database.spent(budget.key, None) == 600_000
+
+
+async def test_state_copy_refuses_a_channel_the_database_has_already(
+    postgres_dsn: str, tmp_path: Path
+) -> None:
+    path = tmp_path / "state.sqlite3"
+    with SqliteStore(path) as file:
+        await file.open_channel(channel("twice"))
+        assert await file.advance(channel_id("twice"), expected=0, signed=5, signature="0x05")
+    with PostgresStore(postgres_dsn) as database:
+        await database.open_channel(channel("twice"))
+        assert await database.advance(channel_id("twice"), expected=0, signed=9, signature="0x09")
+    refused = _cli("state", "copy", str(path), state=postgres_dsn)
+    assert refused.returncode == 1, refused.stderr
+    assert "1 payment channel(s) of" in refused.stderr and "nothing copied" in refused.stderr
+    with PostgresStore(postgres_dsn) as database:
+        kept = await database.channel(channel_id("twice"))
+    assert kept is not None and kept.signed == 9
 
 
 async def test_state_copy_refuses_a_file_a_live_process_is_paying_from(

@@ -28,6 +28,11 @@ How the database keeps it right, whoever asks at once:
 - **EVM permit nonces across machines.** `hold_nonce(key)` holds a session-level advisory
   lock on the (chain, token, owner) key for as long as a permit is signed and answered, so
   two machines never sign two permits with one nonce.
+- **Payment channels** (`_state.channels`): the highest cumulative amount a channel
+  signed is raised by one `UPDATE ... WHERE signed = <expected> AND <new> > signed`, so two
+  machines that read the same total never both record a voucher for the next; `hold`
+  (`channel_id`) is a session-level advisory lock, as `hold_nonce`'s, for workers to take
+  turns on a channel.
 - **Migrations.** The schema has a version (`x402_eur.schema_version`); a store brings it
   up to date when it opens, in one transaction under an advisory lock, so two machines
   starting at once migrate it once. `x402-eur state migrate --state DSN` does the same for
