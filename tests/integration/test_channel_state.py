@@ -1,4 +1,4 @@
-"""Payment channels in the journal, on a real SQLite file:
+"""Payment channels in the journal, on a real SQLite file and a real PostgreSQL database:
 the compare-and-set of the highest cumulative amount signed; a record that outlives the
 process that wrote it (killed with SIGKILL) and a hold that dies with it; and two processes
 sharing one channel through the store, signing strictly increasing cumulative amounts,
@@ -17,9 +17,11 @@ import anyio
 import pytest
 
 from tests.channel_books import CHECKS, channel, channel_id, signature
-from tests.conftest import open_store, scan_for_secrets
+from tests.conftest import open_store, scan_for_secrets, state_kinds
 from tests.waiting import PATIENCE, eventually
+from x402_client import PaymentOptions
 from x402_client._state.channels import ChannelBook
+from x402_client._state.shared import state_of
 from x402_client._state.sqlite_store import SqliteStore
 
 pytestmark = pytest.mark.anyio
@@ -38,7 +40,7 @@ def _state(request: pytest.FixtureRequest, kind: str, tmp_path: Path) -> str:
     return str(request.getfixturevalue("postgres_cluster").database())
 
 
-@pytest.mark.parametrize("kind", ["sqlite"])
+@pytest.mark.parametrize("kind", state_kinds())
 @pytest.mark.parametrize("check", CHECKS, ids=lambda c: c.__name__)
 async def test_the_store_keeps_channels_as_every_book_must(
     request: pytest.FixtureRequest,
@@ -50,7 +52,7 @@ async def test_the_store_keeps_channels_as_every_book_must(
         await check(store)
 
 
-@pytest.mark.parametrize("kind", ["sqlite"])
+@pytest.mark.parametrize("kind", state_kinds())
 async def test_a_channel_is_read_back_by_a_new_store_as_it_was_written(
     request: pytest.FixtureRequest, tmp_path: Path, kind: str
 ) -> None:
@@ -82,7 +84,7 @@ async def _run_worker(config: dict[str, Any]) -> str:
     return done.stdout.decode()
 
 
-@pytest.mark.parametrize("kind", ["sqlite"])
+@pytest.mark.parametrize("kind", state_kinds())
 async def test_a_killed_process_leaves_its_voucher_recorded_and_its_hold_released(
     request: pytest.FixtureRequest, tmp_path: Path, kind: str
 ) -> None:
@@ -116,7 +118,7 @@ async def test_a_killed_process_leaves_its_voucher_recorded_and_its_hold_release
     assert record is not None and (record.signed, record.signature) == (30, signature(30))
 
 
-@pytest.mark.parametrize("kind", ["sqlite"])
+@pytest.mark.parametrize("kind", state_kinds())
 async def test_two_processes_sharing_a_channel_sign_each_cumulative_amount_once(
     request: pytest.FixtureRequest, tmp_path: Path, kind: str
 ) -> None:
@@ -165,6 +167,23 @@ async def test_two_processes_sharing_a_channel_sign_each_cumulative_amount_once(
     with open_store(state) as store:
         record = await store.channel(cid)
     assert record is not None and record.signed == AMOUNT * 2 * TIMES
+
+
+@pytest.mark.parametrize("kind", state_kinds())
+def test_options_with_a_state_keep_their_channels_in_it(
+    request: pytest.FixtureRequest, tmp_path: Path, kind: str
+) -> None:
+    options = PaymentOptions(
+        api_key="k",
+        from_account="ACC_P",
+        api_url="https://api.example",
+        state_path=_state(request, kind, tmp_path),
+    )
+    state = state_of(options)
+    try:
+        assert state.journal is not None and state.channels is state.journal
+    finally:
+        state.close()
 
 
 async def test_a_version_3_file_gets_the_channels_table_and_keeps_its_payments(
