@@ -4,6 +4,7 @@ and the records a book refuses to keep."""
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -134,3 +135,16 @@ def test_options_without_a_state_keep_channels_in_memory_per_options() -> None:
 def test_a_record_a_book_cannot_keep_is_refused(changes: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         channel(**changes)
+
+
+def test_a_record_in_json_keeps_its_amounts_exact() -> None:
+    big = (1 << 128) - 1
+    data = channel(signed=big, signature=signature(3), acknowledged=big - 1).to_json()
+    assert json.loads(json.dumps(data)) == data
+    assert (data["signed"], data["acknowledged"], data["deposited"]) == (
+        str(big),
+        str(big - 1),
+        "5000000",
+    )
+    assert data["config"]["withdrawDelay"] == 900 and data["signature"] == signature(3)
+    assert hash(channel()) == hash(channel())  # the config (a dict) does not stop hashing

@@ -132,7 +132,7 @@ class ChannelRecord:
     channel_id: str
     network: str
     origin: str
-    config: Mapping[str, Any] = dataclasses.field(repr=False)
+    config: Mapping[str, Any] = dataclasses.field(repr=False, hash=False)
     currency: str
     asset: str
     decimals: int
@@ -164,6 +164,15 @@ class ChannelRecord:
         if self.signature is not None and not _SIGNATURE.fullmatch(self.signature):
             raise ValueError("a voucher's signature is 0x and hex digits")
         check_status(self.status)
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-able dict: amounts as decimal strings (a uint128 is no JSON number a
+        reader keeps exactly), the config as a plain object."""
+        data = dataclasses.asdict(self)
+        data["config"] = dict(self.config)
+        for name in ("deposited", "signed", "acknowledged", "refunded"):
+            data[name] = str(data[name])
+        return data
 
 
 class ChannelBook(Protocol):
