@@ -35,6 +35,7 @@ async def _sign(book: ChannelBook, cid: str, amount: int, times: int) -> list[in
             record = await book.channel(cid)
             assert record is not None
             new = record.signed + amount
+            await anyio.lowlevel.checkpoint()  # signing: other tasks run meanwhile
             assert await book.advance(
                 cid, expected=record.signed, signed=new, signature=signature(new)
             )
