@@ -22,6 +22,12 @@ FastAPI/Starlette payment middleware, talking to that facilitator through its ow
 * `upto_stack()`: `upto` through Permit2 (authorize at most an amount; the merchant settles
   what the request used) on the same kind of chain; `GET /metered`, whose handler and
   settlement the test steers (`UptoStack`).
+* `batch_stack()`: `batch-settlement` (payment channels): the sandbox's escrow, deposit
+  collectors and Multicall3 at the scheme's canonical addresses
+  (`x402_eur_sandbox._batch_escrow.install_batch_settlement`; the package hard-codes them),
+  `SandboxEip3009Token`, a facilitator holding the receiver-authorizer key, `GET /session`
+  whose charge the test steers, and the merchant's channel manager (claim, settle, refund)
+  (`BatchStack`). `foundation_batch_client()` is the foundation's own payer for it.
 
 Nothing here is our client: it is the yardstick our client is measured against. The package
 calls web3 synchronously, so the facilitator runs its calls in worker threads and the
@@ -53,9 +59,37 @@ from starlette.routing import Route
 from web3 import Web3
 from x402 import AssetAmount, x402Client, x402FacilitatorSync, x402ResourceServer
 from x402.http import FacilitatorConfig, HTTPFacilitatorClient, x402HTTPResourceServer
-from x402.http.middleware.fastapi import payment_middleware
+from x402.http.clients import x402_httpx_transport
+from x402.http.middleware.fastapi import payment_middleware, set_settlement_overrides
 from x402.http.types import PaymentOption, RouteConfig
-from x402.mechanisms.evm import FacilitatorWeb3Signer
+from x402.mechanisms.evm import EthAccountSignerWithRPC, FacilitatorWeb3Signer
+from x402.mechanisms.evm.batch_settlement.authorizer_signer import LocalAuthorizerSigner
+from x402.mechanisms.evm.batch_settlement.client import (
+    BatchSettlementClientContext as BatchClientContext,
+)
+from x402.mechanisms.evm.batch_settlement.client import (
+    BatchSettlementEvmScheme as BatchClientScheme,
+)
+from x402.mechanisms.evm.batch_settlement.client import (
+    BatchSettlementEvmSchemeOptions,
+    InMemoryClientChannelStorage,
+    RefundOptions,
+)
+from x402.mechanisms.evm.batch_settlement.client.refund import _RefundResponse
+from x402.mechanisms.evm.batch_settlement.constants import MIN_WITHDRAW_DELAY
+from x402.mechanisms.evm.batch_settlement.facilitator import BatchSettlementEvmFacilitator
+from x402.mechanisms.evm.batch_settlement.server import (
+    BatchSettlementChannelManager,
+    BatchSettlementEvmSchemeServerConfig,
+    ChannelManagerConfig,
+    ChannelStorage,
+    ClaimOptions,
+    RefundResult,
+)
+from x402.mechanisms.evm.batch_settlement.server import (
+    BatchSettlementEvmScheme as BatchServerScheme,
+)
+from x402.mechanisms.evm.batch_settlement.server import Channel as MerchantChannel
 from x402.mechanisms.evm.exact import (
     register_exact_evm_client,
     register_exact_evm_facilitator,
@@ -63,7 +97,12 @@ from x402.mechanisms.evm.exact import (
 )
 from x402.mechanisms.evm.upto import UptoEvmFacilitatorScheme, UptoEvmServerScheme
 from x402.mechanisms.evm.v1.constants import V1_NETWORK_CHAIN_IDS
-from x402.schemas import SchemeNotFoundError, parse_payment_payload, parse_payment_requirements
+from x402.schemas import (
+    SchemeNotFoundError,
+    SettleResponse,
+    parse_payment_payload,
+    parse_payment_requirements,
+)
 
 from x402_eur_sandbox import ServedApp
 from x402_eur_sandbox._anvil import (
@@ -77,29 +116,42 @@ from x402_eur_sandbox._anvil import (
     send_eth,
     token_balance,
 )
+from x402_eur_sandbox._batch_escrow import ChannelConfig as EscrowChannelConfig
+from x402_eur_sandbox._batch_escrow import channel_id as escrow_channel_id
+from x402_eur_sandbox._batch_escrow import (
+    channel_state,
+    install_batch_settlement,
+    receiver_state,
+)
 from x402_eur_sandbox._permit2 import approve_permit2, install_permit2, permit2_allowance
 
 __all__ = [
+    "BATCH_CHAIN_ID",
     "DEFAULT_CHAIN_ID",
     "DEFAULT_PRICE_ATOMIC",
     "ERC20_NAME",
     "ERC20_SYMBOL",
     "METERED_PATH",
     "PAID_PATH",
+    "SESSION_PATH",
     "TOKEN_NAME",
     "TOKEN_SYMBOL",
     "TOKEN_VERSION",
     "UPTO_CHAIN_ID",
+    "BatchStack",
     "FacilitatorService",
+    "FoundationBatchClient",
     "FoundationStack",
     "Permit2Stack",
     "UptoStack",
     "V1Merchant",
     "authorization_state",
     "b64_json",
+    "batch_stack",
     "deploy_eip3009_token",
     "eip3009_call",
     "eip3009_transact",
+    "foundation_batch_client",
     "foundation_client",
     "foundation_stack",
     "load_eip3009_artifact",
@@ -113,6 +165,8 @@ __all__ = [
 DEFAULT_CHAIN_ID = 84532
 #: The `upto` stack's chain (no v1 name needed: `upto` is v2 only).
 UPTO_CHAIN_ID = 84533
+#: The `batch-settlement` stack's chain (v2 only too).
+BATCH_CHAIN_ID = 84535
 #: EIP-712 domain of the sandbox token (the name is the constructor's `name`).
 TOKEN_NAME = "Sandbox EURC"
 TOKEN_SYMBOL = "sEURC"
@@ -124,6 +178,7 @@ ERC20_SYMBOL = "sEURT"
 DEFAULT_PRICE_ATOMIC = 10_000
 PAID_PATH = "/paid"
 METERED_PATH = "/metered"
+SESSION_PATH = "/session"
 _ARTIFACT_FILE = "SandboxEip3009Token.json"
 _DEPLOYER_KEY = ANVIL_DEV_KEYS[0]
 #: Pays the facilitator's gas. A different dev key from the project's own hot wallet.
@@ -434,6 +489,7 @@ class _Facilitator:
     url: str
     address: str
     server: x402ResourceServer
+    client: HTTPFacilitatorClient
 
 
 async def _serve_facilitator(
@@ -451,7 +507,7 @@ async def _serve_facilitator(
     exits.push_async_callback(client.aclose)
     server = x402ResourceServer(client)
     scheme.server(server, network)
-    return _Facilitator(service, served.url, signer.address, server)
+    return _Facilitator(service, served.url, signer.address, server, client)
 
 
 async def _serve_merchant(
@@ -503,11 +559,17 @@ class _Chain:
 
 
 async def _chain(
-    exits: contextlib.AsyncExitStack, chain_id: int, scheme: _Scheme, *, permit2: bool
+    exits: contextlib.AsyncExitStack,
+    chain_id: int,
+    scheme: _Scheme,
+    *,
+    permit2: bool,
+    merchant_address: str | None = None,
 ) -> _Chain:
     """Anvil with `SandboxEip3009Token`, or (`permit2`) with Permit2 and its proxies at their
     canonical addresses and a plain six-decimal ERC-20 (no EIP-3009: the kind of token
-    Permit2 exists for); a fresh merchant address; the facilitator for `scheme`, served."""
+    Permit2 exists for); `merchant_address` (default: a fresh one); the facilitator for
+    `scheme`, served."""
     network = f"eip155:{chain_id}"
     node = await exits.enter_async_context(AnvilNode(chain_id))
     if permit2:
@@ -516,8 +578,8 @@ async def _chain(
     else:
         token = await deploy_eip3009_token(node.rpc_url, _DEPLOYER_KEY)
     facilitator = await _serve_facilitator(exits, node.rpc_url, network, scheme)
-    merchant_address = str(Account.create().address)
-    return _Chain(node, chain_id, network, token, merchant_address, facilitator)
+    merchant = merchant_address or str(Account.create().address)
+    return _Chain(node, chain_id, network, token, merchant, facilitator)
 
 
 # --- the stacks ------------------------------------------------------------------------------
@@ -559,6 +621,15 @@ class _Stack:
     async def native_balance(self, address: str) -> int:
         """ETH balance of `address`, in wei."""
         return await native_balance(self.rpc_url, address)
+
+
+async def _new_payer(rpc_url: str, token: str, tokens_atomic: int, wei: int) -> tuple[str, str]:
+    account = Account.create()
+    if tokens_atomic:
+        await mint(rpc_url, token, _DEPLOYER_KEY, account.address, tokens_atomic)
+    if wei:
+        await send_eth(rpc_url, _DEPLOYER_KEY, account.address, wei)
+    return "0x" + bytes(account.key).hex(), str(account.address)
 
 
 @dataclass(repr=False)  # the payer key never shows
@@ -607,12 +678,7 @@ class Permit2Stack(_Stack):
 
     async def new_payer(self, tokens_atomic: int = 0, wei: int = 10**17) -> tuple[str, str]:
         """A fresh key holding `tokens_atomic` tokens and `wei` ETH, no approval: (key, address)."""
-        account = Account.create()
-        if tokens_atomic:
-            await mint(self.rpc_url, self.token, _DEPLOYER_KEY, account.address, tokens_atomic)
-        if wei:
-            await send_eth(self.rpc_url, _DEPLOYER_KEY, account.address, wei)
-        return "0x" + bytes(account.key).hex(), str(account.address)
+        return await _new_payer(self.rpc_url, self.token, tokens_atomic, wei)
 
     async def approve(self, owner_key: str, amount_atomic: int = (1 << 256) - 1) -> None:
         """Approve Permit2 from `owner_key` with the sandbox's own helper (not the client's)."""
@@ -821,3 +887,275 @@ async def upto_stack(
         )
         started.payer_key, started.payer_address = await started.new_payer(payer_funding_atomic)
         yield started
+
+
+# --- batch-settlement: payment channels on the sandbox's escrow ------------------------------
+
+
+def _session(stack: BatchStack) -> Callable[[Request], Awaitable[Response]]:
+    async def session(request: Request) -> Response:
+        charge = stack.merchant_charge
+        response = JSONResponse(
+            {"session": True, "charged": None if charge is None else str(charge)}
+        )
+        if charge is not None:
+            # The package's settlement override: charge less than the voucher's increment.
+            set_settlement_overrides(response, {"amount": str(charge)})
+        return response
+
+    return session
+
+
+def _batch_scheme(server_scheme: BatchServerScheme, authorizer_key: str) -> _Scheme:
+    """`batch-settlement`: the facilitator holds the receiver-authorizer key (it signs claims
+    and refunds and names its address in `/supported`); the merchant's scheme is the given
+    instance, so the stack can read its channel storage."""
+    return _Scheme(
+        facilitator=lambda f, signer, network: f.register(
+            [network],
+            BatchSettlementEvmFacilitator(signer, LocalAuthorizerSigner(authorizer_key)),
+        ),
+        # The package's own scheme; its `payment_flows` is typed looser than the protocol.
+        server=lambda server, network: server.register(network, server_scheme),  # type: ignore[arg-type]
+    )
+
+
+@dataclass(repr=False)  # the payer key never shows
+class BatchStack(_Stack):
+    """`batch-settlement` on the sandbox's escrow (see `batch_stack`): one deposit per
+    channel, a cumulative voucher per request, claims and settlements in batches."""
+
+    #: The merchant's resource-server scheme; its storage holds the merchant's channels.
+    server_scheme: BatchServerScheme
+    #: The merchant's channel manager (claim, settle, refund), built for this token.
+    manager: BatchSettlementChannelManager
+    #: What the route announces in `extra` besides what the scheme adds: the token's EIP-712
+    #: domain and its transfer method.
+    extra: dict[str, Any] = field(default_factory=dict)
+    #: The facilitator's receiver-authorizer address (`extra.receiverAuthorizer` of the 402).
+    receiver_authorizer: str = ""
+    withdraw_delay: int = MIN_WITHDRAW_DELAY
+    #: What the merchant charges per request (atomic, at most `price_atomic`); None charges
+    #: the full price.
+    merchant_charge: int | None = None
+
+    def __repr__(self) -> str:  # never print the payer key
+        return (
+            f"BatchStack(chain_id={self.chain_id}, token={self.token!r}, "
+            f"merchant_url={self.merchant_url!r})"
+        )
+
+    @property
+    def session_url(self) -> str:
+        return f"{self.merchant_url}{SESSION_PATH}"
+
+    @property
+    def storage(self) -> ChannelStorage:
+        return self.server_scheme.get_storage()
+
+    def merchant_channel(self, channel_id: str) -> MerchantChannel | None:
+        """The merchant's record of a channel (charged total, last voucher, mirrored state)."""
+        return self.storage.get(channel_id)
+
+    def channel_id(
+        self, payer: str, *, payer_authorizer: str | None = None, salt: bytes = bytes(32)
+    ) -> str:
+        """The id (0x + 64 lower-case hex) of `payer`'s channel to this merchant and token."""
+        config = EscrowChannelConfig(
+            payer=payer,
+            payer_authorizer=payer_authorizer or payer,
+            receiver=self.merchant_address,
+            receiver_authorizer=self.receiver_authorizer,
+            token=self.token,
+            withdraw_delay=self.withdraw_delay,
+            salt=salt,
+        )
+        return "0x" + escrow_channel_id(config, self.chain_id).hex()
+
+    async def channel(self, channel_id: str) -> tuple[int, int]:
+        """The escrow's `(balance, totalClaimed)` of a channel."""
+        return await channel_state(self.rpc_url, bytes.fromhex(channel_id.removeprefix("0x")))
+
+    async def receiver(self) -> tuple[int, int]:
+        """The escrow's `(totalClaimed, totalSettled)` of the merchant in this token."""
+        return await receiver_state(self.rpc_url, self.merchant_address, self.token)
+
+    async def fund(self, address: str, amount_atomic: int) -> None:
+        """Mint `amount_atomic` sandbox tokens to `address`."""
+        await mint(self.rpc_url, self.token, _DEPLOYER_KEY, address, amount_atomic)
+
+    async def new_payer(self, tokens_atomic: int = 0, wei: int = 10**17) -> tuple[str, str]:
+        """A fresh key holding `tokens_atomic` tokens and `wei` ETH: (key, address)."""
+        return await _new_payer(self.rpc_url, self.token, tokens_atomic, wei)
+
+    async def advance_time(self, seconds: int) -> None:
+        """Move the chain's clock forward and mine a block (a timed withdrawal's delay)."""
+        async with _web3(self.rpc_url) as w3:
+            for method, params in (("evm_increaseTime", [seconds]), ("evm_mine", [])):
+                answer = await w3.provider.make_request(method, params)
+                if answer.get("error"):
+                    raise RuntimeError(f"{method} failed: {answer['error']}")
+
+    async def claim_and_settle(self, channel_ids: list[str] | None = None) -> dict[str, Any]:
+        """The merchant claims its channels' charged totals (only `channel_ids` when given)
+        in one batch, then settles: the escrow pays the merchant what was claimed and not yet
+        settled. `{"claims": [ClaimResult], "settle": SettleResult | None}`."""
+        options = ClaimOptions()
+        if channel_ids is not None:
+            wanted = {c.lower() for c in channel_ids}
+            options.select_claim_channels = lambda channels, _context: [
+                c for c in channels if c.channel_id.lower() in wanted
+            ]
+        return await self.manager.claim_and_settle(options)
+
+    async def refund(self, channel_ids: list[str] | None = None) -> list[RefundResult]:
+        """The merchant refunds channels on its own initiative (claiming what is charged in
+        the same transaction) and forgets them; all of them when `channel_ids` is None."""
+        return await self.manager.refund(channel_ids)
+
+
+@contextlib.asynccontextmanager
+async def batch_stack(
+    *,
+    chain_id: int = BATCH_CHAIN_ID,
+    price_atomic: int = DEFAULT_PRICE_ATOMIC,
+    payer_funding_atomic: int = 100 * DEFAULT_PRICE_ATOMIC,
+    withdraw_delay: int = MIN_WITHDRAW_DELAY,
+) -> AsyncIterator[BatchStack]:
+    """`batch-settlement`: an anvil chain with `SandboxEip3009Token` and the sandbox's escrow,
+    collectors, Permit2 and Multicall3 at their canonical addresses; the facilitator with its
+    batch-settlement scheme and a receiver-authorizer key; the v2 merchant guarding
+    `GET /session` with one `batch-settlement` entry of `price_atomic` (explicit asset and
+    EIP-712 domain: anvil's chains have no default asset) whose handler charges
+    `stack.merchant_charge`; the merchant's channel manager; a payer holding tokens and a
+    little ETH (for a timed withdrawal of its own). All stop on exit."""
+    merchant_address = str(Account.create().address)
+    authorizer_key = "0x" + bytes(Account.create().key).hex()
+    server_scheme = BatchServerScheme(
+        merchant_address, BatchSettlementEvmSchemeServerConfig(withdraw_delay=withdraw_delay)
+    )
+    extra = {"name": TOKEN_NAME, "version": TOKEN_VERSION, "assetTransferMethod": "eip3009"}
+    async with contextlib.AsyncExitStack() as exits:
+        chain = await _chain(
+            exits,
+            chain_id,
+            _batch_scheme(server_scheme, authorizer_key),
+            permit2=False,
+            merchant_address=merchant_address,
+        )
+        await install_batch_settlement(chain.node.rpc_url, _DEPLOYER_KEY)
+        manager = BatchSettlementChannelManager(
+            ChannelManagerConfig(
+                scheme=server_scheme,
+                facilitator=chain.facilitator.client,
+                receiver=merchant_address,
+                token=chain.token,
+                network=chain.network,
+            )
+        )
+        routes = _route(
+            SESSION_PATH,
+            scheme="batch-settlement",
+            network=chain.network,
+            pay_to=merchant_address,
+            price=AssetAmount(amount=str(price_atomic), asset=chain.token, extra=extra),
+            description="a sandbox session resource (x402 v2, batch-settlement)",
+        )
+        started = BatchStack(
+            **chain.fields(price_atomic, ""),
+            server_scheme=server_scheme,
+            manager=manager,
+            extra=extra,
+            receiver_authorizer=str(Account.from_key(authorizer_key).address),
+            withdraw_delay=withdraw_delay,
+        )
+        started.merchant_url = await _serve_merchant(
+            exits,
+            chain.facilitator,
+            routes,
+            [Route(SESSION_PATH, _session(started), methods=["GET"])],
+        )
+        started.payer_key, started.payer_address = await started.new_payer(payer_funding_atomic)
+        yield started
+
+
+class _Recording(httpx.AsyncBaseTransport):
+    """Forwards to a loopback transport and keeps every payment sent and answer received."""
+
+    def __init__(self, owner: FoundationBatchClient) -> None:
+        self._owner = owner
+        self._inner = httpx.AsyncHTTPTransport()
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        self._owner._record(request.headers.get("payment-signature"), None)
+        response = await self._inner.handle_async_request(request)
+        self._owner._record(None, response.headers.get("payment-response"))
+        return response
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+
+@dataclass
+class FoundationBatchClient:
+    """The foundation's own batch-settlement payer: its client scheme in an `x402Client`,
+    paying through its httpx transport. `payments` holds every payment payload it sent
+    (decoded `PAYMENT-SIGNATURE`, refunds included) and `settlements` every
+    `PAYMENT-RESPONSE` it received, in order."""
+
+    client: x402Client
+    scheme: BatchClientScheme
+    storage: InMemoryClientChannelStorage
+    payments: list[dict[str, Any]] = field(default_factory=list)
+    settlements: list[dict[str, Any]] = field(default_factory=list)
+
+    def _record(self, payment: str | None, settlement: str | None) -> None:
+        if payment:
+            self.payments.append(b64_json(payment))
+        if settlement:
+            self.settlements.append(b64_json(settlement))
+
+    def http(self) -> httpx.AsyncClient:
+        """An httpx client that pays 402s with the foundation's transport (close it)."""
+        transport = x402_httpx_transport(self.client, _Recording(self))
+        return httpx.AsyncClient(transport=transport, timeout=60, trust_env=False)
+
+    def local_channel(self, channel_id: str) -> BatchClientContext | None:
+        """The client's own record of a channel (charged total, balance)."""
+        return self.storage.get(channel_id.lower())
+
+    async def refund(self, url: str, amount_atomic: int | None = None) -> SettleResponse:
+        """The foundation client's cooperative refund of the channel behind `url` (all of
+        the unspent deposit unless `amount_atomic`). Its refund flow is blocking (probe,
+        then the refund request): it runs in a worker thread while the merchant serves."""
+
+        def fetch(target: str, headers: dict[str, str]) -> Any:
+            self._record(headers.get("PAYMENT-SIGNATURE"), None)
+            with httpx.Client(timeout=60, trust_env=False) as http:
+                response = http.get(target, headers=headers)
+            self._record(None, response.headers.get("payment-response"))
+            return _RefundResponse(status=response.status_code, headers=dict(response.headers))
+
+        amount = None if amount_atomic is None else str(amount_atomic)
+        options = RefundOptions(amount=amount, fetch=fetch)
+        return await anyio.to_thread.run_sync(self.scheme.refund, url, options)
+
+
+def foundation_batch_client(
+    stack: BatchStack, private_key: str | None = None, *, salt: bytes = bytes(32)
+) -> FoundationBatchClient:
+    """The foundation's batch-settlement client for `stack`'s payer (or `private_key`): its
+    EVM signer with an RPC (it reads the escrow to recover a channel it has no record of),
+    channel state in memory, the sandbox token opted in to its spend controls (no per-payment
+    cap: the deposit is then the merchant's `extra.minDeposit`)."""
+    account = Account.from_key(private_key or stack.payer_key)
+    storage = InMemoryClientChannelStorage()
+    scheme = BatchClientScheme(
+        EthAccountSignerWithRPC(account, rpc_url=stack.rpc_url),
+        BatchSettlementEvmSchemeOptions(storage=storage, salt="0x" + salt.hex()),
+    )
+    client = x402Client().register(stack.network, scheme)
+    client.set_spend_controls(
+        {"allowed_assets": [{"network": stack.network, "asset": stack.token}]}
+    )
+    return FoundationBatchClient(client=client, scheme=scheme, storage=storage)
