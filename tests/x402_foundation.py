@@ -957,11 +957,12 @@ class BatchStack(_Stack):
         """The merchant's record of a channel (charged total, last voucher, mirrored state)."""
         return self.storage.get(channel_id)
 
-    def channel_id(
+    def channel_config(
         self, payer: str, *, payer_authorizer: str | None = None, salt: bytes = bytes(32)
-    ) -> str:
-        """The id (0x + 64 lower-case hex) of `payer`'s channel to this merchant and token."""
-        config = EscrowChannelConfig(
+    ) -> EscrowChannelConfig:
+        """`payer`'s channel to this merchant and token, as the escrow takes it (the payer
+        signs its own vouchers unless `payer_authorizer`)."""
+        return EscrowChannelConfig(
             payer=payer,
             payer_authorizer=payer_authorizer or payer,
             receiver=self.merchant_address,
@@ -970,6 +971,12 @@ class BatchStack(_Stack):
             withdraw_delay=self.withdraw_delay,
             salt=salt,
         )
+
+    def channel_id(
+        self, payer: str, *, payer_authorizer: str | None = None, salt: bytes = bytes(32)
+    ) -> str:
+        """The id (0x + 64 lower-case hex) of `payer`'s channel to this merchant and token."""
+        config = self.channel_config(payer, payer_authorizer=payer_authorizer, salt=salt)
         return "0x" + escrow_channel_id(config, self.chain_id).hex()
 
     async def channel(self, channel_id: str) -> tuple[int, int]:

@@ -23,7 +23,13 @@ from tests.x402_foundation import (  # noqa: E402
     batch_stack,
     foundation_batch_client,
 )
-from x402_eur_sandbox._batch_escrow import ESCROW, voucher_digest  # noqa: E402
+from x402_eur_sandbox._batch_escrow import (  # noqa: E402
+    ESCROW,
+    EscrowReverted,
+    finalize_withdraw,
+    initiate_withdraw,
+    voucher_digest,
+)
 
 pytestmark = pytest.mark.anyio
 
@@ -182,3 +188,50 @@ async def test_the_merchant_refund_claims_what_is_charged_first(stack: BatchStac
     assert await stack.channel(channel_id) == (2 * PRICE, 2 * PRICE)
     assert await stack.balance(payer) == payer_before + deposit - 2 * PRICE
     assert (await stack.receiver())[0] == claimed_before + 2 * PRICE
+
+
+async def test_a_payer_that_lost_its_state_resumes_from_the_merchant_correction(stack: BatchStack):
+    stack.merchant_charge = CHARGE
+    key, payer, client = await _payer(stack)
+    channel_id = stack.channel_id(payer)
+    await _pay(stack, client, 2)
+    deposit = (await stack.channel(channel_id))[0]
+
+    fresh = foundation_batch_client(stack, key)  # the same payer, no memory of the channel
+    await _pay(stack, fresh, 1)
+
+    # From the chain it knows only what was claimed (nothing): its first voucher is too low,
+    # the merchant's corrective 402 names the charged total, and it signs on from there.
+    assert [(p["type"], int(p["voucher"]["maxClaimableAmount"])) for p in _vouchers(fresh)] == [
+        ("voucher", PRICE),
+        ("voucher", 2 * CHARGE + PRICE),
+    ]
+    assert await stack.channel(channel_id) == (deposit, 0)
+    merchant = stack.merchant_channel(channel_id)
+    assert merchant is not None
+    assert merchant.charged_cumulative_amount == str(3 * CHARGE)
+
+
+async def test_the_payer_withdraws_the_unclaimed_deposit_after_the_delay(anyio_backend: str):
+    # A stack of its own: moving the chain's clock would expire other tests' authorizations.
+    async with batch_stack(price_atomic=PRICE) as own:
+        own.merchant_charge = CHARGE
+        client = foundation_batch_client(own)
+        payer, key = own.payer_address, own.payer_key
+        channel_id = own.channel_id(payer)
+        config = own.channel_config(payer)
+        await _pay(own, client, 1)
+        await own.claim_and_settle([channel_id])
+        deposit = (await own.channel(channel_id))[0]
+
+        # The payer's own transactions, its own gas: no merchant, no facilitator.
+        await initiate_withdraw(own.rpc_url, key, config, deposit - CHARGE)
+        with pytest.raises(EscrowReverted) as early:
+            await finalize_withdraw(own.rpc_url, key, config)
+        assert early.value.error == "WithdrawDelayNotElapsed"
+        await own.advance_time(own.withdraw_delay)
+        before = await own.balance(payer)
+        await finalize_withdraw(own.rpc_url, key, config)
+
+        assert await own.balance(payer) == before + deposit - CHARGE
+        assert await own.channel(channel_id) == (CHARGE, CHARGE)
