@@ -995,6 +995,11 @@ class BatchStack(_Stack):
         """A fresh key holding `tokens_atomic` tokens and `wei` ETH: (key, address)."""
         return await _new_payer(self.rpc_url, self.token, tokens_atomic, wei)
 
+    async def approve(self, owner_key: str, amount_atomic: int = (1 << 256) - 1) -> None:
+        """Approve Permit2 from `owner_key` (a Permit2 deposit needs it; the sandbox's helper,
+        not a client's)."""
+        await approve_permit2(self.rpc_url, self.token, owner_key, amount_atomic)
+
     async def advance_time(self, seconds: int) -> None:
         """Move the chain's clock forward and mine a block (a timed withdrawal's delay)."""
         async with _web3(self.rpc_url) as w3:
@@ -1028,6 +1033,7 @@ async def batch_stack(
     price_atomic: int = DEFAULT_PRICE_ATOMIC,
     payer_funding_atomic: int = 100 * DEFAULT_PRICE_ATOMIC,
     withdraw_delay: int = MIN_WITHDRAW_DELAY,
+    asset_transfer_method: str = "eip3009",
 ) -> AsyncIterator[BatchStack]:
     """`batch-settlement`: an anvil chain with `SandboxEip3009Token` and the sandbox's escrow,
     collectors, Permit2 and Multicall3 at their canonical addresses; the facilitator with its
@@ -1035,13 +1041,19 @@ async def batch_stack(
     `GET /session` with one `batch-settlement` entry of `price_atomic` (explicit asset and
     EIP-712 domain: anvil's chains have no default asset) whose handler charges
     `stack.merchant_charge`; the merchant's channel manager; a payer holding tokens and a
-    little ETH (for a timed withdrawal of its own). All stop on exit."""
+    little ETH (for a timed withdrawal of its own). Deposits are ERC-3009 authorizations,
+    or with `asset_transfer_method="permit2"` Permit2 transfers (the payer then approves
+    Permit2 first: `stack.approve`). All stop on exit."""
     merchant_address = str(Account.create().address)
     authorizer_key = "0x" + bytes(Account.create().key).hex()
     server_scheme = BatchServerScheme(
         merchant_address, BatchSettlementEvmSchemeServerConfig(withdraw_delay=withdraw_delay)
     )
-    extra = {"name": TOKEN_NAME, "version": TOKEN_VERSION, "assetTransferMethod": "eip3009"}
+    extra = {
+        "name": TOKEN_NAME,
+        "version": TOKEN_VERSION,
+        "assetTransferMethod": asset_transfer_method,
+    }
     async with contextlib.AsyncExitStack() as exits:
         chain = await _chain(
             exits,

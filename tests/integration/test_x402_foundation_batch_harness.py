@@ -235,3 +235,24 @@ async def test_the_payer_withdraws_the_unclaimed_deposit_after_the_delay(anyio_b
 
         assert await own.balance(payer) == before + deposit - CHARGE
         assert await own.channel(channel_id) == (CHARGE, CHARGE)
+
+
+async def test_a_permit2_deposit_opens_the_channel_through_its_collector(anyio_backend: str):
+    async with batch_stack(price_atomic=PRICE, asset_transfer_method="permit2") as own:
+        own.merchant_charge = CHARGE
+        client = foundation_batch_client(own)
+        channel_id = own.channel_id(own.payer_address)
+        await own.approve(own.payer_key)
+        funded = await own.balance(own.payer_address)
+
+        await _pay(own, client, 2)
+
+        payloads = _vouchers(client)
+        assert [p["type"] for p in payloads] == ["deposit", "voucher"]
+        authorization = payloads[0]["deposit"]["authorization"]
+        assert list(authorization) == ["permit2Authorization"]
+        deposit = int(payloads[0]["deposit"]["amount"])
+        assert await own.channel(channel_id) == (deposit, 0)
+        assert await own.balance(own.payer_address) == funded - deposit
+        await own.claim_and_settle([channel_id])
+        assert await own.balance(own.merchant_address) == 2 * CHARGE
