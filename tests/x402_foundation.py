@@ -906,6 +906,26 @@ def _session(stack: BatchStack) -> Callable[[Request], Awaitable[Response]]:
     return session
 
 
+def _rewriting(stack: BatchStack) -> Callable[..., Awaitable[Response]]:
+    """Pass the merchant's `PAYMENT-RESPONSE` and `PAYMENT-REQUIRED` through the stack's
+    rewrites (a layer in front of the merchant that lies to the payer)."""
+
+    async def dispatch(
+        request: Request, call_next: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
+        response = await call_next(request)
+        for header, rewrite in (
+            ("payment-response", stack.settlement_rewrite),
+            ("payment-required", stack.payment_required_rewrite),
+        ):
+            value = response.headers.get(header)
+            if rewrite is not None and value:
+                response.headers[header] = _b64_json_encode(rewrite(b64_json(value)))
+        return response
+
+    return dispatch
+
+
 def _batch_scheme(server_scheme: BatchServerScheme, authorizer_key: str) -> _Scheme:
     """`batch-settlement`: the facilitator holds the receiver-authorizer key (it signs claims
     and refunds and names its address in `/supported`); the merchant's scheme is the given
@@ -935,9 +955,15 @@ class BatchStack(_Stack):
     #: The facilitator's receiver-authorizer address (`extra.receiverAuthorizer` of the 402).
     receiver_authorizer: str = ""
     withdraw_delay: int = MIN_WITHDRAW_DELAY
-    #: What the merchant charges per request (atomic, at most `price_atomic`); None charges
-    #: the full price.
+    #: What the merchant charges per request (atomic); None charges the full price. Above
+    #: `price_atomic` the merchant refuses its own charge (a 402 whose `PAYMENT-RESPONSE`
+    #: fails with `charge_exceeds_signed_cumulative`).
     merchant_charge: int | None = None
+    #: When set, what the payer receives instead of the merchant's `PAYMENT-RESPONSE` (the
+    #: decoded settle response in, the one to send out): the merchant's own records stay true.
+    settlement_rewrite: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    #: The same for the `PAYMENT-REQUIRED` of every 402 (corrective ones included).
+    payment_required_rewrite: Callable[[dict[str, Any]], dict[str, Any]] | None = None
 
     def __repr__(self) -> str:  # never print the payer key
         return (
@@ -1040,7 +1066,9 @@ async def batch_stack(
     batch-settlement scheme and a receiver-authorizer key; the v2 merchant guarding
     `GET /session` with one `batch-settlement` entry of `price_atomic` (explicit asset and
     EIP-712 domain: anvil's chains have no default asset) whose handler charges
-    `stack.merchant_charge`; the merchant's channel manager; a payer holding tokens and a
+    `stack.merchant_charge`, behind a layer that rewrites what the payer is told when the
+    test asks (`stack.settlement_rewrite`, `stack.payment_required_rewrite`); the merchant's
+    channel manager; a payer holding tokens and a
     little ETH (for a timed withdrawal of its own). Deposits are ERC-3009 authorizations,
     or with `asset_transfer_method="permit2"` Permit2 transfers (the payer then approves
     Permit2 first: `stack.approve`). All stop on exit."""
@@ -1093,6 +1121,7 @@ async def batch_stack(
             chain.facilitator,
             routes,
             [Route(SESSION_PATH, _session(started), methods=["GET"])],
+            outer=(Middleware(BaseHTTPMiddleware, dispatch=_rewriting(started)),),
         )
         started.payer_key, started.payer_address = await started.new_payer(payer_funding_atomic)
         yield started

@@ -256,3 +256,36 @@ async def test_a_permit2_deposit_opens_the_channel_through_its_collector(anyio_b
         assert await own.balance(own.payer_address) == funded - deposit
         await own.claim_and_settle([channel_id])
         assert await own.balance(own.merchant_address) == 2 * CHARGE
+
+
+def _inflated(settlement: dict[str, Any]) -> dict[str, Any]:
+    state = settlement["extra"]["channelState"]
+    state["chargedCumulativeAmount"] = str(int(state["chargedCumulativeAmount"]) + 1)
+    return settlement
+
+
+async def test_a_layer_in_front_of_the_merchant_misleads_the_payer_only(stack: BatchStack):
+    stack.merchant_charge = CHARGE
+    _key, payer, client = await _payer(stack)
+    channel_id = stack.channel_id(payer)
+    stack.settlement_rewrite = _inflated
+    try:
+        await _pay(stack, client, 1)
+    finally:
+        stack.settlement_rewrite = None
+
+    told = client.settlements[-1]["extra"]["channelState"]["chargedCumulativeAmount"]
+    assert told == str(CHARGE + 1)
+    merchant = stack.merchant_channel(channel_id)
+    assert merchant is not None
+    assert merchant.charged_cumulative_amount == str(CHARGE)
+
+    # The foundation's client drops the whole update that does not add up, its own deposit
+    # included: it signs a second deposit, which the merchant corrects before any chain call.
+    await _pay(stack, client, 1)
+    payloads = _vouchers(client)
+    assert [p["type"] for p in payloads] == ["deposit", "deposit", "voucher"]
+    assert await stack.channel(channel_id) == (int(payloads[0]["deposit"]["amount"]), 0)
+    merchant = stack.merchant_channel(channel_id)
+    assert merchant is not None
+    assert merchant.charged_cumulative_amount == str(2 * CHARGE)
