@@ -1,0 +1,314 @@
+"""The sandbox's `batch-settlement` merchant and facilitator, paid by the x402 foundation's
+own Python client (`x402.mechanisms.evm.batch_settlement.client`) on a real anvil chain:
+one deposit then vouchers with exact cumulative amounts, a claim and settlement of exactly
+what was charged, a cooperative refund of exactly the rest, the corrective 402 of a
+merchant that lost its records, a busy channel, a lying merchant, and the facilitator's
+refusals."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import AsyncIterator
+from decimal import Decimal
+from typing import Any
+
+import anyio
+import httpx
+import pytest
+from eth_account import Account
+from eth_account.signers.local import LocalAccount
+from x402 import x402Client
+from x402.http.clients import x402_httpx_transport
+from x402.mechanisms.evm.batch_settlement.client import (
+    BatchSettlementEvmScheme,
+    BatchSettlementEvmSchemeOptions,
+)
+from x402.mechanisms.evm.batch_settlement.client.voucher import sign_voucher
+from x402.mechanisms.evm.signers import EthAccountSigner, EthAccountSignerWithRPC
+from x402.schemas import PaymentRequirements
+
+from x402_eur_sandbox._anvil import AnvilNode, token_balance
+from x402_eur_sandbox._batch_merchant import BatchMerchant, BatchSettlement
+from x402_eur_sandbox._merchant import Price
+from x402_eur_sandbox._standard import _OWNER_KEY, _mint, deploy_eip3009_token
+
+pytestmark = pytest.mark.anyio
+
+CHAIN_ID = 31337
+NETWORK = f"eip155:{CHAIN_ID}"
+PRICE = 10_000  # 0.01 sEURC
+DEPOSIT = 10 * PRICE  # the merchant's minDeposit, which the foundation's client deposits
+FUNDING = 5_000_000
+PRICES = {"/stream": Price(Decimal("0.01"), "One request of a stream")}
+MISMATCH = "invalid_batch_settlement_evm_cumulative_amount_mismatch"
+
+
+class Recorder(httpx.AsyncBaseTransport):
+    """Every request the foundation's client sends, and the answer it got."""
+
+    def __init__(self) -> None:
+        self.inner = httpx.AsyncHTTPTransport()
+        self.exchanges: list[tuple[httpx.Request, httpx.Response]] = []
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        response = await self.inner.handle_async_request(request)
+        self.exchanges.append((request, response))
+        return response
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+    def payloads(self) -> list[dict[str, Any]]:
+        """The inner payload of every paid request, in order."""
+        return [
+            _decode(request.headers["payment-signature"])["payload"]
+            for request, _ in self.exchanges
+            if "payment-signature" in request.headers
+        ]
+
+    def errors(self) -> list[str]:
+        """The `error` of every 402 answered."""
+        return [
+            _decode(response.headers["payment-required"])["error"]
+            for _, response in self.exchanges
+            if response.status_code == 402
+        ]
+
+
+def _decode(header: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(base64.b64decode(header))
+    return data
+
+
+def _encode(value: Any) -> str:
+    return base64.b64encode(json.dumps(value).encode()).decode()
+
+
+class Rail:
+    """The chain, the batch-settlement facilitator and merchant, a funded payer, and the
+    foundation's client paying through a recording transport."""
+
+    def __init__(self, node: AnvilNode, token: str, part: BatchSettlement) -> None:
+        self.node, self.token, self.part = node, token, part
+        self.payer: LocalAccount = Account.create()
+        self.recorder = Recorder()
+        signer = EthAccountSignerWithRPC(self.payer, rpc_url=node.rpc_url)
+        self.scheme = BatchSettlementEvmScheme(
+            signer, BatchSettlementEvmSchemeOptions(rpc_url=node.rpc_url)
+        )
+        # The sandbox token is no default asset of the foundation's client: allow it.
+        client = x402Client().register(NETWORK, self.scheme)
+        client.set_spend_controls({"allowed_assets": True})
+        self.http = httpx.AsyncClient(
+            transport=x402_httpx_transport(client, self.recorder), timeout=60
+        )
+
+    @property
+    def merchant(self) -> BatchMerchant:
+        assert self.part.merchant is not None
+        return self.part.merchant
+
+    @property
+    def url(self) -> str:
+        return self.merchant.resource_url("/stream")
+
+    async def balance(self, address: str) -> int:
+        return await token_balance(self.node.rpc_url, self.token, address)
+
+    def channel(self) -> str:
+        (channel,) = self.merchant.channels
+        return channel
+
+
+@pytest.fixture
+async def rail(request: pytest.FixtureRequest) -> AsyncIterator[Rail]:
+    options: dict[str, Any] = getattr(request, "param", {})
+    async with AnvilNode(CHAIN_ID) as node:
+        token = await deploy_eip3009_token(node.rpc_url, _OWNER_KEY)
+        async with BatchSettlement(
+            rpc_url=node.rpc_url, chain_id=CHAIN_ID, token=token, prices=PRICES, **options
+        ) as part:
+            rail = Rail(node, token, part)
+            await _mint(node.rpc_url, token, _OWNER_KEY, rail.payer.address, FUNDING)
+            try:
+                yield rail
+            finally:
+                await rail.http.aclose()
+
+
+@pytest.mark.parametrize("rail", [{"charge": "0.6"}], indirect=True)
+async def test_a_stream_is_one_deposit_then_vouchers_and_settles_exactly_what_was_charged(
+    rail: Rail,
+) -> None:
+    charged = PRICE * 6 // 10  # a dynamic price: 60 % of the ceiling the payer grants
+    for _ in range(4):
+        response = await rail.http.get(rail.url)
+        assert response.status_code == 200, response.headers
+    payloads = rail.recorder.payloads()
+    assert [p["type"] for p in payloads] == ["deposit", "voucher", "voucher", "voucher"]
+    ceilings = [int(p["voucher"]["maxClaimableAmount"]) for p in payloads]
+    assert ceilings == [n * charged + PRICE for n in range(4)]
+    assert payloads[0]["deposit"]["amount"] == str(DEPOSIT)
+    receipts = [_decode(r.headers["payment-response"]) for _, r in rail.recorder.exchanges[1::2]]
+    assert receipts[0]["transaction"].startswith("0x")
+    assert [r["transaction"] for r in receipts[1:]] == ["", "", ""]
+    assert [r["extra"]["channelState"]["chargedCumulativeAmount"] for r in receipts] == [
+        str(n * charged) for n in range(1, 5)
+    ]
+    assert await rail.balance(rail.payer.address) == FUNDING - DEPOSIT
+
+    settled = await rail.merchant.claim_and_settle()
+    assert settled["channels"] == [rail.channel()]
+    assert settled["amount"] == str(4 * charged)
+    assert await rail.balance(rail.merchant.pay_to) == 4 * charged
+    assert rail.part.facilitator is not None
+    snapshot = await rail.part.facilitator.snapshot(rail.channel())
+    assert (snapshot.balance, snapshot.total_claimed) == (DEPOSIT, 4 * charged)
+    # Nothing new to claim: the admin route settles nothing more.
+    async with httpx.AsyncClient() as plain:
+        again = await plain.post(rail.merchant.url + "/admin/claim-and-settle")
+    assert again.json()["channels"] == [] and again.json()["amount"] == "0"
+    assert await rail.balance(rail.merchant.pay_to) == 4 * charged
+
+
+async def test_a_cooperative_refund_returns_exactly_the_unspent_deposit(rail: Rail) -> None:
+    for _ in range(3):
+        assert (await rail.http.get(rail.url)).status_code == 200
+    settle = await anyio.to_thread.run_sync(rail.scheme.refund, rail.url)
+    assert settle.success
+    assert settle.amount == str(DEPOSIT - 3 * PRICE)
+    assert await rail.balance(rail.payer.address) == FUNDING - 3 * PRICE
+    assert rail.part.facilitator is not None
+    snapshot = await rail.part.facilitator.snapshot(rail.channel())
+    # The refund claimed the outstanding vouchers in the same transaction.
+    assert (snapshot.balance, snapshot.total_claimed) == (3 * PRICE, 3 * PRICE)
+    assert snapshot.refund_nonce == 1
+    settled = await rail.merchant.claim_and_settle()
+    assert settled["amount"] == str(3 * PRICE)
+    assert await rail.balance(rail.merchant.pay_to) == 3 * PRICE
+
+
+async def test_a_merchant_that_lost_its_records_sends_the_corrective_402(rail: Rail) -> None:
+    for _ in range(2):
+        assert (await rail.http.get(rail.url)).status_code == 200
+    rail.merchant.forget()
+    response = await rail.http.get(rail.url)
+    assert response.status_code == 200
+    assert rail.recorder.errors()[-1:] == [MISMATCH]
+    corrective = _decode(rail.recorder.exchanges[-2][1].headers["payment-required"])
+    state = corrective["accepts"][0]["extra"]["channelState"]
+    assert state["chargedCumulativeAmount"] == "0"
+    assert "voucherState" not in corrective["accepts"][0]["extra"]
+    # The payer resynced from the escrow (nothing claimed) and signed from there.
+    ceilings = [int(p["voucher"]["maxClaimableAmount"]) for p in rail.recorder.payloads()]
+    assert ceilings == [PRICE, 2 * PRICE, 3 * PRICE, PRICE]
+    assert rail.merchant.channels[rail.channel()].charged == PRICE
+
+
+async def test_a_merchant_claiming_more_than_was_signed_is_refused(rail: Rail) -> None:
+    rail.merchant.overclaim = True
+    assert (await rail.http.get(rail.url)).status_code == 200
+    receipt = _decode(rail.recorder.exchanges[-1][1].headers["payment-response"])
+    assert receipt["extra"]["channelState"]["chargedCumulativeAmount"] == str(2 * PRICE)
+    before = len(rail.recorder.payloads())
+    response = await rail.http.get(rail.url)
+    # The foundation's client did not adopt the lie: it signed from the escrow's view,
+    # then refused the corrective 402 that claims more than its own voucher allowed.
+    assert response.status_code == 402
+    assert _decode(response.headers["payment-required"])["error"] == MISMATCH
+    extra = _decode(response.headers["payment-required"])["accepts"][0]["extra"]
+    assert int(extra["channelState"]["chargedCumulativeAmount"]) > int(
+        extra["voucherState"]["signedMaxClaimable"]
+    )
+    assert len(rail.recorder.payloads()) == before + 1
+    assert rail.merchant.channels[rail.channel()].charged == PRICE
+
+
+async def test_a_second_request_on_a_channel_in_use_is_refused_as_busy(rail: Rail) -> None:
+    entered, release = anyio.Event(), anyio.Event()
+    hold = {"on": False}
+
+    async def resource(scope: Any, receive: Any, send: Any) -> None:
+        if hold["on"]:
+            entered.set()
+            await release.wait()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    rail.merchant.resource = resource
+    assert (await rail.http.get(rail.url)).status_code == 200
+    hold["on"] = True
+    statuses: list[int] = []
+
+    async def first() -> None:
+        statuses.append((await rail.http.get(rail.url)).status_code)
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(first)
+        with anyio.fail_after(60):
+            await entered.wait()
+        hold["on"] = False
+        busy = await rail.http.get(rail.url)
+        release.set()
+    assert busy.status_code == 402
+    assert _decode(busy.headers["payment-required"])["error"] == (
+        "invalid_batch_settlement_evm_channel_busy"
+    )
+    assert statuses == [200]
+    assert rail.merchant.channels[rail.channel()].charged == 2 * PRICE
+
+
+async def test_the_facilitator_refuses_bad_vouchers_with_the_scheme_codes(rail: Rail) -> None:
+    assert (await rail.http.get(rail.url)).status_code == 200
+    requirements = rail.merchant.requirements("/stream")
+    accepted = PaymentRequirements.model_validate(requirements)
+    valid = rail.scheme.create_payment_payload(accepted)
+    assert valid["type"] == "voucher"
+    channel = valid["voucher"]["channelId"]
+
+    forged = json.loads(json.dumps(valid))
+    stranger = EthAccountSigner(Account.create())
+    forged["voucher"] = sign_voucher(stranger, channel, 2 * PRICE, NETWORK).to_dict()
+    async with httpx.AsyncClient(timeout=60) as plain:
+        answer = await plain.get(
+            rail.url,
+            headers={"PAYMENT-SIGNATURE": _encode(_payment(requirements, forged))},
+        )
+        assert answer.status_code == 402
+        reason = _decode(answer.headers["payment-required"])["error"]
+        assert reason == "invalid_batch_settlement_evm_voucher_signature"
+
+        above = json.loads(json.dumps(valid))
+        signer = EthAccountSigner(rail.payer)
+        above["voucher"] = sign_voucher(signer, channel, DEPOSIT + 1, NETWORK).to_dict()
+        verdict = await _verify(plain, rail, requirements, above)
+        assert verdict["invalidReason"] == "invalid_batch_settlement_evm_cumulative_exceeds_balance"
+        assert verdict["extra"]["balance"] == str(DEPOSIT)
+
+        other = dict(requirements, extra={**requirements["extra"]})
+        other["extra"]["receiverAuthorizer"] = Account.create().address
+        elsewhere = rail.scheme.create_payment_payload(PaymentRequirements.model_validate(other))
+        verdict = await _verify(plain, rail, requirements, elsewhere)
+        assert verdict["invalidReason"] == (
+            "invalid_batch_settlement_evm_receiver_authorizer_mismatch"
+        )
+    assert rail.merchant.channels[channel.lower()].charged == PRICE
+
+
+def _payment(requirements: dict[str, Any], payload: dict[str, Any]) -> dict[str, Any]:
+    return {"x402Version": 2, "accepted": requirements, "payload": payload}
+
+
+async def _verify(
+    http: httpx.AsyncClient, rail: Rail, requirements: dict[str, Any], payload: dict[str, Any]
+) -> dict[str, Any]:
+    body = {
+        "x402Version": 2,
+        "paymentPayload": _payment(requirements, payload),
+        "paymentRequirements": requirements,
+    }
+    response = await http.post(rail.part.facilitator_url + "/verify", json=body)
+    verdict: dict[str, Any] = response.json()
+    assert verdict["isValid"] is False
+    return verdict
