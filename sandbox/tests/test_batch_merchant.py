@@ -31,11 +31,16 @@ from x402.schemas import PaymentRequirements
 from x402_eur_sandbox._anvil import AnvilNode, token_balance
 from x402_eur_sandbox._batch_merchant import BatchMerchant, BatchSettlement
 from x402_eur_sandbox._merchant import Price
-from x402_eur_sandbox._standard import _OWNER_KEY, _mint, deploy_eip3009_token
+from x402_eur_sandbox._standard import (
+    _OWNER_KEY,
+    _approve_without_gas,
+    _mint,
+    deploy_eip3009_token,
+)
 
 pytestmark = pytest.mark.anyio
 
-CHAIN_ID = 31337
+CHAIN_ID = 137  # as the sandbox's: its Permit2 has the wrong domain on anvil's default 31337
 NETWORK = f"eip155:{CHAIN_ID}"
 PRICE = 10_000  # 0.01 sEURC
 DEPOSIT = 10 * PRICE  # the merchant's minDeposit, which the foundation's client deposits
@@ -170,6 +175,35 @@ async def test_a_stream_is_one_deposit_then_vouchers_and_settles_exactly_what_wa
         again = await plain.post(rail.merchant.url + "/admin/claim-and-settle")
     assert again.json()["channels"] == [] and again.json()["amount"] == "0"
     assert await rail.balance(rail.merchant.pay_to) == 4 * charged
+
+
+@pytest.mark.parametrize("rail", [{"min_deposit": 2 * PRICE}], indirect=True)
+async def test_a_voucher_above_the_deposit_comes_with_a_top_up(rail: Rail) -> None:
+    for _ in range(3):
+        assert (await rail.http.get(rail.url)).status_code == 200
+    payloads = rail.recorder.payloads()
+    assert [p["type"] for p in payloads] == ["deposit", "voucher", "deposit"]
+    assert [p["deposit"]["amount"] for p in (payloads[0], payloads[2])] == [str(2 * PRICE)] * 2
+    receipt = _decode(rail.recorder.exchanges[-1][1].headers["payment-response"])
+    assert receipt["amount"] == str(2 * PRICE) and receipt["transaction"].startswith("0x")
+    assert receipt["extra"]["channelState"]["balance"] == str(4 * PRICE)
+    assert await rail.balance(rail.payer.address) == FUNDING - 4 * PRICE
+    assert (await rail.merchant.claim_and_settle())["amount"] == str(3 * PRICE)
+    assert await rail.balance(rail.merchant.pay_to) == 3 * PRICE
+
+
+@pytest.mark.parametrize("rail", [{"asset_transfer_method": "permit2"}], indirect=True)
+async def test_a_deposit_through_permit2_then_vouchers(rail: Rail) -> None:
+    payer_key = "0x" + bytes(rail.payer.key).hex()
+    await _approve_without_gas(rail.node.rpc_url, rail.token, payer_key)
+    for _ in range(2):
+        assert (await rail.http.get(rail.url)).status_code == 200
+    payloads = rail.recorder.payloads()
+    assert [p["type"] for p in payloads] == ["deposit", "voucher"]
+    assert "permit2Authorization" in payloads[0]["deposit"]["authorization"]
+    assert await rail.balance(rail.payer.address) == FUNDING - DEPOSIT
+    assert (await rail.merchant.claim_and_settle())["amount"] == str(2 * PRICE)
+    assert await rail.balance(rail.merchant.pay_to) == 2 * PRICE
 
 
 async def test_a_cooperative_refund_returns_exactly_the_unspent_deposit(rail: Rail) -> None:
@@ -312,3 +346,49 @@ async def _verify(
     verdict: dict[str, Any] = response.json()
     assert verdict["isValid"] is False
     return verdict
+
+
+def _payment(requirements: dict[str, Any], payload: dict[str, Any]) -> dict[str, Any]:
+    return {"x402Version": 2, "accepted": requirements, "payload": payload}
+
+
+async def _verify(
+    http: httpx.AsyncClient, rail: Rail, requirements: dict[str, Any], payload: dict[str, Any]
+) -> dict[str, Any]:
+    body = {
+        "x402Version": 2,
+        "paymentPayload": _payment(requirements, payload),
+        "paymentRequirements": requirements,
+    }
+    response = await http.post(rail.part.facilitator_url + "/verify", json=body)
+    verdict: dict[str, Any] = response.json()
+    assert verdict["isValid"] is False
+    return verdict
+
+
+async def test_the_sandbox_runs_a_batch_settlement_merchant_its_payer_can_pay() -> None:
+    from x402_eur_sandbox import Sandbox
+    from x402_eur_sandbox.cli import service_rows
+
+    async with Sandbox(batch_settlement=True) as sandbox:
+        batch, standard = sandbox.batch, sandbox.standard
+        rows = dict(service_rows(sandbox))
+        assert rows["batch-settlement merchant"] == batch.url
+        assert rows["batch-settlement facilitator"] == batch.facilitator_url
+        assert {batch.url.removeprefix("http://"), batch.facilitator_url[7:]} <= set(sandbox.hosts)
+        payer = Account.from_key(standard.payer_key)
+        scheme = BatchSettlementEvmScheme(
+            EthAccountSignerWithRPC(payer, rpc_url=standard.rpc_url),
+            BatchSettlementEvmSchemeOptions(rpc_url=standard.rpc_url),
+        )
+        client = x402Client().register(standard.network, scheme)
+        client.set_spend_controls({"allowed_assets": True})
+        async with httpx.AsyncClient(transport=x402_httpx_transport(client), timeout=60) as http:
+            response = await http.get(batch.merchant.resource_url("/stream"))
+        assert response.status_code == 200
+        required = batch.merchant.requirements("/stream")
+        assert required["asset"] == standard.token
+        assert required["extra"]["receiverAuthorizer"] == batch.facilitator.authorizer_address
+        before = await standard.token_balance(batch.pay_to)
+        assert (await batch.merchant.claim_and_settle())["amount"] == required["amount"]
+        assert await standard.token_balance(batch.pay_to) == before + int(required["amount"])
