@@ -348,24 +348,6 @@ async def _verify(
     return verdict
 
 
-def _payment(requirements: dict[str, Any], payload: dict[str, Any]) -> dict[str, Any]:
-    return {"x402Version": 2, "accepted": requirements, "payload": payload}
-
-
-async def _verify(
-    http: httpx.AsyncClient, rail: Rail, requirements: dict[str, Any], payload: dict[str, Any]
-) -> dict[str, Any]:
-    body = {
-        "x402Version": 2,
-        "paymentPayload": _payment(requirements, payload),
-        "paymentRequirements": requirements,
-    }
-    response = await http.post(rail.part.facilitator_url + "/verify", json=body)
-    verdict: dict[str, Any] = response.json()
-    assert verdict["isValid"] is False
-    return verdict
-
-
 async def test_the_sandbox_runs_a_batch_settlement_merchant_its_payer_can_pay() -> None:
     from x402_eur_sandbox import Sandbox
     from x402_eur_sandbox.cli import service_rows

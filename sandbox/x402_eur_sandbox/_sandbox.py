@@ -15,7 +15,9 @@ server at `/mcp` when the `mcp` package is installed), and the merchant. `Sandbo
 puts them on fixed ports instead (see `PORT_LAYOUT`).
 `Sandbox(evm=True)` adds anvil chains 1 and 137 with EURQ/USDQ and the on-chain
 facilitator; `Sandbox(chain_a=True)` adds the chain-A ledger, its indexer and the bridge;
-`Sandbox(svm=True)` a Solana chain (`solana`) and the standard merchant's Solana routes.
+`Sandbox(svm=True)` a Solana chain (`solana`) and the standard merchant's Solana routes;
+`Sandbox(batch_settlement=True)` a `batch-settlement` merchant and its facilitator on the
+standard merchant's chain and token (`batch`).
 Those parts plug in as `SandboxPart`s.
 """
 
@@ -87,6 +89,7 @@ class Sandbox:
         port: int | None = None,
         standard: bool = False,
         svm: bool = False,
+        batch_settlement: bool = False,
     ) -> None:
         if port is not None and not 1 <= port <= 65535 - max(PORT_LAYOUT.values()):
             raise ValueError(f"port must be between 1 and {65535 - max(PORT_LAYOUT.values())}")
@@ -128,8 +131,20 @@ class Sandbox:
         )
         self.parts: list[SandboxPart] = list(parts or [])
         self._optional_parts(
-            evm=evm, chain_a=chain_a, bridge_delay=bridge_delay, standard=standard, svm=svm
+            evm=evm,
+            chain_a=chain_a,
+            bridge_delay=bridge_delay,
+            standard=standard or batch_settlement,
+            svm=svm,
         )
+        #: The `batch-settlement` merchant and facilitator (`batch_settlement=True`, which
+        #: implies `standard=True`): a `BatchSettlement` on the standard merchant's chain.
+        self.batch: Any = None
+        if batch_settlement:
+            from ._batch_merchant import BatchSettlement
+
+            self.batch = BatchSettlement()
+            self.parts.append(self.batch)
         self._started: list[Any] = []
 
     def _optional_parts(
@@ -249,6 +264,8 @@ class Sandbox:
             urls.append(self.evm.facilitator_url)
         if self.standard is not None:
             urls.append(self.standard.url)
+        if self.batch is not None:
+            urls += [self.batch.url, self.batch.facilitator_url]
         if self.solana is not None:
             urls.append(self.solana.rpc_url)
             urls.append(self.standard.solana.facilitator_url)

@@ -108,6 +108,10 @@ def service_rows(sandbox: Sandbox) -> list[tuple[str, str]]:
         if mcp_available():
             rows.append(("paid tool server (MCP)", sandbox.paid_tool_server_url))
             rows += price_rows("its tools", sandbox.standard.tools.prices, "sEURC")
+    if sandbox.batch is not None:
+        rows.append(("batch-settlement merchant", sandbox.batch.url))
+        rows += price_rows("its resources", sandbox.batch.merchant.prices, "sEURC")
+        rows.append(("batch-settlement facilitator", sandbox.batch.facilitator_url))
     if sandbox.solana is not None:
         solana = sandbox.standard.solana
         rows += [
@@ -257,6 +261,7 @@ def _sandbox_of(args: argparse.Namespace) -> Sandbox:
         port=args.port,
         standard=args.evm,
         svm=args.svm,
+        batch_settlement=args.evm,
     )
 
 
