@@ -55,6 +55,7 @@ from ._batch_wire import (
     call_data,
     channel_id,
     code,
+    parse_bytes32,
     parse_uint,
     recover_voucher,
     sign_claim_batch,
@@ -329,7 +330,7 @@ class BatchFacilitator:
             try:
                 after = parse_uint(erc3009.get("validAfter"), 2**256)
                 before = parse_uint(erc3009.get("validBefore"), 2**256)
-                salt = int(str(erc3009.get("salt")), 16)
+                salt = int.from_bytes(parse_bytes32(erc3009.get("salt")), "big")
                 signature = bytes.fromhex(str(erc3009.get("signature")).removeprefix("0x"))
             except (ValueError, AttributeError):
                 raise Refusal("deposit_payload", payer, snapshot) from None

@@ -29,6 +29,7 @@ __all__ = [
     "call_data",
     "channel_id",
     "code",
+    "parse_bytes32",
     "parse_uint",
     "recover_voucher",
     "sign_claim_batch",
@@ -101,7 +102,8 @@ def _address(value: object) -> str:
     return str(to_checksum_address(value))
 
 
-def _bytes32(value: object) -> bytes:
+def parse_bytes32(value: object) -> bytes:
+    """0x and 64 hex digits, as 32 bytes; `ValueError` otherwise."""
     if not isinstance(value, str) or not _BYTES32.match(value):
         raise ValueError("a bytes32 is 0x and 64 hex digits")
     return bytes.fromhex(value[2:])
@@ -140,7 +142,7 @@ class ChannelConfig:
             receiver_authorizer=_address(data.get("receiverAuthorizer")),
             token=_address(data.get("token")),
             withdraw_delay=delay,
-            salt=_bytes32(data.get("salt")),
+            salt=parse_bytes32(data.get("salt")),
         )
 
     def to_wire(self) -> dict[str, Any]:
@@ -179,7 +181,7 @@ class Voucher:
         if not isinstance(data, Mapping):
             raise ValueError("voucher must be an object")
         return cls(
-            channel_id="0x" + _bytes32(data.get("channelId")).hex(),
+            channel_id="0x" + parse_bytes32(data.get("channelId")).hex(),
             max_claimable=parse_uint(data.get("maxClaimableAmount")),
             signature=_signature(data.get("signature")),
         )
