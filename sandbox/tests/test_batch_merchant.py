@@ -2,8 +2,8 @@
 own Python client (`x402.mechanisms.evm.batch_settlement.client`) on a real anvil chain:
 one deposit then vouchers with exact cumulative amounts, a claim and settlement of exactly
 what was charged, a cooperative refund of exactly the rest, the corrective 402 of a
-merchant that lost its records, a busy channel, a lying merchant, and the facilitator's
-refusals."""
+merchant that lost its records, a busy channel, a lying merchant, the facilitator's
+refusals; and the same merchant with the foundation's own facilitator."""
 
 from __future__ import annotations
 
@@ -18,6 +18,10 @@ import httpx
 import pytest
 from eth_account import Account
 from eth_account.signers.local import LocalAccount
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
 from x402 import x402Client
 from x402.http.clients import x402_httpx_transport
 from x402.mechanisms.evm.batch_settlement.client import (
@@ -28,9 +32,11 @@ from x402.mechanisms.evm.batch_settlement.client.voucher import sign_voucher
 from x402.mechanisms.evm.signers import EthAccountSigner, EthAccountSignerWithRPC
 from x402.schemas import PaymentRequirements
 
-from x402_eur_sandbox._anvil import AnvilNode, token_balance
+from x402_eur_sandbox._anvil import ANVIL_DEV_KEYS, AnvilNode, token_balance
+from x402_eur_sandbox._batch_escrow import channel_state, install_batch_settlement, refund_nonce
 from x402_eur_sandbox._batch_merchant import BatchMerchant, BatchSettlement
 from x402_eur_sandbox._merchant import Price
+from x402_eur_sandbox._server import ServedApp
 from x402_eur_sandbox._standard import (
     _OWNER_KEY,
     _approve_without_gas,
@@ -94,8 +100,11 @@ class Rail:
     """The chain, the batch-settlement facilitator and merchant, a funded payer, and the
     foundation's client paying through a recording transport."""
 
-    def __init__(self, node: AnvilNode, token: str, part: BatchSettlement) -> None:
-        self.node, self.token, self.part = node, token, part
+    def __init__(
+        self, node: AnvilNode, token: str, merchant: BatchMerchant, facilitator_url: str
+    ) -> None:
+        self.node, self.token, self.merchant = node, token, merchant
+        self.facilitator_url = facilitator_url
         self.payer: LocalAccount = Account.create()
         self.recorder = Recorder()
         signer = EthAccountSignerWithRPC(self.payer, rpc_url=node.rpc_url)
@@ -110,11 +119,6 @@ class Rail:
         )
 
     @property
-    def merchant(self) -> BatchMerchant:
-        assert self.part.merchant is not None
-        return self.part.merchant
-
-    @property
     def url(self) -> str:
         return self.merchant.resource_url("/stream")
 
@@ -125,6 +129,12 @@ class Rail:
         (channel,) = self.merchant.channels
         return channel
 
+    async def escrow(self) -> tuple[int, int, int]:
+        """The channel's balance, claimed total and refund nonce, read from the escrow."""
+        channel = bytes.fromhex(self.channel()[2:])
+        balance, claimed = await channel_state(self.node.rpc_url, channel)
+        return balance, claimed, await refund_nonce(self.node.rpc_url, channel)
+
 
 @pytest.fixture
 async def rail(request: pytest.FixtureRequest) -> AsyncIterator[Rail]:
@@ -134,7 +144,8 @@ async def rail(request: pytest.FixtureRequest) -> AsyncIterator[Rail]:
         async with BatchSettlement(
             rpc_url=node.rpc_url, chain_id=CHAIN_ID, token=token, prices=PRICES, **options
         ) as part:
-            rail = Rail(node, token, part)
+            assert part.merchant is not None
+            rail = Rail(node, token, part.merchant, part.facilitator_url)
             await _mint(node.rpc_url, token, _OWNER_KEY, rail.payer.address, FUNDING)
             try:
                 yield rail
@@ -167,9 +178,7 @@ async def test_a_stream_is_one_deposit_then_vouchers_and_settles_exactly_what_wa
     assert settled["channels"] == [rail.channel()]
     assert settled["amount"] == str(4 * charged)
     assert await rail.balance(rail.merchant.pay_to) == 4 * charged
-    assert rail.part.facilitator is not None
-    snapshot = await rail.part.facilitator.snapshot(rail.channel())
-    assert (snapshot.balance, snapshot.total_claimed) == (DEPOSIT, 4 * charged)
+    assert await rail.escrow() == (DEPOSIT, 4 * charged, 0)
     # Nothing new to claim: the admin route settles nothing more.
     async with httpx.AsyncClient() as plain:
         again = await plain.post(rail.merchant.url + "/admin/claim-and-settle")
@@ -213,11 +222,8 @@ async def test_a_cooperative_refund_returns_exactly_the_unspent_deposit(rail: Ra
     assert settle.success
     assert settle.amount == str(DEPOSIT - 3 * PRICE)
     assert await rail.balance(rail.payer.address) == FUNDING - 3 * PRICE
-    assert rail.part.facilitator is not None
-    snapshot = await rail.part.facilitator.snapshot(rail.channel())
     # The refund claimed the outstanding vouchers in the same transaction.
-    assert (snapshot.balance, snapshot.total_claimed) == (3 * PRICE, 3 * PRICE)
-    assert snapshot.refund_nonce == 1
+    assert await rail.escrow() == (3 * PRICE, 3 * PRICE, 1)
     settled = await rail.merchant.claim_and_settle()
     assert settled["amount"] == str(3 * PRICE)
     assert await rail.balance(rail.merchant.pay_to) == 3 * PRICE
@@ -330,6 +336,97 @@ async def test_the_facilitator_refuses_bad_vouchers_with_the_scheme_codes(rail: 
     assert rail.merchant.channels[channel.lower()].charged == PRICE
 
 
+def foundation_facilitator(rpc_url: str, relayer_key: str, authorizer_key: str) -> Starlette:
+    """The x402 foundation's own batch-settlement facilitator behind `/supported`,
+    `/verify` and `/settle`, as its example serves it."""
+    from x402 import x402Facilitator
+    from x402.mechanisms.evm.batch_settlement.authorizer_signer import LocalAuthorizerSigner
+    from x402.mechanisms.evm.batch_settlement.facilitator import BatchSettlementEvmFacilitator
+    from x402.mechanisms.evm.signers import FacilitatorWeb3Signer
+    from x402.schemas import PaymentPayload
+
+    scheme = BatchSettlementEvmFacilitator(
+        FacilitatorWeb3Signer(private_key=relayer_key, rpc_url=rpc_url),
+        LocalAuthorizerSigner(authorizer_key),
+    )
+    facilitator = x402Facilitator()
+    facilitator.register([NETWORK], scheme)
+
+    def parsed(body: dict[str, Any]) -> tuple[PaymentPayload, PaymentRequirements]:
+        return (
+            PaymentPayload.model_validate(body["paymentPayload"]),
+            PaymentRequirements.model_validate(body["paymentRequirements"]),
+        )
+
+    async def supported(request: Request) -> Response:
+        return JSONResponse(facilitator.get_supported().model_dump(by_alias=True))
+
+    async def verify(request: Request) -> Response:
+        answer = await facilitator.verify(*parsed(await request.json()))
+        return JSONResponse(answer.model_dump(by_alias=True, exclude_none=True))
+
+    async def settle(request: Request) -> Response:
+        answer = await facilitator.settle(*parsed(await request.json()))
+        return JSONResponse(answer.model_dump(by_alias=True, exclude_none=True))
+
+    return Starlette(
+        routes=[
+            Route("/supported", supported),
+            Route("/verify", verify, methods=["POST"]),
+            Route("/settle", settle, methods=["POST"]),
+        ]
+    )
+
+
+@pytest.fixture
+async def foundation_rail() -> AsyncIterator[Rail]:
+    """The sandbox's merchant with the x402 foundation's own facilitator."""
+    async with AnvilNode(CHAIN_ID) as node:
+        token = await deploy_eip3009_token(node.rpc_url, _OWNER_KEY)
+        await install_batch_settlement(node.rpc_url, ANVIL_DEV_KEYS[2])
+        authorizer = "0x" + bytes(Account.create().key).hex()
+        app = foundation_facilitator(node.rpc_url, ANVIL_DEV_KEYS[2], authorizer)
+        served = await ServedApp(app, "foundation-facilitator").start()
+        merchant = BatchMerchant(
+            facilitator_url=served.url,
+            token=token,
+            pay_to=Account.create().address,
+            chain_id=CHAIN_ID,
+            prices=PRICES,
+        )
+        try:
+            async with merchant:
+                rail = Rail(node, token, merchant, served.url)
+                await _mint(node.rpc_url, token, _OWNER_KEY, rail.payer.address, FUNDING)
+                try:
+                    yield rail
+                finally:
+                    await rail.http.aclose()
+        finally:
+            await served.stop()
+
+
+async def test_the_merchant_works_with_the_foundations_own_facilitator(
+    foundation_rail: Rail,
+) -> None:
+    rail = foundation_rail
+    async with httpx.AsyncClient() as plain:
+        supported = (await plain.get(rail.facilitator_url + "/supported")).json()
+    (kind,) = supported["kinds"]
+    assert rail.merchant.receiver_authorizer == kind["extra"]["receiverAuthorizer"]
+    for _ in range(3):
+        assert (await rail.http.get(rail.url)).status_code == 200
+    assert [p["type"] for p in rail.recorder.payloads()] == ["deposit", "voucher", "voucher"]
+    # Its settlement's `amount` is best effort: the receiver's balance is the truth.
+    assert (await rail.merchant.claim_and_settle())["channels"] == [rail.channel()]
+    assert await rail.balance(rail.merchant.pay_to) == 3 * PRICE
+    assert (await rail.http.get(rail.url)).status_code == 200
+    settle = await anyio.to_thread.run_sync(rail.scheme.refund, rail.url)
+    assert settle.success and settle.amount == str(DEPOSIT - 4 * PRICE)
+    assert await rail.escrow() == (4 * PRICE, 4 * PRICE, 1)
+    assert await rail.balance(rail.payer.address) == FUNDING - 4 * PRICE
+
+
 def _payment(requirements: dict[str, Any], payload: dict[str, Any]) -> dict[str, Any]:
     return {"x402Version": 2, "accepted": requirements, "payload": payload}
 
@@ -342,7 +439,7 @@ async def _verify(
         "paymentPayload": _payment(requirements, payload),
         "paymentRequirements": requirements,
     }
-    response = await http.post(rail.part.facilitator_url + "/verify", json=body)
+    response = await http.post(rail.facilitator_url + "/verify", json=body)
     verdict: dict[str, Any] = response.json()
     assert verdict["isValid"] is False
     return verdict

@@ -375,6 +375,11 @@ class BatchMerchant:
     ) -> Answer:
         """Claim what is charged and not claimed, and refund the rest, in one transaction."""
         payload = dict(payment["payload"])
+        remainder = record.balance - max(record.charged, record.total_claimed)
+        if remainder <= 0:
+            raise _Refused(code("refund_no_balance"), record.config.payer)
+        # A full refund names its amount for the facilitator: all that is not charged.
+        payload.setdefault("amount", str(remainder))
         payload["refundNonce"] = str(record.refund_nonce)
         if record.charged > record.total_claimed:
             claim = Claim(record.config, voucher.max_claimable, voucher.signature, record.charged)
