@@ -3,7 +3,8 @@ own Python client (`x402.mechanisms.evm.batch_settlement.client`) on a real anvi
 one deposit then vouchers with exact cumulative amounts, a claim and settlement of exactly
 what was charged, a cooperative refund of exactly the rest, the corrective 402 of a
 merchant that lost its records, a busy channel, a lying merchant, the facilitator's
-refusals; and the same merchant with the foundation's own facilitator."""
+refusals; and the merchant with the foundation's own facilitator, and the foundation's
+own merchant with the facilitator."""
 
 from __future__ import annotations
 
@@ -471,3 +472,93 @@ async def test_the_sandbox_runs_a_batch_settlement_merchant_its_payer_can_pay() 
         before = await standard.token_balance(batch.pay_to)
         assert (await batch.merchant.claim_and_settle())["amount"] == required["amount"]
         assert await standard.token_balance(batch.pay_to) == before + int(required["amount"])
+
+
+async def test_the_foundations_own_merchant_is_served_by_the_facilitator() -> None:
+    from starlette.middleware import Middleware
+    from starlette.middleware.base import BaseHTTPMiddleware
+    from x402 import AssetAmount, x402ResourceServer
+    from x402.http import FacilitatorConfig, HTTPFacilitatorClient, x402HTTPResourceServer
+    from x402.http.middleware.fastapi import payment_middleware
+    from x402.http.types import PaymentOption, RouteConfig
+    from x402.mechanisms.evm.batch_settlement import server as foundation
+
+    from x402_eur_sandbox._batch_facilitator import BatchFacilitator
+    from x402_eur_sandbox._standard import TOKEN_NAME, TOKEN_VERSION
+
+    async with AnvilNode(CHAIN_ID) as node:
+        token = await deploy_eip3009_token(node.rpc_url, _OWNER_KEY)
+        await install_batch_settlement(node.rpc_url, ANVIL_DEV_KEYS[2])
+        ours = BatchFacilitator(
+            rpc_url=node.rpc_url,
+            chain_id=CHAIN_ID,
+            relayer_key=ANVIL_DEV_KEYS[2],
+            authorizer_key="0x" + bytes(Account.create().key).hex(),
+        )
+        pay_to = Account.create().address
+        async with ours, HTTPFacilitatorClient(FacilitatorConfig(url=ours.url)) as client:
+            scheme = foundation.BatchSettlementEvmScheme(
+                pay_to, foundation.BatchSettlementEvmSchemeServerConfig()
+            )
+            server = x402ResourceServer(client)
+            # The package's own scheme mistypes `payment_flows` for its protocol.
+            server.register(NETWORK, scheme)  # type: ignore[arg-type]
+            price = AssetAmount(
+                amount=str(PRICE), asset=token, extra={"name": TOKEN_NAME, "version": TOKEN_VERSION}
+            )
+            option = PaymentOption(
+                scheme="batch-settlement", pay_to=pay_to, price=price, network=NETWORK
+            )
+            routes = {"GET /stream": RouteConfig(accepts=option, mime_type="application/json")}
+
+            def middleware() -> Any:
+                # Blocking (it reads /supported with a sync client): run in a thread.
+                x402HTTPResourceServer(server, routes).initialize()
+                return payment_middleware(routes, server, sync_facilitator_on_start=False)
+
+            async def stream(request: Request) -> Response:
+                return JSONResponse({"paid": True})
+
+            app = Starlette(
+                routes=[Route("/stream", stream)],
+                middleware=[
+                    Middleware(
+                        BaseHTTPMiddleware, dispatch=await anyio.to_thread.run_sync(middleware)
+                    )
+                ],
+            )
+            served = await ServedApp(app, "foundation-merchant").start()
+            manager = foundation.BatchSettlementChannelManager(
+                foundation.ChannelManagerConfig(
+                    scheme=scheme,
+                    facilitator=client,
+                    receiver=pay_to,
+                    token=token,
+                    network=NETWORK,
+                )
+            )
+            try:
+                await _foundation_merchant_flow(node, token, served.url, manager)
+            finally:
+                await served.stop()
+        assert await token_balance(node.rpc_url, token, pay_to) == 3 * PRICE
+
+
+async def _foundation_merchant_flow(node: AnvilNode, token: str, url: str, manager: Any) -> None:
+    """Three paid requests, the merchant's claim and settlement, then a cooperative refund,
+    at the foundation's merchant."""
+    payer: LocalAccount = Account.create()
+    await _mint(node.rpc_url, token, _OWNER_KEY, payer.address, FUNDING)
+    scheme = BatchSettlementEvmScheme(
+        EthAccountSignerWithRPC(payer, rpc_url=node.rpc_url),
+        BatchSettlementEvmSchemeOptions(rpc_url=node.rpc_url),
+    )
+    client = x402Client().register(NETWORK, scheme)
+    client.set_spend_controls({"allowed_assets": True})
+    async with httpx.AsyncClient(transport=x402_httpx_transport(client), timeout=60) as http:
+        for _ in range(3):
+            assert (await http.get(url + "/stream")).status_code == 200
+    await manager.claim_and_settle()
+    settle = await anyio.to_thread.run_sync(scheme.refund, url + "/stream")
+    assert settle.success
+    assert await token_balance(node.rpc_url, token, payer.address) == FUNDING - 3 * PRICE
