@@ -1,0 +1,633 @@
+"""The x402 `batch-settlement` scheme on EVM, the payer's side of it: pure, no I/O.
+
+A payment channel: the payer deposits once into the x402 escrow (the merchant's facilitator
+relays the deposit and pays its gas), then signs one cumulative EIP-712 voucher per request,
+`Voucher(channelId, maxClaimableAmount)`; the merchant claims and settles many vouchers in
+batches; the unspent deposit comes back by a cooperative refund or the payer's timed
+withdrawal. This module holds what the rail needs and can decide without the network:
+
+- the channel's identity (`ChannelConfig`, `channel_id`: an EIP-712 digest under the escrow's
+  domain, so bound to one chain and one escrow), read from a 402 entry (`parse_terms`,
+  `channel_config`);
+- what is signed (vouchers, and the deposit's ERC-3009 `ReceiveWithAuthorization` or Permit2
+  `PermitWitnessTransferFrom`) and the payloads that carry it (`deposit_payload`,
+  `voucher_payload`, `refund_payload`);
+- what the payer checks of the merchant's answers before it signs again
+  (`check_acknowledgement`, `corrective_baseline`): never above what it signed;
+- the escrow calls a payer makes or reads (`channels_call`, `initiate_withdraw_call`, ...),
+  as calldata and decoders.
+
+Addresses are the escrow's and collectors' canonical CREATE2 addresses, the same on every
+chain (a 402 names none of them). Amounts are ints of the token's atomic units; the voucher's
+amount is a `uint128`, as in the escrow's `VOUCHER_TYPEHASH`.
+
+Hashing and signing need the `evm` extra (eth-account and its Keccak); they are imported on
+first use, so importing this module stays free of them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import re
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, Literal, cast
+
+if TYPE_CHECKING:
+    from eth_account.signers.local import LocalAccount
+    from eth_typing import Hash32
+
+__all__ = [
+    "BUSY_ERROR",
+    "CORRECTIVE_ERRORS",
+    "ERC3009_COLLECTOR",
+    "ESCROW",
+    "MAX_WITHDRAW_DELAY",
+    "MIN_WITHDRAW_DELAY",
+    "PERMIT2",
+    "PERMIT2_COLLECTOR",
+    "RESYNC_ERRORS",
+    "SCHEME",
+    "BatchTerms",
+    "ChannelClaimRefused",
+    "ChannelConfig",
+    "ChannelState",
+    "VoucherState",
+    "channel_config",
+    "parse_channel_state",
+    "parse_terms",
+    "parse_voucher_state",
+    "sign_voucher",
+    "voucher_digest",
+    "voucher_signer",
+    "voucher_typed_data",
+    "voucher_wire",
+]
+
+SCHEME = "batch-settlement"
+#: The x402 batch-settlement escrow (`x402BatchSettlement`), the verifying contract of every
+#: voucher and channel id.
+ESCROW = "0x4020074e9dF2ce1deE5A9C1b5c3f541D02a10003"
+#: The deposit collectors: the `to` of an ERC-3009 deposit, the spender of a Permit2 one.
+ERC3009_COLLECTOR = "0x4020806089470a89826cB9fB1f4059150b550004"
+PERMIT2_COLLECTOR = "0x4020425FAf3B746C082C2f942b4E5159887B0005"
+#: Uniswap's Permit2.
+PERMIT2 = "0x000000000022D473030F116dDEE9F6B43aC78BA3"
+#: The escrow's bounds of a channel's withdraw delay, in seconds (15 minutes, 30 days).
+MIN_WITHDRAW_DELAY = 900
+MAX_WITHDRAW_DELAY = 2_592_000
+
+_PREFIX = "invalid_batch_settlement_evm_"
+#: A 402 that says the merchant's count of the channel differs from the voucher's: the payer
+#: resynchronises (`corrective_baseline`) and tries once more.
+CORRECTIVE_ERRORS: frozenset[str] = frozenset(
+    {_PREFIX + "cumulative_amount_mismatch", _PREFIX + "cumulative_below_claimed"}
+)
+#: Refusals after which the payer reads the channel on chain again before anything else: the
+#: merchant may have refunded the channel on its own initiative (and forgotten it).
+RESYNC_ERRORS: frozenset[str] = frozenset(
+    {_PREFIX + "cumulative_exceeds_balance", _PREFIX + "channel_not_found"}
+)
+#: The merchant is serving another request of the channel: try again later, nothing signed
+#: was used.
+BUSY_ERROR = _PREFIX + "channel_busy"
+
+DOMAIN_NAME = "x402 Batch Settlement"
+DOMAIN_VERSION = "1"
+EIP712_DOMAIN_TYPE = (
+    "EIP712Domain(string name,string version,uint256 chainId,address verifyingContract)"
+)
+CHANNEL_CONFIG_TYPE = (
+    "ChannelConfig(address payer,address payerAuthorizer,address receiver,"
+    "address receiverAuthorizer,address token,uint40 withdrawDelay,bytes32 salt)"
+)
+VOUCHER_TYPE = "Voucher(bytes32 channelId,uint128 maxClaimableAmount)"
+RECEIVE_WITH_AUTHORIZATION_TYPE = (
+    "ReceiveWithAuthorization(address from,address to,uint256 value,"
+    "uint256 validAfter,uint256 validBefore,bytes32 nonce)"
+)
+PERMIT2_DEPOSIT_TYPE = (
+    "PermitWitnessTransferFrom(TokenPermissions permitted,address spender,uint256 nonce,"
+    "uint256 deadline,DepositWitness witness)"
+    "DepositWitness(bytes32 channelId)TokenPermissions(address token,uint256 amount)"
+)
+
+UINT128_LIMIT = 1 << 128
+UINT256_LIMIT = 1 << 256
+ZERO_ADDRESS = "0x" + "0" * 40
+#: The longest a deposit authorization may stay valid (the house's bound on any 402's
+#: `maxTimeoutSeconds`).
+MAX_TIMEOUT_SECONDS = 86_400
+
+_ADDRESS_RE = re.compile(r"\A0x[0-9a-fA-F]{40}\Z")
+_BYTES32_RE = re.compile(r"\A0x[0-9a-fA-F]{64}\Z")
+_DIGITS_RE = re.compile(r"\A(?:0|[1-9][0-9]{0,77})\Z")
+_NETWORK_RE = re.compile(r"\Aeip155:([1-9][0-9]{0,76})\Z")
+_SIGNATURE_RE = re.compile(r"\A0x[0-9a-fA-F]{130}\Z")
+#: secp256k1's group order: a signature whose s is above half of it is refused by the
+#: escrow (OpenZeppelin's ECDSA), so it is no voucher.
+_SECP256K1_N = 0xFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFEBAAEDCE6AF48A03BBFD25E8CD0364141
+
+
+class ChannelClaimRefused(ValueError):
+    """A merchant's account of a channel the payer will not build on: it claims more than
+    was signed, or contradicts itself. The payer stops signing on the channel."""
+
+
+# --- hashing and words -------------------------------------------------------------------
+
+
+@functools.cache
+def _keccak() -> Callable[[bytes], bytes]:
+    try:
+        from eth_hash.auto import keccak
+    except ImportError:  # pragma: no cover - the evm extra brings it
+        raise ImportError(
+            "batch-settlement needs the evm extra: pip install 'x402-eur[evm]'"
+        ) from None
+    return keccak
+
+
+def keccak256(data: bytes) -> bytes:
+    """Keccak-256 (Ethereum's, not SHA3-256)."""
+    return _keccak()(data)
+
+
+def _word(value: int) -> bytes:
+    return value.to_bytes(32, "big")
+
+
+def _address_word(address: str) -> bytes:
+    return bytes(12) + bytes.fromhex(address[2:])
+
+
+@functools.lru_cache(maxsize=512)
+def checksum(address: str) -> str:
+    """The EIP-55 form of a `0x` address (`ValueError` if it is not one)."""
+    if not _ADDRESS_RE.match(address):
+        raise ValueError(f"{address[:50]!r} is not a 0x address")
+    lower = address[2:].lower()
+    hashed = keccak256(lower.encode()).hex()
+    return "0x" + "".join(
+        char.upper() if char.isalpha() and int(hashed[i], 16) >= 8 else char
+        for i, char in enumerate(lower)
+    )
+
+
+@functools.cache
+def _type_hash(type_string: str) -> bytes:
+    return keccak256(type_string.encode())
+
+
+@functools.lru_cache(maxsize=64)
+def domain_separator(chain_id: int) -> bytes:
+    """The escrow's EIP-712 domain separator on `chain_id` (cached per chain)."""
+    return keccak256(
+        _type_hash(EIP712_DOMAIN_TYPE)
+        + keccak256(DOMAIN_NAME.encode())
+        + keccak256(DOMAIN_VERSION.encode())
+        + _word(chain_id)
+        + _address_word(ESCROW)
+    )
+
+
+def _domain(chain_id: int) -> dict[str, Any]:
+    return {
+        "name": DOMAIN_NAME,
+        "version": DOMAIN_VERSION,
+        "chainId": chain_id,
+        "verifyingContract": ESCROW,
+    }
+
+
+_DOMAIN_FIELDS = [
+    {"name": "name", "type": "string"},
+    {"name": "version", "type": "string"},
+    {"name": "chainId", "type": "uint256"},
+    {"name": "verifyingContract", "type": "address"},
+]
+
+
+# --- checking what comes from the wire ---------------------------------------------------
+
+
+def _address(value: object, name: str, *, zero: bool = False) -> str:
+    """`value` as an EIP-55 address; `ValueError` naming `name` if it is not one, or is the
+    zero address where `zero` is False."""
+    if not isinstance(value, str):
+        raise ValueError(f"{name} must be a 0x address string, not {type(value).__name__}")
+    if not _ADDRESS_RE.match(value):
+        raise ValueError(f"{name} {value[:50]!r} is not a 0x address (0x and 40 hex digits)")
+    if not zero and int(value, 16) == 0:
+        raise ValueError(f"{name} is the zero address")
+    return checksum(value)
+
+
+def _uint(value: object, name: str, limit: int = UINT128_LIMIT, *, text_only: bool = False) -> int:
+    """An unsigned integer below `limit`: a decimal string (or, unless `text_only`, a JSON
+    integer); `ValueError` naming `name` otherwise. A bool is no integer."""
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        raise ValueError(f"{name} must be a decimal string, not {type(value).__name__}")
+    if isinstance(value, int):
+        if text_only:
+            raise ValueError(f"{name} must be a decimal string, not a JSON number")
+        number = value
+    elif _DIGITS_RE.match(value):
+        number = int(value)
+    else:
+        raise ValueError(f"{name} {value[:40]!r} is not a plain decimal integer")
+    if not 0 <= number < limit:
+        bits = limit.bit_length() - 1
+        raise ValueError(f"{name} is out of range (a uint{bits})")
+    return number
+
+
+def _int(value: object, name: str, low: int, high: int) -> int:
+    """A JSON integer (not a bool, not a string) in [low, high]; `ValueError` naming `name`."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{name} must be an integer, not {type(value).__name__}")
+    if not low <= value <= high:
+        raise ValueError(f"{name} {value} is out of range [{low}, {high}]")
+    return value
+
+
+def _bytes32(value: object, name: str) -> str:
+    """`0x` + 64 hex digits, returned in lower case; `ValueError` naming `name`."""
+    if not isinstance(value, str) or not _BYTES32_RE.match(value):
+        raise ValueError(f"{name} must be 0x and 64 hex digits")
+    return value.lower()
+
+
+def _mapping(value: object, name: str) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{name} must be an object, not {type(value).__name__}")
+    return value
+
+
+# --- the channel -------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class ChannelConfig:
+    """A channel's immutable identity, as the escrow hashes it. Any change is another
+    channel. Addresses as given (`channel_config` and `from_wire` give EIP-55 forms);
+    `payer_authorizer` may be the zero address (the payer is a smart wallet that signs by
+    EIP-1271); `salt` is the payer's choice, `0x` + 64 hex digits, that tells channels of
+    equal terms apart."""
+
+    payer: str
+    payer_authorizer: str
+    receiver: str
+    receiver_authorizer: str
+    token: str
+    withdraw_delay: int
+    salt: str
+
+    def __post_init__(self) -> None:
+        for name in ("payer", "receiver", "receiver_authorizer", "token"):
+            _address(getattr(self, name), name)
+        _address(self.payer_authorizer, "payer_authorizer", zero=True)
+        _int(self.withdraw_delay, "withdraw_delay", MIN_WITHDRAW_DELAY, MAX_WITHDRAW_DELAY)
+        _bytes32(self.salt, "salt")
+
+    def to_wire(self) -> dict[str, Any]:
+        """The `channelConfig` of a payload: camelCase, EIP-55 addresses (the zero
+        `payerAuthorizer` as forty zeros), `withdrawDelay` a JSON integer."""
+        return {
+            "payer": checksum(self.payer),
+            "payerAuthorizer": checksum(self.payer_authorizer),
+            "receiver": checksum(self.receiver),
+            "receiverAuthorizer": checksum(self.receiver_authorizer),
+            "token": checksum(self.token),
+            "withdrawDelay": self.withdraw_delay,
+            "salt": self.salt.lower(),
+        }
+
+    @classmethod
+    def from_wire(cls, raw: object) -> ChannelConfig:
+        """Parse a `channelConfig` (a journal's, a payload's); `ValueError` naming the field."""
+        data = _mapping(raw, "channelConfig")
+        delay = data.get("withdrawDelay")
+        return cls(
+            payer=_address(data.get("payer"), "channelConfig.payer"),
+            payer_authorizer=_address(
+                data.get("payerAuthorizer"), "channelConfig.payerAuthorizer", zero=True
+            ),
+            receiver=_address(data.get("receiver"), "channelConfig.receiver"),
+            receiver_authorizer=_address(
+                data.get("receiverAuthorizer"), "channelConfig.receiverAuthorizer"
+            ),
+            token=_address(data.get("token"), "channelConfig.token"),
+            withdraw_delay=_int(
+                delay, "channelConfig.withdrawDelay", MIN_WITHDRAW_DELAY, MAX_WITHDRAW_DELAY
+            ),
+            salt=_bytes32(data.get("salt"), "channelConfig.salt"),
+        )
+
+    def channel_id(self, chain_id: int) -> str:
+        """The channel's id on `chain_id`: the EIP-712 digest of the config under the
+        escrow's domain, `0x` + 64 lower-case hex digits (what `getChannelId` returns)."""
+        return _channel_id(self, chain_id)
+
+    def words(self) -> bytes:
+        """The config ABI-encoded as the escrow's tuple: seven 32-byte words."""
+        return (
+            _address_word(self.payer)
+            + _address_word(self.payer_authorizer)
+            + _address_word(self.receiver)
+            + _address_word(self.receiver_authorizer)
+            + _address_word(self.token)
+            + _word(self.withdraw_delay)
+            + bytes.fromhex(self.salt[2:])
+        )
+
+
+@functools.lru_cache(maxsize=256)
+def _channel_id(config: ChannelConfig, chain_id: int) -> str:
+    _int(chain_id, "chain_id", 1, UINT256_LIMIT - 1)
+    struct_hash = keccak256(_type_hash(CHANNEL_CONFIG_TYPE) + config.words())
+    return "0x" + keccak256(b"\x19\x01" + domain_separator(chain_id) + struct_hash).hex()
+
+
+# --- the 402 -----------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class ChannelState:
+    """A merchant's account of a channel (`channelState` of a payment response or of a
+    corrective 402): the escrow's `balance` and `totalClaimed` as it last saw them, the
+    time a withdrawal was asked for (0: none), the refund nonce, and what it has charged
+    in all (`None` where it does not say)."""
+
+    channel_id: str
+    balance: int
+    total_claimed: int
+    withdraw_requested_at: int
+    refund_nonce: int
+    charged_cumulative: int | None
+
+
+@dataclasses.dataclass(frozen=True)
+class VoucherState:
+    """The last voucher a merchant holds of the channel (`voucherState`, corrective 402)."""
+
+    signed_max_claimable: int
+    signature: str
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchTerms:
+    """What one `batch-settlement` entry of a 402 says. Addresses EIP-55; amounts atomic.
+    `min_deposit` is the merchant's suggested deposit (a hint, `None` when absent or
+    unusable); `channel_state` and `voucher_state` come only in a corrective 402."""
+
+    network: str
+    chain_id: int
+    asset: str
+    pay_to: str
+    amount: int
+    max_timeout_seconds: int
+    receiver_authorizer: str
+    withdraw_delay: int
+    token_name: str
+    token_version: str
+    transfer_method: Literal["eip3009", "permit2"]
+    min_deposit: int | None
+    channel_state: ChannelState | None
+    voucher_state: VoucherState | None
+
+
+def parse_terms(accept: Mapping[str, Any]) -> BatchTerms:
+    """Read a `batch-settlement` accept entry; `ValueError` naming the first bad field.
+
+    Refused: another scheme; a network that is not `eip155:<chain id>`; an `amount` that is
+    not a decimal string of a uint128 above zero; a zero or malformed `asset`, `payTo` or
+    `extra.receiverAuthorizer`; a `maxTimeoutSeconds` that is not an integer in [1, 86400];
+    an `extra.withdrawDelay` that is not a JSON integer in [900, 2592000] (a bool is no
+    integer, a string no number: the escrow hashes the number, and a guess would make
+    another channel); an `extra.assetTransferMethod` other than `eip3009` (the default) and
+    `permit2`; an ERC-3009 entry without the token's EIP-712 `extra.name` and
+    `extra.version` (a Permit2 entry does not need them: Permit2 has its own domain);
+    a malformed `extra.channelState` or `extra.voucherState`.
+
+    `extra.minDeposit` is a hint (not in the scheme's spec; the foundation's servers send
+    it) that only sizes a deposit the payer decides and caps itself: one that is not a
+    decimal uint128 string, or is below `amount`, is ignored (`min_deposit=None`) rather
+    than refused, so that a merchant's bad hint costs the payer nothing and refuses nothing.
+    """
+    scheme = accept.get("scheme")
+    if scheme != SCHEME:
+        raise ValueError(f"scheme {str(scheme)[:40]!r} is not {SCHEME!r}")
+    network = accept.get("network")
+    found = _NETWORK_RE.match(network) if isinstance(network, str) else None
+    if found is None:
+        raise ValueError(f"network {str(network)[:40]!r} is not an eip155:<chain id> network")
+    amount = _uint(accept.get("amount"), "amount", text_only=True)
+    if amount == 0:
+        raise ValueError("amount must be greater than zero")
+    return BatchTerms(
+        network=str(network),
+        chain_id=int(found.group(1)),
+        asset=_address(accept.get("asset"), "asset"),
+        pay_to=_address(accept.get("payTo"), "payTo"),
+        amount=amount,
+        max_timeout_seconds=_int(
+            accept.get("maxTimeoutSeconds"), "maxTimeoutSeconds", 1, MAX_TIMEOUT_SECONDS
+        ),
+        **_extra_terms(_mapping(accept.get("extra"), "extra"), amount),
+    )
+
+
+def _extra_terms(extra: Mapping[str, Any], amount: int) -> dict[str, Any]:
+    """The `BatchTerms` fields an entry's `extra` gives (see `parse_terms`)."""
+    method = extra.get("assetTransferMethod", "eip3009")
+    if method not in ("eip3009", "permit2"):
+        raise ValueError(f"extra.assetTransferMethod {str(method)[:40]!r} is not supported")
+    name, version = _token_domain(extra, method)
+    channel_state, voucher_state = extra.get("channelState"), extra.get("voucherState")
+    return {
+        "receiver_authorizer": _address(
+            extra.get("receiverAuthorizer"), "extra.receiverAuthorizer"
+        ),
+        "withdraw_delay": _int(
+            extra.get("withdrawDelay"),
+            "extra.withdrawDelay",
+            MIN_WITHDRAW_DELAY,
+            MAX_WITHDRAW_DELAY,
+        ),
+        "token_name": name,
+        "token_version": version,
+        "transfer_method": method,
+        "min_deposit": _min_deposit(extra.get("minDeposit"), amount),
+        "channel_state": None
+        if channel_state is None
+        else parse_channel_state(channel_state, "extra.channelState"),
+        "voucher_state": None
+        if voucher_state is None
+        else parse_voucher_state(voucher_state, "extra.voucherState"),
+    }
+
+
+def _token_domain(extra: Mapping[str, Any], method: str) -> tuple[str, str]:
+    """The token's EIP-712 name and version: required for ERC-3009, optional for Permit2."""
+    name, version = extra.get("name"), extra.get("version")
+    if method == "permit2":
+        return (
+            name if isinstance(name, str) else "",
+            version if isinstance(version, str) else "",
+        )
+    for field, value in (("extra.name", name), ("extra.version", version)):
+        if not isinstance(value, str) or not value:
+            raise ValueError(f"{field} (the token's EIP-712 domain) is missing")
+        if len(value) > 100:
+            raise ValueError(f"{field} is implausibly long")
+    return str(name), str(version)
+
+
+def _min_deposit(value: object, amount: int) -> int | None:
+    """The merchant's deposit hint when usable (see `parse_terms`), else None."""
+    if not isinstance(value, str) or not _DIGITS_RE.match(value):
+        return None
+    hint = int(value)
+    return hint if amount <= hint < UINT128_LIMIT else None
+
+
+def parse_channel_state(raw: object, name: str = "channelState") -> ChannelState:
+    """Read a merchant's `channelState`; `ValueError` naming the field. `channelId`,
+    `balance` and `totalClaimed` are required; `withdrawRequestedAt` (a unix time) and
+    `refundNonce` default to 0, `chargedCumulativeAmount` to None. Amounts are decimal
+    strings (JSON integers are taken too)."""
+    data = _mapping(raw, name)
+    charged = data.get("chargedCumulativeAmount")
+    return ChannelState(
+        channel_id=_bytes32(data.get("channelId"), f"{name}.channelId"),
+        balance=_uint(data.get("balance"), f"{name}.balance"),
+        total_claimed=_uint(data.get("totalClaimed"), f"{name}.totalClaimed"),
+        withdraw_requested_at=_int(
+            data.get("withdrawRequestedAt", 0), f"{name}.withdrawRequestedAt", 0, (1 << 40) - 1
+        ),
+        refund_nonce=_uint(data.get("refundNonce", 0), f"{name}.refundNonce", UINT256_LIMIT),
+        charged_cumulative=None
+        if charged is None
+        else _uint(charged, f"{name}.chargedCumulativeAmount"),
+    )
+
+
+def parse_voucher_state(raw: object, name: str = "voucherState") -> VoucherState:
+    """Read a merchant's `voucherState`; `ValueError` naming the field. The signature is
+    only checked for shape (65 bytes of hex): whose it is, `voucher_signer` says."""
+    data = _mapping(raw, name)
+    signature = data.get("signature")
+    if not isinstance(signature, str) or not _SIGNATURE_RE.match(signature):
+        raise ValueError(f"{name}.signature must be 0x and 130 hex digits (65 bytes)")
+    return VoucherState(
+        signed_max_claimable=_uint(data.get("signedMaxClaimable"), f"{name}.signedMaxClaimable"),
+        signature=signature.lower(),
+    )
+
+
+def channel_config(
+    terms: BatchTerms, payer: str, salt: str, payer_authorizer: str | None = None
+) -> ChannelConfig:
+    """The channel a payer opens with a merchant on these terms: `payTo` receives,
+    `extra.receiverAuthorizer` authorizes, `asset` is the token, `extra.withdrawDelay` the
+    delay; `payer_authorizer` (the key that signs vouchers) defaults to the payer itself,
+    so an ordinary account's vouchers are checked by plain ECDSA."""
+    return ChannelConfig(
+        payer=_address(payer, "payer"),
+        payer_authorizer=_address(
+            payer if payer_authorizer is None else payer_authorizer, "payer_authorizer", zero=True
+        ),
+        receiver=terms.pay_to,
+        receiver_authorizer=terms.receiver_authorizer,
+        token=terms.asset,
+        withdraw_delay=terms.withdraw_delay,
+        salt=_bytes32(salt, "salt"),
+    )
+
+
+# --- vouchers ----------------------------------------------------------------------------
+
+
+def _voucher_fields(channel_id: str, max_claimable: int) -> bytes:
+    _bytes32(channel_id, "channel_id")
+    if isinstance(max_claimable, bool) or not isinstance(max_claimable, int):
+        raise ValueError("max_claimable must be an int")
+    if not 0 <= max_claimable < UINT128_LIMIT:
+        raise ValueError("max_claimable is out of range (a uint128)")
+    return bytes.fromhex(channel_id[2:]) + _word(max_claimable)
+
+
+def voucher_digest(channel_id: str, max_claimable: int, chain_id: int) -> bytes:
+    """The EIP-712 digest a voucher signs (what the escrow's `getVoucherDigest` returns)."""
+    struct_hash = keccak256(_type_hash(VOUCHER_TYPE) + _voucher_fields(channel_id, max_claimable))
+    return keccak256(b"\x19\x01" + domain_separator(chain_id) + struct_hash)
+
+
+def voucher_typed_data(channel_id: str, max_claimable: int, chain_id: int) -> dict[str, Any]:
+    """The voucher as a full EIP-712 document (eth-account's `full_message`)."""
+    _voucher_fields(channel_id, max_claimable)
+    return {
+        "types": {
+            "EIP712Domain": list(_DOMAIN_FIELDS),
+            "Voucher": [
+                {"name": "channelId", "type": "bytes32"},
+                {"name": "maxClaimableAmount", "type": "uint128"},
+            ],
+        },
+        "primaryType": "Voucher",
+        "domain": _domain(chain_id),
+        "message": {
+            "channelId": bytes.fromhex(channel_id[2:]),
+            "maxClaimableAmount": max_claimable,
+        },
+    }
+
+
+def _signature_hex(account: LocalAccount, digest: bytes) -> str:
+    signed = account.unsafe_sign_hash(cast("Hash32", digest))
+    return "0x" + bytes(signed.signature).hex()
+
+
+def sign_voucher(account: LocalAccount, channel_id: str, max_claimable: int, chain_id: int) -> str:
+    """The payer authorizer's signature of `Voucher(channel_id, max_claimable)`: `0x` + 130
+    hex digits, deterministic (RFC 6979), byte for byte eth-account's `sign_typed_data`."""
+    return _signature_hex(account, voucher_digest(channel_id, max_claimable, chain_id))
+
+
+def voucher_signer(
+    channel_id: str, max_claimable: int, chain_id: int, signature: str
+) -> str | None:
+    """The EIP-55 address whose key signed `Voucher(channel_id, max_claimable)` with
+    `signature`, or None when it is no valid ECDSA signature the escrow would accept
+    (malformed, v not 27/28 or 0/1, s in the upper half of the curve's order)."""
+    if not isinstance(signature, str) or not _SIGNATURE_RE.match(signature):
+        return None
+    raw = bytes.fromhex(signature[2:])
+    v = raw[64] - 27 if raw[64] >= 27 else raw[64]
+    s = int.from_bytes(raw[32:64], "big")
+    if v not in (0, 1) or not 0 < s <= _SECP256K1_N // 2:
+        return None
+    digest = voucher_digest(channel_id, max_claimable, chain_id)
+    from eth_keys.datatypes import Signature
+    from eth_keys.exceptions import BadSignature
+    from eth_utils.exceptions import ValidationError
+
+    try:
+        key = Signature(raw[:64] + bytes((v,))).recover_public_key_from_msg_hash(digest)
+    except (BadSignature, ValidationError):
+        return None
+    return checksum(str(key.to_checksum_address()))
+
+
+def voucher_wire(channel_id: str, max_claimable: int, signature: str) -> dict[str, Any]:
+    """A payload's `voucher`: the channel id, the cumulative ceiling as a decimal string,
+    the signature."""
+    _voucher_fields(channel_id, max_claimable)
+    if not _SIGNATURE_RE.match(signature):
+        raise ValueError("signature must be 0x and 130 hex digits (65 bytes)")
+    return {
+        "channelId": channel_id.lower(),
+        "maxClaimableAmount": str(max_claimable),
+        "signature": signature,
+    }
