@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 import re
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Literal, cast
@@ -48,17 +49,35 @@ __all__ = [
     "PERMIT2_COLLECTOR",
     "RESYNC_ERRORS",
     "SCHEME",
+    "Acknowledgement",
     "BatchTerms",
     "ChannelClaimRefused",
     "ChannelConfig",
     "ChannelState",
     "VoucherState",
     "channel_config",
+    "channels_call",
+    "check_acknowledgement",
+    "corrective_baseline",
+    "decode_channels",
+    "decode_pending_withdrawal",
+    "decode_uint",
+    "deposit_authorization",
+    "deposit_payload",
+    "erc3009_deposit_nonce",
+    "erc3009_deposit_typed_data",
+    "finalize_withdraw_call",
+    "initiate_withdraw_call",
     "parse_channel_state",
     "parse_terms",
     "parse_voucher_state",
+    "pending_withdrawal_call",
+    "permit2_deposit_typed_data",
+    "refund_nonce_call",
+    "refund_payload",
     "sign_voucher",
     "voucher_digest",
+    "voucher_payload",
     "voucher_signer",
     "voucher_typed_data",
     "voucher_wire",
@@ -106,6 +125,9 @@ RECEIVE_WITH_AUTHORIZATION_TYPE = (
     "ReceiveWithAuthorization(address from,address to,uint256 value,"
     "uint256 validAfter,uint256 validBefore,bytes32 nonce)"
 )
+PERMIT2_DOMAIN_TYPE = "EIP712Domain(string name,uint256 chainId,address verifyingContract)"
+_PERMITTED_TYPE = "TokenPermissions(address token,uint256 amount)"
+_DEPOSIT_WITNESS_TYPE = "DepositWitness(bytes32 channelId)"
 PERMIT2_DEPOSIT_TYPE = (
     "PermitWitnessTransferFrom(TokenPermissions permitted,address spender,uint256 nonce,"
     "uint256 deadline,DepositWitness witness)"
@@ -631,3 +653,570 @@ def voucher_wire(channel_id: str, max_claimable: int, signature: str) -> dict[st
         "maxClaimableAmount": str(max_claimable),
         "signature": signature,
     }
+
+
+# --- deposits ----------------------------------------------------------------------------
+
+
+def _deposit_amount(amount: int) -> int:
+    if isinstance(amount, bool) or not isinstance(amount, int):
+        raise ValueError("a deposit's amount must be an int")
+    if not 0 < amount < UINT128_LIMIT:
+        raise ValueError("a deposit's amount must be above zero and a uint128")
+    return amount
+
+
+def _uint256(value: int, name: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < UINT256_LIMIT:
+        raise ValueError(f"{name} must be an int in uint256 range")
+    return value
+
+
+def erc3009_deposit_nonce(channel_id: str, salt: int) -> str:
+    """The ERC-3009 nonce of a deposit, `keccak256(abi.encode(bytes32 channelId, uint256
+    salt))`: what binds the authorization to one channel (the collector recomputes it)."""
+    channel = bytes.fromhex(_bytes32(channel_id, "channel_id")[2:])
+    return "0x" + keccak256(channel + _word(_uint256(salt, "salt"))).hex()
+
+
+@functools.lru_cache(maxsize=64)
+def _token_domain_separator(name: str, version: str, chain_id: int, token: str) -> bytes:
+    return keccak256(
+        _type_hash(EIP712_DOMAIN_TYPE)
+        + keccak256(name.encode())
+        + keccak256(version.encode())
+        + _word(chain_id)
+        + _address_word(token)
+    )
+
+
+def erc3009_deposit_typed_data(
+    terms: BatchTerms, payer: str, amount: int, valid_before: int, salt: int, channel_id: str
+) -> dict[str, Any]:
+    """The ERC-3009 `ReceiveWithAuthorization` of a deposit, as a full EIP-712 document on
+    the token's domain: from the payer to the ERC-3009 collector, `validAfter` 0, the nonce
+    `erc3009_deposit_nonce(channel_id, salt)`."""
+    nonce = erc3009_deposit_nonce(channel_id, salt)
+    return {
+        "types": {
+            "EIP712Domain": list(_DOMAIN_FIELDS),
+            "ReceiveWithAuthorization": [
+                {"name": "from", "type": "address"},
+                {"name": "to", "type": "address"},
+                {"name": "value", "type": "uint256"},
+                {"name": "validAfter", "type": "uint256"},
+                {"name": "validBefore", "type": "uint256"},
+                {"name": "nonce", "type": "bytes32"},
+            ],
+        },
+        "primaryType": "ReceiveWithAuthorization",
+        "domain": {
+            "name": terms.token_name,
+            "version": terms.token_version,
+            "chainId": terms.chain_id,
+            "verifyingContract": terms.asset,
+        },
+        "message": {
+            "from": _address(payer, "payer"),
+            "to": ERC3009_COLLECTOR,
+            "value": _deposit_amount(amount),
+            "validAfter": 0,
+            "validBefore": _uint256(valid_before, "valid_before"),
+            "nonce": bytes.fromhex(nonce[2:]),
+        },
+    }
+
+
+def _erc3009_digest(document: Mapping[str, Any]) -> bytes:
+    domain, message = document["domain"], document["message"]
+    separator = _token_domain_separator(
+        domain["name"], domain["version"], domain["chainId"], domain["verifyingContract"]
+    )
+    struct_hash = keccak256(
+        _type_hash(RECEIVE_WITH_AUTHORIZATION_TYPE)
+        + _address_word(message["from"])
+        + _address_word(message["to"])
+        + _word(message["value"])
+        + _word(message["validAfter"])
+        + _word(message["validBefore"])
+        + message["nonce"]
+    )
+    return keccak256(b"\x19\x01" + separator + struct_hash)
+
+
+def permit2_deposit_typed_data(
+    terms: BatchTerms, payer: str, amount: int, nonce: int, deadline: int, channel_id: str
+) -> dict[str, Any]:
+    """The Permit2 `PermitWitnessTransferFrom` of a deposit, as a full EIP-712 document on
+    Permit2's domain: exactly `amount` of the token, spent by the Permit2 collector, the
+    witness binding it to `channel_id`. (`payer` signs it; Permit2's message names no
+    owner.)"""
+    _address(payer, "payer")
+    return {
+        "types": {
+            "EIP712Domain": [
+                {"name": "name", "type": "string"},
+                {"name": "chainId", "type": "uint256"},
+                {"name": "verifyingContract", "type": "address"},
+            ],
+            "PermitWitnessTransferFrom": [
+                {"name": "permitted", "type": "TokenPermissions"},
+                {"name": "spender", "type": "address"},
+                {"name": "nonce", "type": "uint256"},
+                {"name": "deadline", "type": "uint256"},
+                {"name": "witness", "type": "DepositWitness"},
+            ],
+            "TokenPermissions": [
+                {"name": "token", "type": "address"},
+                {"name": "amount", "type": "uint256"},
+            ],
+            "DepositWitness": [{"name": "channelId", "type": "bytes32"}],
+        },
+        "primaryType": "PermitWitnessTransferFrom",
+        "domain": {"name": "Permit2", "chainId": terms.chain_id, "verifyingContract": PERMIT2},
+        "message": {
+            "permitted": {"token": terms.asset, "amount": _deposit_amount(amount)},
+            "spender": PERMIT2_COLLECTOR,
+            "nonce": _uint256(nonce, "nonce"),
+            "deadline": _uint256(deadline, "deadline"),
+            "witness": {"channelId": bytes.fromhex(_bytes32(channel_id, "channel_id")[2:])},
+        },
+    }
+
+
+def _permit2_digest(document: Mapping[str, Any]) -> bytes:
+    domain, message = document["domain"], document["message"]
+    separator = keccak256(
+        _type_hash(PERMIT2_DOMAIN_TYPE)
+        + keccak256(b"Permit2")
+        + _word(domain["chainId"])
+        + _address_word(PERMIT2)
+    )
+    permitted = message["permitted"]
+    struct_hash = keccak256(
+        _type_hash(PERMIT2_DEPOSIT_TYPE)
+        + keccak256(
+            _type_hash(_PERMITTED_TYPE)
+            + _address_word(permitted["token"])
+            + _word(permitted["amount"])
+        )
+        + _address_word(message["spender"])
+        + _word(message["nonce"])
+        + _word(message["deadline"])
+        + keccak256(_type_hash(_DEPOSIT_WITNESS_TYPE) + message["witness"]["channelId"])
+    )
+    return keccak256(b"\x19\x01" + separator + struct_hash)
+
+
+def deposit_authorization(
+    account: LocalAccount,
+    terms: BatchTerms,
+    amount: int,
+    channel_id: str,
+    now: int,
+    random: Callable[[int], bytes] = os.urandom,
+) -> dict[str, Any]:
+    """The payer's signed authorization of a deposit of `amount` into `channel_id`, valid
+    for the entry's `maxTimeoutSeconds` from `now`: `{"erc3009Authorization": {...}}` (a
+    fresh random 32-byte salt) or `{"permit2Authorization": {...}}` (a fresh random uint256
+    nonce), as a deposit payload's `deposit.authorization` carries it."""
+    payer = checksum(account.address)
+    until = int(now) + terms.max_timeout_seconds
+    fresh = random(32)
+    if not isinstance(fresh, bytes) or len(fresh) != 32:
+        raise ValueError("random(32) must give 32 bytes")
+    number = int.from_bytes(fresh, "big")
+    if terms.transfer_method == "permit2":
+        document = permit2_deposit_typed_data(terms, payer, amount, number, until, channel_id)
+        return {
+            "permit2Authorization": {
+                "from": payer,
+                "permitted": {"token": terms.asset, "amount": str(amount)},
+                "spender": PERMIT2_COLLECTOR,
+                "nonce": str(number),
+                "deadline": str(until),
+                "witness": {"channelId": channel_id.lower()},
+                "signature": _signature_hex(account, _permit2_digest(document)),
+            }
+        }
+    document = erc3009_deposit_typed_data(terms, payer, amount, until, number, channel_id)
+    return {
+        "erc3009Authorization": {
+            "validAfter": "0",
+            "validBefore": str(until),
+            "salt": "0x" + fresh.hex(),
+            "signature": _signature_hex(account, _erc3009_digest(document)),
+        }
+    }
+
+
+# --- payloads ----------------------------------------------------------------------------
+
+
+def _checked_voucher(voucher: Mapping[str, Any]) -> dict[str, Any]:
+    """A payload's voucher as `voucher_wire` makes it; `ValueError` otherwise."""
+    if not isinstance(voucher, Mapping) or set(voucher) != {
+        "channelId",
+        "maxClaimableAmount",
+        "signature",
+    }:
+        raise ValueError("a voucher is channelId, maxClaimableAmount and signature (voucher_wire)")
+    ceiling = _uint(voucher["maxClaimableAmount"], "voucher.maxClaimableAmount", text_only=True)
+    return voucher_wire(voucher["channelId"], ceiling, voucher["signature"])
+
+
+def deposit_payload(
+    config: ChannelConfig, voucher: dict[str, Any], amount: int, authorization: dict[str, Any]
+) -> dict[str, Any]:
+    """A `deposit` payload: open or top up the channel with `amount`, and the voucher of
+    the request it pays (`voucher_wire`); `authorization` from `deposit_authorization`."""
+    if len(authorization) != 1 or not {"erc3009Authorization", "permit2Authorization"} >= set(
+        authorization
+    ):
+        raise ValueError(
+            "a deposit carries exactly one erc3009Authorization or permit2Authorization"
+        )
+    return {
+        "type": "deposit",
+        "channelConfig": config.to_wire(),
+        "voucher": _checked_voucher(voucher),
+        "deposit": {"amount": str(_deposit_amount(amount)), "authorization": authorization},
+    }
+
+
+def voucher_payload(config: ChannelConfig, voucher: dict[str, Any]) -> dict[str, Any]:
+    """A `voucher` payload: pay a request from the funded channel."""
+    return {
+        "type": "voucher",
+        "channelConfig": config.to_wire(),
+        "voucher": _checked_voucher(voucher),
+    }
+
+
+def refund_payload(
+    config: ChannelConfig, voucher: dict[str, Any], amount: int | None = None
+) -> dict[str, Any]:
+    """A `refund` payload: ask the merchant to refund `amount` of the unspent deposit (all
+    of it when None). Its voucher charges nothing: its ceiling is what was charged."""
+    payload = {
+        "type": "refund",
+        "channelConfig": config.to_wire(),
+        "voucher": _checked_voucher(voucher),
+    }
+    if amount is not None:
+        payload["amount"] = str(_deposit_amount(amount))
+    return payload
+
+
+# --- the merchant's answers --------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Acknowledgement:
+    """What a checked payment response of a voucher or deposit says: the request's charge,
+    the channel's charged total after it, and the escrow's balance and claimed total as the
+    merchant last saw them (`None` where it does not say)."""
+
+    charged: int
+    charged_cumulative: int
+    balance: int | None
+    total_claimed: int | None
+
+
+def _claimed(data: Mapping[str, Any], key: str, name: str) -> int | None:
+    """An amount of the merchant's answer, None when absent; a malformed one is refused."""
+    value = data.get(key)
+    if value is None:
+        return None
+    try:
+        return _uint(value, name)
+    except ValueError as exc:
+        raise ChannelClaimRefused(f"the merchant's payment response is malformed: {exc}") from None
+
+
+def check_acknowledgement(
+    settlement: Mapping[str, Any],
+    *,
+    channel_id: str,
+    amount: int,
+    previous_charged: int,
+    signed: int,
+    expected_balance: int | None = None,
+) -> Acknowledgement:
+    """Check a merchant's payment response for a request priced `amount`, whose voucher's
+    ceiling was `signed`, on a channel charged `previous_charged` before it (the scheme's
+    client rules 1-4, and never above what was signed):
+
+    1. `extra.chargedAmount` <= `amount`;
+    2. `extra.channelState.chargedCumulativeAmount` == `previous_charged` + the charge, and
+       <= `signed`;
+    3. `extra.channelState.balance` is consistent: equal to `expected_balance` when the
+       caller knows it (after a deposit it read), and never below the charged total (no
+       escrow holds less than what it owes);
+    4. `extra.channelState.channelId` is `channel_id`.
+
+    Also refused: a `totalClaimed` above the charged total (the merchant claimed what it
+    says it did not charge). Any failure raises `ChannelClaimRefused` saying what the
+    merchant claimed against what was signed; the payer stops signing on the channel.
+
+    Where the scheme is silent the check is lenient, assuming the worst for the payer: a
+    response without `chargedAmount` is read as charging the whole `amount` (or what its
+    `chargedCumulativeAmount` implies), a missing `channelState` or field of it is not
+    checked and shows as `None`. The rule that matters never bends: the acknowledged
+    total is never above `signed`. Whether the response says `success` is the caller's
+    to check.
+    """
+    if not 0 <= previous_charged <= signed or amount < 0:
+        raise ValueError("previous_charged must be in [0, signed] and amount non-negative")
+    extra = settlement.get("extra") or {}
+    state = extra.get("channelState") if isinstance(extra, Mapping) else None
+    if not isinstance(extra, Mapping) or not isinstance(state, (Mapping, type(None))):
+        raise ChannelClaimRefused("the merchant's payment response is malformed: extra")
+    state = state or {}
+    reported = _claimed(state, "chargedCumulativeAmount", "channelState.chargedCumulativeAmount")
+    charged = _claimed(extra, "chargedAmount", "chargedAmount")
+    if charged is None:
+        charged = amount if reported is None else reported - previous_charged
+    if not 0 <= charged <= amount:
+        raise ChannelClaimRefused(
+            f"the merchant claims to have charged {charged} for a request priced at most "
+            f"{amount} (charged total {reported}, {previous_charged} before it)"
+        )
+    cumulative = previous_charged + charged
+    _check_totals(state, channel_id, cumulative, reported, signed, expected_balance)
+    return Acknowledgement(
+        charged=charged,
+        charged_cumulative=cumulative,
+        balance=_claimed(state, "balance", "channelState.balance"),
+        total_claimed=_claimed(state, "totalClaimed", "channelState.totalClaimed"),
+    )
+
+
+def _check_totals(
+    state: Mapping[str, Any],
+    channel_id: str,
+    cumulative: int,
+    reported: int | None,
+    signed: int,
+    expected_balance: int | None,
+) -> None:
+    """Rules 2-4 of `check_acknowledgement` and its ceiling."""
+    if reported is not None and reported != cumulative:
+        raise ChannelClaimRefused(
+            f"the merchant's charged total {reported} is not the {cumulative} its charge adds up to"
+        )
+    if cumulative > signed:
+        raise ChannelClaimRefused(
+            f"the merchant claims a charged total of {cumulative}, above the {signed} signed"
+        )
+    reported_id = state.get("channelId")
+    if reported_id is not None and (
+        not isinstance(reported_id, str) or reported_id.lower() != channel_id.lower()
+    ):
+        raise ChannelClaimRefused(
+            f"the merchant answers for channel {str(reported_id)[:70]!r}, not {channel_id}"
+        )
+    balance = _claimed(state, "balance", "channelState.balance")
+    if balance is not None and expected_balance is not None and balance != expected_balance:
+        raise ChannelClaimRefused(
+            f"the merchant says the channel holds {balance}, the chain {expected_balance}"
+        )
+    if balance is not None and balance < cumulative:
+        raise ChannelClaimRefused(
+            f"the merchant says the channel holds {balance}, less than the {cumulative} "
+            f"it says it charged"
+        )
+    claimed = _claimed(state, "totalClaimed", "channelState.totalClaimed")
+    if claimed is not None and claimed > cumulative:
+        raise ChannelClaimRefused(
+            f"the merchant says it claimed {claimed}, more than the {cumulative} it charged"
+        )
+
+
+def corrective_baseline(
+    terms: BatchTerms,
+    *,
+    channel_id: str,
+    chain_id: int,
+    payer_authorizer: str,
+    signed: int,
+    acknowledged: int,
+    chain_total_claimed: int,
+    chain_balance: int,
+) -> int:
+    """The charged total the next voucher builds on (`next = baseline + terms.amount`)
+    after a corrective 402 (`CORRECTIVE_ERRORS`) whose entry is `terms`. `signed` is the
+    highest cumulative amount this payer ever signed on the channel (its journal, the
+    refused request's own voucher included), `acknowledged` the highest charged total it
+    verified in a payment response, `chain_total_claimed` and `chain_balance` the escrow's
+    `channels(channel_id)` read just now.
+
+    The rule, and why:
+
+    - Refused (`ChannelClaimRefused`, the payer stops signing on the channel) when the
+      merchant claims to have charged more than was ever signed; when it holds a voucher
+      of this payer above `signed` (one the journal does not know: signed elsewhere); when
+      the chain shows more claimed than was ever signed. Nothing above `signed` was
+      authorized, and the journal no longer knows the channel.
+    - The merchant's charged total is adopted when it proves it, and only then: its
+      `voucherState` signature recovers to `payer_authorizer` over `(channel_id,
+      signedMaxClaimable)` (an ECDSA key: a smart-wallet channel's vouchers cannot be
+      checked here), `signedMaxClaimable <= signed`, `channelState.channelId` is this
+      channel, and `chain_total_claimed <= chargedCumulativeAmount <= signedMaxClaimable`
+      and `<= chain_balance`. The baseline is then that total, or `acknowledged` if higher:
+      a total the merchant itself acknowledged before is never given up (the next voucher
+      would reuse a cumulative amount already signed for a charge it made). Below
+      `signed` it may be: the vouchers between were, on the merchant's own word, charged
+      for nothing, and a merchant that understates what it charged loses only its own
+      money. Re-signing such a voucher adds nothing the merchant could claim: the payer's
+      exposure stays the highest voucher it signed, and a request whose voucher was
+      refused or failed is thereby paid at most once.
+    - Otherwise (no voucher state, not ours, not consistent with the chain) the claim is
+      not built on and the baseline is `signed`: every voucher signed may have been
+      charged, so the next one is above all of them and never reuses a cumulative amount
+      that may pay another charge (a merchant whose count differs refuses it again, and
+      nothing more is signed on its word). The chain's claimed total is no baseline for a
+      payer that keeps a journal: it lags every unclaimed voucher.
+    """
+    _check_counts(channel_id, signed, acknowledged, chain_total_claimed, chain_balance)
+    claimed = terms.channel_state.charged_cumulative if terms.channel_state else None
+    if (claimed or 0) > signed:
+        raise ChannelClaimRefused(
+            f"the merchant claims to have charged {claimed} on channel {channel_id}, above "
+            f"the {signed} signed"
+        )
+    proven = _proven_charge(
+        terms, channel_id, chain_id, payer_authorizer, signed, chain_total_claimed, chain_balance
+    )
+    return signed if proven is None else max(proven, acknowledged)
+
+
+def _check_counts(
+    channel_id: str, signed: int, acknowledged: int, chain_total_claimed: int, chain_balance: int
+) -> None:
+    """The counts `corrective_baseline` is given: uints, consistent; the chain's claims
+    above what was signed are refused."""
+    counts = {
+        "signed": signed,
+        "acknowledged": acknowledged,
+        "chain_total_claimed": chain_total_claimed,
+        "chain_balance": chain_balance,
+    }
+    for name, value in counts.items():
+        _uint(value, name)
+    if acknowledged > signed:
+        raise ValueError("acknowledged cannot exceed signed")
+    if chain_total_claimed > signed:
+        raise ChannelClaimRefused(
+            f"the escrow shows {chain_total_claimed} claimed on channel {channel_id}, above "
+            f"the {signed} this payer signed: vouchers were signed that it does not know"
+        )
+
+
+def _proven_charge(
+    terms: BatchTerms,
+    channel_id: str,
+    chain_id: int,
+    payer_authorizer: str,
+    signed: int,
+    chain_total_claimed: int,
+    chain_balance: int,
+) -> int | None:
+    """The merchant's charged total when its corrective 402 proves it (see
+    `corrective_baseline`), else None."""
+    state, voucher = terms.channel_state, terms.voucher_state
+    if state is None or voucher is None or state.charged_cumulative is None:
+        return None
+    if state.channel_id != channel_id.lower():
+        return None
+    expected = _address(payer_authorizer, "payer_authorizer", zero=True)
+    ceiling = voucher.signed_max_claimable
+    signer = voucher_signer(channel_id, ceiling, chain_id, voucher.signature)
+    if signer is None or int(expected, 16) == 0 or signer != expected:
+        return None
+    if ceiling > signed:
+        raise ChannelClaimRefused(
+            f"the merchant holds a voucher of this payer for {ceiling} on channel "
+            f"{channel_id}, above the {signed} this payer knows it signed"
+        )
+    charged = state.charged_cumulative
+    if not chain_total_claimed <= charged <= min(ceiling, chain_balance):
+        return None
+    return charged
+
+
+# --- escrow calls ------------------------------------------------------------------------
+
+#: Selectors of the escrow's functions a payer calls or reads.
+_CHANNELS = bytes.fromhex("7a7ebd7b")  # channels(bytes32)
+_REFUND_NONCE = bytes.fromhex("f0dc792e")  # refundNonce(bytes32)
+_PENDING_WITHDRAWALS = bytes.fromhex("b7f06ebe")  # pendingWithdrawals(bytes32)
+#: initiateWithdraw((address,address,address,address,address,uint40,bytes32),uint128)
+_INITIATE_WITHDRAW = bytes.fromhex("cf5cf3dc")
+#: finalizeWithdraw((address,address,address,address,address,uint40,bytes32))
+_FINALIZE_WITHDRAW = bytes.fromhex("e88377b1")
+
+
+def _channel_word(channel_id: str) -> bytes:
+    return bytes.fromhex(_bytes32(channel_id, "channel_id")[2:])
+
+
+def channels_call(channel_id: str) -> bytes:
+    """Calldata of the escrow's `channels(channelId)`: the channel's balance and claimed
+    total (`decode_channels`)."""
+    return _CHANNELS + _channel_word(channel_id)
+
+
+def refund_nonce_call(channel_id: str) -> bytes:
+    """Calldata of the escrow's `refundNonce(channelId)` (`decode_uint`)."""
+    return _REFUND_NONCE + _channel_word(channel_id)
+
+
+def pending_withdrawal_call(channel_id: str) -> bytes:
+    """Calldata of the escrow's `pendingWithdrawals(channelId)`
+    (`decode_pending_withdrawal`)."""
+    return _PENDING_WITHDRAWALS + _channel_word(channel_id)
+
+
+def _words(data: bytes, count: int, what: str) -> list[int]:
+    if not isinstance(data, (bytes, bytearray)) or len(data) != 32 * count:
+        size = len(data) if isinstance(data, (bytes, bytearray)) else type(data).__name__
+        raise ValueError(
+            f"the escrow's {what} answered {size} bytes, not {32 * count} "
+            f"(is the escrow deployed at {ESCROW} on this chain?)"
+        )
+    return [int.from_bytes(data[i : i + 32], "big") for i in range(0, len(data), 32)]
+
+
+def decode_channels(data: bytes) -> tuple[int, int]:
+    """`channels(channelId)`'s answer: (balance, totalClaimed); `ValueError` if it is not
+    two uint128 words."""
+    balance, claimed = _words(data, 2, "channels")
+    if balance >= UINT128_LIMIT or claimed >= UINT128_LIMIT:
+        raise ValueError("the escrow's channels answered a value beyond uint128")
+    return balance, claimed
+
+
+def decode_uint(data: bytes) -> int:
+    """A one-word uint256 answer (`refundNonce`)."""
+    return _words(data, 1, "call")[0]
+
+
+def decode_pending_withdrawal(data: bytes) -> tuple[int, int]:
+    """`pendingWithdrawals(channelId)`'s answer: (amount, initiatedAt); (0, 0) when none is
+    pending."""
+    amount, initiated_at = _words(data, 2, "pendingWithdrawals")
+    if amount >= UINT128_LIMIT or initiated_at >= 1 << 40:
+        raise ValueError("the escrow's pendingWithdrawals answered a value beyond its types")
+    return amount, initiated_at
+
+
+def initiate_withdraw_call(config: ChannelConfig, amount: int) -> bytes:
+    """Calldata of the escrow's `initiateWithdraw(config, amount)`: the payer (or its
+    authorizer) asks for `amount` of the unclaimed deposit back after the withdraw delay."""
+    return _INITIATE_WITHDRAW + config.words() + _word(_deposit_amount(amount))
+
+
+def finalize_withdraw_call(config: ChannelConfig) -> bytes:
+    """Calldata of the escrow's `finalizeWithdraw(config)`, once the delay has passed."""
+    return _FINALIZE_WITHDRAW + config.words()
