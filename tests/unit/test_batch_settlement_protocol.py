@@ -291,6 +291,11 @@ def test_a_batch_settlement_entry_is_read() -> None:
     assert other.channel_id(84532) != CHANNEL_84532
 
 
+def test_a_merchant_holding_no_voucher_says_so_with_a_bare_signature() -> None:
+    state = {"signedMaxClaimable": "0", "signature": "0x"}
+    assert bs.parse_terms(entry(extra={"voucherState": state})).voucher_state is None
+
+
 def test_a_permit2_entry_needs_no_token_domain() -> None:
     terms = bs.parse_terms(
         entry(extra={"assetTransferMethod": "permit2", "name": None, "version": None})
@@ -538,6 +543,19 @@ def test_an_honest_acknowledgement_is_taken() -> None:
     assert acknowledge(response(), expected_balance=10000).balance == 10000
 
 
+def test_a_refund_is_acknowledged_with_no_charge() -> None:
+    """A cooperative refund's response: no chargedAmount, the charged total unchanged, the
+    balance down to what was charged (or, from a merchant that gave up its charges, to
+    nothing: it says it cannot claim them)."""
+    refunded = response(chargedAmount=None, balance="2000", totalClaimed="2000")
+    arguments = {"amount": 0, "previous_charged": 2000, "signed": 2000}
+    assert acknowledge(refunded, **arguments) == bs.Acknowledgement(0, 2000, 2000, 2000)
+    generous = response(chargedAmount=None, balance="0", totalClaimed="0")
+    assert acknowledge(generous, **arguments) == bs.Acknowledgement(0, 2000, 0, 0)
+    with pytest.raises(bs.ChannelClaimRefused, match="charged 1"):
+        acknowledge(response(chargedAmount="1", chargedCumulativeAmount="2001"), **arguments)
+
+
 def test_a_silent_acknowledgement_is_read_as_the_whole_increment() -> None:
     silent = {"success": True, "transaction": "", "network": "eip155:84532"}
     assert acknowledge(silent) == bs.Acknowledgement(1000, 2000, None, None)
@@ -555,9 +573,9 @@ VIOLATIONS = [
     ({"chargedCumulativeAmount": "1999"}, {}, "charged total 1999 is not the 2000"),
     ({"chargedAmount": "500", "chargedCumulativeAmount": "2000"}, {}, "not the 1500"),
     ({"chargedAmount": None, "chargedCumulativeAmount": "900"}, {}, "charged -100"),
-    # 3. balance consistent
-    ({"balance": "1999"}, {}, "holds 1999, less than the 2000"),
+    # 3. balance consistent with what the caller expects
     ({}, {"expected_balance": 12000}, "holds 10000, the chain 12000"),
+    ({"balance": "9999"}, {"expected_balance": 10000}, "holds 9999, the chain 10000"),
     # 4. channelId matches
     ({"channelId": CHANNEL_31337}, {}, "answers for channel"),
     ({"channelId": 5}, {}, "answers for channel"),

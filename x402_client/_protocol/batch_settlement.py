@@ -430,7 +430,10 @@ def parse_terms(accept: Mapping[str, Any]) -> BatchTerms:
     another channel); an `extra.assetTransferMethod` other than `eip3009` (the default) and
     `permit2`; an ERC-3009 entry without the token's EIP-712 `extra.name` and
     `extra.version` (a Permit2 entry does not need them: Permit2 has its own domain);
-    a malformed `extra.channelState` or `extra.voucherState`.
+    a malformed `extra.channelState` or `extra.voucherState` (a corrective 402's claims are
+    verified before they are used, and one that cannot be read is not guessed at; a
+    `voucherState` whose signature is the bare `0x` of a merchant holding no voucher
+    reads as none).
 
     `extra.minDeposit` is a hint (not in the scheme's spec; the foundation's servers send
     it) that only sizes a deposit the payer decides and caps itself: one that is not a
@@ -467,6 +470,8 @@ def _extra_terms(extra: Mapping[str, Any], amount: int) -> dict[str, Any]:
         raise ValueError(f"extra.assetTransferMethod {str(method)[:40]!r} is not supported")
     name, version = _token_domain(extra, method)
     channel_state, voucher_state = extra.get("channelState"), extra.get("voucherState")
+    if isinstance(voucher_state, Mapping) and voucher_state.get("signature") == "0x":
+        voucher_state = None  # the foundation's merchant holding no voucher of the channel
     return {
         "receiver_authorizer": _address(
             extra.get("receiverAuthorizer"), "extra.receiverAuthorizer"
@@ -950,9 +955,10 @@ def check_acknowledgement(
     1. `extra.chargedAmount` <= `amount`;
     2. `extra.channelState.chargedCumulativeAmount` == `previous_charged` + the charge, and
        <= `signed`;
-    3. `extra.channelState.balance` is consistent: equal to `expected_balance` when the
-       caller knows it (after a deposit it read), and never below the charged total (no
-       escrow holds less than what it owes);
+    3. `extra.channelState.balance` is consistent with what the caller expects: equal to
+       `expected_balance` when it passes one (a balance it read or computed); without
+       one the balance is reported, not judged (a merchant that says the channel holds
+       less than it charged only says it cannot claim it all);
     4. `extra.channelState.channelId` is `channel_id`.
 
     Also refused: a `totalClaimed` above the charged total (the merchant claimed what it
@@ -1020,11 +1026,6 @@ def _check_totals(
     if balance is not None and expected_balance is not None and balance != expected_balance:
         raise ChannelClaimRefused(
             f"the merchant says the channel holds {balance}, the chain {expected_balance}"
-        )
-    if balance is not None and balance < cumulative:
-        raise ChannelClaimRefused(
-            f"the merchant says the channel holds {balance}, less than the {cumulative} "
-            f"it says it charged"
         )
     claimed = _claimed(state, "totalClaimed", "channelState.totalClaimed")
     if claimed is not None and claimed > cumulative:
