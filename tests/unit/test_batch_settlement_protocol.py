@@ -204,6 +204,21 @@ def test_a_voucher_is_signed_as_eth_account_signs_its_typed_data() -> None:
     assert "0x" + digest.hex() == VOUCHER_DIGEST
 
 
+def test_the_rails_digest_signer_signs_what_eth_account_signs() -> None:
+    from x402_client._rails._evm_signing import DigestSigner
+
+    account = Account.from_key(PAYER_KEY)
+    key = DigestSigner(bytes.fromhex(PAYER_KEY[2:]))
+    assert bs.sign_voucher(key, CHANNEL_84532, 777, 84532) == (
+        bs.sign_voucher(account, CHANNEL_84532, 777, 84532)
+    )
+    for method in ("eip3009", "permit2"):
+        terms = bs.parse_terms(entry(extra={"assetTransferMethod": method}))
+        assert bs.deposit_authorization(
+            key, terms, 5, CHANNEL_84532, NOW, random=lambda n: FIXED
+        ) == bs.deposit_authorization(account, terms, 5, CHANNEL_84532, NOW, random=lambda n: FIXED)
+
+
 def test_a_voucher_is_the_foundations_voucher() -> None:
     voucher = foundation("x402.mechanisms.evm.batch_settlement.client.voucher")
     signers = foundation("x402.mechanisms.evm.signers")
@@ -355,6 +370,11 @@ HOSTILE = [
 def test_a_malformed_field_is_refused_by_name(changes: dict[str, Any], words: str) -> None:
     with pytest.raises(ValueError, match=words):
         bs.parse_terms(entry(**changes))
+
+
+def test_an_entry_that_is_no_object_is_refused() -> None:
+    with pytest.raises(ValueError, match="the accept entry must be an object"):
+        bs.parse_terms(["batch-settlement"])  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("hint", ["999", "abc", "-5", 10000, str(1 << 128), "", None])

@@ -32,7 +32,7 @@ import functools
 import os
 import re
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
 
 if TYPE_CHECKING:
     from eth_account.signers.local import LocalAccount
@@ -54,6 +54,7 @@ __all__ = [
     "ChannelClaimRefused",
     "ChannelConfig",
     "ChannelState",
+    "DigestSigning",
     "VoucherState",
     "channel_config",
     "channels_call",
@@ -149,6 +150,16 @@ _SIGNATURE_RE = re.compile(r"\A0x[0-9a-fA-F]{130}\Z")
 #: secp256k1's group order: a signature whose s is above half of it is refused by the
 #: escrow (OpenZeppelin's ECDSA), so it is no voucher.
 _SECP256K1_N = 0xFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFEBAAEDCE6AF48A03BBFD25E8CD0364141
+
+
+class DigestSigning(Protocol):
+    """A key that signs 32-byte digests, 65 bytes `r ‖ s ‖ v` (v 27/28), as eth-account's
+    `LocalAccount` does: the rails' key made once per payer (`DigestSigner`) is one, and
+    signs a voucher in a fifth of the time."""
+
+    address: str
+
+    def sign(self, digest: bytes) -> bytes: ...
 
 
 class ChannelClaimRefused(ValueError):
@@ -440,6 +451,7 @@ def parse_terms(accept: Mapping[str, Any]) -> BatchTerms:
     decimal uint128 string, or is below `amount`, is ignored (`min_deposit=None`) rather
     than refused, so that a merchant's bad hint costs the payer nothing and refuses nothing.
     """
+    accept = _mapping(accept, "the accept entry")
     scheme = accept.get("scheme")
     if scheme != SCHEME:
         raise ValueError(f"scheme {str(scheme)[:40]!r} is not {SCHEME!r}")
@@ -611,14 +623,23 @@ def voucher_typed_data(channel_id: str, max_claimable: int, chain_id: int) -> di
     }
 
 
-def _signature_hex(account: LocalAccount, digest: bytes) -> str:
-    signed = account.unsafe_sign_hash(cast("Hash32", digest))
-    return "0x" + bytes(signed.signature).hex()
+def _signature_hex(account: LocalAccount | DigestSigning, digest: bytes) -> str:
+    unsafe_sign_hash = getattr(account, "unsafe_sign_hash", None)
+    if unsafe_sign_hash is not None:
+        raw = bytes(unsafe_sign_hash(cast("Hash32", digest)).signature)
+    else:
+        raw = cast("DigestSigning", account).sign(digest)
+    if len(raw) != 65:
+        raise ValueError("a signature is 65 bytes")
+    return "0x" + raw.hex()
 
 
-def sign_voucher(account: LocalAccount, channel_id: str, max_claimable: int, chain_id: int) -> str:
+def sign_voucher(
+    account: LocalAccount | DigestSigning, channel_id: str, max_claimable: int, chain_id: int
+) -> str:
     """The payer authorizer's signature of `Voucher(channel_id, max_claimable)`: `0x` + 130
-    hex digits, deterministic (RFC 6979), byte for byte eth-account's `sign_typed_data`."""
+    hex digits, deterministic (RFC 6979), byte for byte eth-account's `sign_typed_data`.
+    `account` is eth-account's account or any `DigestSigning` key."""
     return _signature_hex(account, voucher_digest(channel_id, max_claimable, chain_id))
 
 
@@ -814,7 +835,7 @@ def _permit2_digest(document: Mapping[str, Any]) -> bytes:
 
 
 def deposit_authorization(
-    account: LocalAccount,
+    account: LocalAccount | DigestSigning,
     terms: BatchTerms,
     amount: int,
     channel_id: str,
