@@ -277,6 +277,14 @@ def test_a_voucher_outside_its_types_is_not_signed(
         bs.sign_voucher(Account.from_key(PAYER_KEY), channel_id, amount, 84532)
 
 
+@pytest.mark.parametrize("chain", [0, -1, 1 << 256, True])
+def test_no_voucher_or_channel_is_made_for_a_chain_that_cannot_be(chain: Any) -> None:
+    with pytest.raises(ValueError, match="chain_id"):
+        bs.sign_voucher(Account.from_key(PAYER_KEY), CHANNEL_84532, 1, chain)
+    with pytest.raises(ValueError, match="chain_id"):
+        VECTOR.channel_id(chain)
+
+
 # --- the 402 --------------------------------------------------------------------------------
 
 

@@ -137,9 +137,8 @@ PERMIT2_DEPOSIT_TYPE = (
 
 UINT128_LIMIT = 1 << 128
 UINT256_LIMIT = 1 << 256
-ZERO_ADDRESS = "0x" + "0" * 40
-#: The longest a deposit authorization may stay valid (the house's bound on any 402's
-#: `maxTimeoutSeconds`).
+#: The longest a deposit authorization may stay valid (the bound the client puts on any
+#: 402's `maxTimeoutSeconds`).
 MAX_TIMEOUT_SECONDS = 86_400
 
 _ADDRESS_RE = re.compile(r"\A0x[0-9a-fA-F]{40}\Z")
@@ -212,9 +211,14 @@ def _type_hash(type_string: str) -> bytes:
     return keccak256(type_string.encode())
 
 
-@functools.lru_cache(maxsize=64)
 def domain_separator(chain_id: int) -> bytes:
     """The escrow's EIP-712 domain separator on `chain_id` (cached per chain)."""
+    # Checked before the cache: True would find 1's entry.
+    return _domain_separator(_int(chain_id, "chain_id", 1, UINT256_LIMIT - 1))
+
+
+@functools.lru_cache(maxsize=64)
+def _domain_separator(chain_id: int) -> bytes:
     return keccak256(
         _type_hash(EIP712_DOMAIN_TYPE)
         + keccak256(DOMAIN_NAME.encode())
@@ -360,7 +364,7 @@ class ChannelConfig:
     def channel_id(self, chain_id: int) -> str:
         """The channel's id on `chain_id`: the EIP-712 digest of the config under the
         escrow's domain, `0x` + 64 lower-case hex digits (what `getChannelId` returns)."""
-        return _channel_id(self, chain_id)
+        return _channel_id(self, _int(chain_id, "chain_id", 1, UINT256_LIMIT - 1))
 
     def words(self) -> bytes:
         """The config ABI-encoded as the escrow's tuple: seven 32-byte words."""
@@ -377,9 +381,8 @@ class ChannelConfig:
 
 @functools.lru_cache(maxsize=256)
 def _channel_id(config: ChannelConfig, chain_id: int) -> str:
-    _int(chain_id, "chain_id", 1, UINT256_LIMIT - 1)
     struct_hash = keccak256(_type_hash(CHANNEL_CONFIG_TYPE) + config.words())
-    return "0x" + keccak256(b"\x19\x01" + domain_separator(chain_id) + struct_hash).hex()
+    return "0x" + keccak256(b"\x19\x01" + _domain_separator(chain_id) + struct_hash).hex()
 
 
 # --- the 402 -----------------------------------------------------------------------------
