@@ -696,6 +696,10 @@ class EvmOptions(_Options):
     )
     #: How long a facilitator's `/supported` answer is reused, in seconds.
     supported_cache_seconds: float = option(default=60.0, ge=0)
+    #: A session (`batch-settlement`) deposits enough for this many requests at the offered
+    #: price (or the merchant's `minDeposit`, if larger), and never more than this many
+    #: payments at `max_amount_per_payment`.
+    session_requests: int = option(default=10, ge=1, le=10_000)
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> Self | None:

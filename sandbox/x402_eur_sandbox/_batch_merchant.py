@@ -13,7 +13,8 @@ withdrawDelay, name, version, assetTransferMethod, minDeposit}. A paid request's
   (`invalid_batch_settlement_evm_cumulative_amount_mismatch`, its entry's `extra` carrying
   `channelState` and, when the merchant holds one, `voucherState`: the last voucher
   signed). A merchant without a record of the channel (after `forget`, as after a crash)
-  starts from the escrow's claimed total;
+  takes the voucher's own base (its ceiling less the price), unless the escrow has claimed
+  beyond it;
 * the payload is verified by the facilitator, the handler runs, a deposit is settled by
   the facilitator, and the charge (`charge` of the price: a dynamic price charges less
   than the ceiling allows) is added to the channel; `PAYMENT-RESPONSE` reports it
@@ -320,12 +321,14 @@ class BatchMerchant:
             return self._corrective(path, url, record)
         snapshot = await self._verify(payment, self.requirements(path), config.payer)
         if record is None:
-            # No record (a new channel, or one forgotten): what was claimed is all the
-            # merchant can prove it charged.
-            base = snapshot.total_claimed
-            record = ChannelRecord(config, base, base, b"", 0, 0, 0)
+            # No record (a new channel, or one forgotten, as after a crash): as the scheme
+            # says, the voucher's own base is taken (its ceiling less the price) unless the
+            # escrow has claimed beyond it; charges the merchant lost track of are its loss.
+            base = max(voucher.max_claimable - price, 0)
+            claimed = snapshot.total_claimed
+            record = ChannelRecord(config, max(base, claimed), base, b"", 0, 0, 0)
             record.mirror(snapshot)
-            if voucher.max_claimable != base + price:
+            if base < claimed:
                 return self._corrective(path, url, record)
         record.mirror(snapshot)
         if refund:

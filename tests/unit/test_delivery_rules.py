@@ -248,6 +248,7 @@ RAILS = {
     "eip3009": (False, False, False),
     "permit2": (False, False, False),
     "upto": (False, False, False),
+    "session": (False, False, False),
     "bridge": (True, True, True),
 }
 

@@ -435,6 +435,7 @@ def test_model_validate_and_dump() -> None:
         "private_key": SecretStr(KEY),
         "rpc_urls": {},
         "supported_cache_seconds": 60.0,
+        "session_requests": 10,
     }
     assert "apiKey" in options.model_dump(by_alias=True)
     assert "from_account" not in options.model_dump(exclude_none=True)

@@ -46,8 +46,10 @@ if TYPE_CHECKING:
     from .._flow.payment import Payer
     from .._flow.quote import Quote, Send
     from .._flow.recovery import Content, Headers, Recovery
+    from .._flow.refunds import SessionRefund, SessionWithdrawal
     from .._protocol.budgets import BudgetReport
     from .._rails.approval import Permit2Approval
+    from .._state.channels import ChannelRecord
     from .._state.sqlite_store import JournalRecord
     from .httpx_blocking import SyncPaymentTransport, _Driver
     from .requests_session import PaymentAdapter
@@ -245,6 +247,34 @@ class Payments:
 
         return await approve_permit2(self._payer.options, chain_id, asset, amount)
 
+    async def sessions(self, /, *, status: str | None = None) -> list[ChannelRecord]:
+        """The sessions (`batch-settlement` channels) the options' store keeps, oldest first:
+        each says its merchant's resource, what was deposited, signed, acknowledged and
+        refunded (atomic units of its asset), and its `status` (`open`, `withdrawing`,
+        `disputed`, `closed`). `status` lists only those."""
+        from .._flow.refunds import sessions
+
+        return await sessions(self._payer, status=status)
+
+    async def refund_session(
+        self, /, channel_id: str, amount: Decimal | str | None = None
+    ) -> SessionRefund:
+        """Ask the merchant of a session to refund what its vouchers did not spend (all of
+        it, or `amount` in the asset's units); `channel_id` may be a unique prefix. The
+        refund is read from the chain, never taken from the merchant's answer."""
+        from .._flow.refunds import refund
+
+        value = None if amount is None else Decimal(amount)
+        return await refund(self._payer, self._network, channel_id, value)
+
+    async def withdraw_session(self, /, channel_id: str) -> SessionWithdrawal:
+        """Take back a session's unspent deposit without its merchant: the first call
+        starts the escrow's timed withdrawal (a transaction from the EVM key, which pays the
+        gas), a call after the channel's withdraw delay finishes it."""
+        from .._flow.refunds import withdraw
+
+        return await withdraw(self._payer, channel_id)
+
 
 async def _resend_behind(
     error: X402Error, send: Send, headers: Headers | None, content: Content | None
@@ -441,6 +471,9 @@ class SyncPayments:
     recover = _synced(Payments.recover)
     recover_all = _synced(Payments.recover_all)
     approve_permit2 = _synced(Payments.approve_permit2)
+    sessions = _synced(Payments.sessions)
+    refund_session = _synced(Payments.refund_session)
+    withdraw_session = _synced(Payments.withdraw_session)
 
 
 # --- payments(source) ------------------------------------------------------------------------

@@ -250,7 +250,11 @@ class SyncBorrowed(httpx.AsyncBaseTransport):
         return await anyio.to_thread.run_sync(send)
 
 
-def _transport(payer: Payer, network: httpx.AsyncBaseTransport | None) -> httpx.AsyncBaseTransport:
+def transport_for(
+    payer: Payer, network: httpx.AsyncBaseTransport | None
+) -> httpx.AsyncBaseTransport:
+    """The transport a request of the payer's own goes through (never paid): the paying
+    client's network transport, borrowed, else the options' destination guard or a plain one."""
     if network is not None:
         return _Borrowed(network)
     from .._state.http import default_ssl_context
@@ -304,7 +308,7 @@ async def discover(
     base, words = _checked(facilitator, query, limit, offset, cursor)
     ask = _Ask(words, dict(filters or {}), limit, offset, cursor)
     url = _endpoint(base, ask)
-    body = await _fetch(_transport(payer, network), url)
+    body = await _fetch(transport_for(payer, network), url)
     try:
         page = parse_page(body, limit=limit, offset=offset)
     except InvalidCatalogue as exc:

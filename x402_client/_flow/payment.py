@@ -80,7 +80,14 @@ from .._protocol.errors import (
 )
 from .._protocol.ledger import Outcome
 from .._protocol.policy import Candidate, SkippedEntry, SkipReason, no_candidate_error, select
-from .._protocol.rail_interface import ANY_CURRENCY, Describer, MeteredRail, Rail, RequestSettings
+from .._protocol.rail_interface import (
+    ANY_CURRENCY,
+    Acknowledging,
+    Describer,
+    MeteredRail,
+    Rail,
+    RequestSettings,
+)
 from .._protocol.redact import guard_library_logs, safe_url
 from .._protocol.settlement import failure_reason, receipt_of, settlement_of, settlement_step
 from .._protocol.sign_in import SIGN_IN_HEADER, SIGN_IN_WITH_X
@@ -647,11 +654,14 @@ def hand_back(
 
 
 class PayFresh:
-    """The merchant said the proof is used or expired: pay a fresh 402."""
+    """The merchant said the proof is used or expired: pay a fresh 402. A session's
+    corrective 402 is that fresh 402 itself (`challenge`): it carries the merchant's view of
+    the channel, which the rail checks before it signs again."""
 
-    def __init__(self, reason: str, proof: str) -> None:
+    def __init__(self, reason: str, proof: str, challenge: Challenge | None = None) -> None:
         self.reason = reason
         self.proof = proof
+        self.challenge = challenge
 
 
 @dataclasses.dataclass
@@ -674,6 +684,8 @@ class Delivering:
     entry: LedgerEntry | None = None
     #: The delivery rules' state, made when the first send ends.
     _machine: Delivery | None = None
+    #: A session's corrective 402, read from the last answer (`PayFresh.challenge`).
+    corrective: Challenge | None = None
 
     @property
     def machine(self) -> Delivery:
@@ -759,7 +771,7 @@ class Delivering:
                     f"the merchant says {shown!r}: the signed payment was used, so the money "
                     "may have moved; not paying again"
                 )
-            return PayFresh(shown, self.paid.proof)
+            return PayFresh(shown, self.paid.proof, self.corrective)
         if step is Step.UNKNOWN:
             return self.unknown(shown if self.resend else f"{shown}; the payment was made")
         if step is Step.NOT_CONFIRMED:
@@ -907,10 +919,20 @@ async def _answer_of(response: httpx.Response, proof: Delivering) -> tuple[Decis
         head, rest = await read_upto(response, proof.options.max_body_bytes)
         await response.aclose()
         reason = failure_reason(head if rest is None else b"", response.headers)
+        if classify_reason(reason) is VerifierReason.STALE and rest is None:
+            proof.corrective = _corrective(head, response.headers, proof.options.max_body_bytes)
     elif status >= 500:
         await response.aclose()
     sent = _wire(proof)
     return proof.machine.answered(status, reason, sent=sent), reason
+
+
+def _corrective(body: bytes, headers: httpx.Headers, limit: int) -> Challenge | None:
+    """The challenge of a session's corrective 402, if it is one that can be read."""
+    try:
+        return challenge_of(body, headers, limit=limit)
+    except InvalidChallenge:
+        return None
 
 
 # --- one payment -------------------------------------------------------------------------------
@@ -1294,6 +1316,8 @@ async def _settle(payer: Payer, payment: Payment) -> State | None:
     payment.entry.tx_hash = getattr(receipt, "tx_hash", None)
     if isinstance(receipt, PaymentReceipt) and receipt.authorized_amount is not None:
         receipt = await payer._book_settled(payment, receipt, response)
+    elif isinstance(receipt, PaymentReceipt) and isinstance(payment.candidate.rail, Acknowledging):
+        receipt = await payer._acknowledged(payment, receipt, response)
     if isinstance(response.stream, GuardedStream):
         response.stream.on_broken = payer._broken_body(payment)
     await payer._notify("on_payment", receipt)
@@ -1596,6 +1620,10 @@ class Payer:
                     request=request,
                 )
             guard.fresh_used = True
+            if outcome.challenge is not None:
+                logger.info("x402: %s; paying the merchant's corrective 402", outcome.reason)
+                challenge = outcome.challenge
+                continue
             logger.info("x402: proof %s; asking for a fresh 402", outcome.reason)
             fresh = await send(rebuild(request, body))
             if fresh.status_code != 402:
@@ -1774,6 +1802,25 @@ class Payer:
             response=response,
             money_moved=True,
         )
+
+    @staticmethod
+    async def _acknowledged(
+        payment: Payment, receipt: PaymentReceipt, response: httpx.Response
+    ) -> PaymentReceipt:
+        """A session voucher was served: the rail holds the merchant's settlement response
+        against what it signed (`Acknowledging`), and the receipt says what it verified."""
+        assert payment.proof is not None
+        assert payment.guard is not None
+        rail = cast(Acknowledging, payment.candidate.rail)
+        payment.settled = True  # the voucher was handed over and served: it can be claimed
+        try:
+            receipt = await rail.acknowledge(payment.intent, payment.proof.paid.payload, receipt)
+        except PaymentVerificationFailed as exc:
+            exc.response = response
+            raise
+        response.extensions = {**response.extensions, RECEIPT_EXTENSION: receipt}
+        payment.guard.settled(receipt)
+        return receipt
 
     @staticmethod
     def _ended_by(payment: Payment, exc: BaseException) -> _Ending:

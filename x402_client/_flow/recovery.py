@@ -117,7 +117,7 @@ Content = bytes | str
 
 #: Settle-on-proof rails: the merchant moves the money with the signed proof, so without a
 #: proof handed over nothing can have moved.
-_SETTLE_ON_PROOF = ("evm-permit", "eip3009", "permit2", "upto", "chain-a", "svm")
+_SETTLE_ON_PROOF = ("evm-permit", "eip3009", "permit2", "upto", "session", "chain-a", "svm")
 #: Answers that ask for the caller's credentials, which the journal does not keep.
 _CREDENTIALS = (401, 403, 407)
 #: Answers that say "later", not "never".

@@ -96,6 +96,9 @@ class VerifierReason(enum.Enum):
     NOT_CONFIRMED = "not_confirmed"  # wait briefly, re-send the same proof
     USED = "used"  # request a fresh 402
     EXPIRED = "expired"  # request a fresh 402 and pay again
+    #: A session's merchant sees its channel otherwise (a corrective 402 carries its view):
+    #: pay that 402 again, from what the client can verify of the channel.
+    STALE = "stale"
     OTHER = "other"  # give up with the reason
 
 
@@ -110,7 +113,19 @@ def classify_reason(reason: str | None) -> VerifierReason:
         return VerifierReason.USED
     if "expired" in text:
         return VerifierReason.EXPIRED
+    if any(words in text for words in _STALE_CHANNEL):
+        return VerifierReason.STALE
     return VerifierReason.OTHER
+
+
+#: The `batch-settlement` codes that say the merchant's view of a channel differs from the
+#: payer's (its charged total, or its balance after a refund of its own).
+_STALE_CHANNEL = (
+    "batch settlement evm cumulative amount mismatch",
+    "batch settlement evm cumulative below claimed",
+    "batch settlement evm cumulative exceeds balance",
+    "batch settlement evm channel not found",
+)
 
 
 def parse_failure_body(body: bytes) -> tuple[str | None, PaymentRequired | None]:

@@ -128,7 +128,7 @@ class Delivery:
                     )
                     return Decision(Step.RETRY, wait=wait, reason=reason)
                 return Decision(Step.NOT_CONFIRMED, reason=reason)
-            if kind in (VerifierReason.USED, VerifierReason.EXPIRED):
+            if kind in (VerifierReason.USED, VerifierReason.EXPIRED, VerifierReason.STALE):
                 if self.maybe_consumed:
                     return Decision(Step.UNKNOWN, reason=self._consumed(reason))
                 return Decision(Step.PAY_FRESH, reason=reason)

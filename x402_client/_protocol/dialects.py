@@ -40,7 +40,14 @@ from pydantic import ValidationError
 from . import exact_json as _json
 from .errors import InvalidChallenge
 from .exact_json import ProofError, b64_json_decode
-from .models import AcceptEntry, ExactAcceptEntry, InvalidEntry, UptoAcceptEntry, parse_accept
+from .models import (
+    AcceptEntry,
+    BatchAcceptEntry,
+    ExactAcceptEntry,
+    InvalidEntry,
+    UptoAcceptEntry,
+    parse_accept,
+)
 from .payment_id import PAYMENT_IDENTIFIER, is_valid_payment_id, payment_id_of
 from .proof import encode_proof
 
@@ -130,8 +137,11 @@ class Challenge:
         if not isinstance(raw, dict):
             raise InvalidEntry("entry is not an object")
         scheme = raw.get("scheme")
+        model: type[ExactAcceptEntry] | type[UptoAcceptEntry] | type[BatchAcceptEntry]
         if scheme == "upto" and self.dialect is Dialect.STANDARD_V2:
-            model: type[ExactAcceptEntry] | type[UptoAcceptEntry] = UptoAcceptEntry
+            model = UptoAcceptEntry
+        elif scheme == "batch-settlement" and self.dialect is Dialect.STANDARD_V2:
+            model = BatchAcceptEntry
         elif scheme == "exact":
             model = ExactAcceptEntry
         else:

@@ -32,6 +32,7 @@ from .amounts import parse_amount, parse_atomic
 __all__ = [
     "X402_VERSION",
     "AcceptEntry",
+    "BatchAcceptEntry",
     "BridgePayload",
     "ChainADirectPayload",
     "CreatePaymentRequest",
@@ -175,6 +176,25 @@ class UptoAcceptEntry(_Wire):
     through Permit2; the merchant settles what the request used, no more than that."""
 
     scheme: Literal["upto"]
+    network: WireStr
+    asset: WireStr
+    max_amount_required: WireAtomic = Field(alias="maxAmountRequired")
+    pay_to: WireStr = Field(alias="payTo")
+    max_timeout_seconds: WireInt = Field(default=300, alias="maxTimeoutSeconds", ge=1, le=86_400)
+    resource: WireStr | None = None
+    description: WireStr | None = None
+    mime_type: WireStr | None = Field(default=None, alias="mimeType")
+    extra: dict[str, Any] | None = None
+
+
+class BatchAcceptEntry(_Wire):
+    """Accept entry, scheme `batch-settlement` (the x402 foundation's EVM payment channel,
+    v2 only): `max_amount_required` (the standard entry's `amount`) is the most one request
+    may be charged; the payer deposits into the channel's escrow once and signs a
+    cumulative voucher per request. `extra` carries the channel's terms
+    (`_protocol.batch_settlement.parse_terms` reads them)."""
+
+    scheme: Literal["batch-settlement"]
     network: WireStr
     asset: WireStr
     max_amount_required: WireAtomic = Field(alias="maxAmountRequired")
@@ -332,7 +352,7 @@ class SupportedKinds(_Wire):
     kinds: list[SupportedKind]
 
 
-AcceptEntry = EuroAcceptEntry | ExactAcceptEntry | UptoAcceptEntry
+AcceptEntry = EuroAcceptEntry | ExactAcceptEntry | UptoAcceptEntry | BatchAcceptEntry
 
 
 class InvalidEntry(ValueError):

@@ -10,10 +10,10 @@ import dataclasses
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 from .models import AcceptEntry
-from .types import Paid, PaymentIntent
+from .types import Paid, PaymentIntent, PaymentReceipt
 
 if TYPE_CHECKING:
     from .._options import PaymentOptions
@@ -23,6 +23,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "ANY_CURRENCY",
+    "Acknowledging",
     "Describer",
     "MeteredRail",
     "NotForThisRail",
@@ -197,4 +198,17 @@ class MeteredRail(Rail, Protocol):
     ) -> SettlementCheck:
         """What the chain says the signed `payload` moved, given the settlement transaction
         the merchant named. Never raises: what cannot be read is `unverified`."""
+        ...
+
+
+@runtime_checkable
+class Acknowledging(Protocol):
+    """A rail whose every served payment must be checked against what it signed before the
+    next one (`session`: the merchant's acknowledged cumulative total of a channel)."""
+
+    async def acknowledge(
+        self, intent: PaymentIntent, payload: Mapping[str, Any] | None, receipt: PaymentReceipt
+    ) -> PaymentReceipt:
+        """The receipt of a served payment, with what the rail verified; raises
+        `PaymentVerificationFailed` (money moved) when the merchant's answer contradicts it."""
         ...

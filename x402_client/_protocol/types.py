@@ -12,7 +12,9 @@ from .redact import resource_repr, safe_url
 
 __all__ = ["Paid", "PaymentIntent", "PaymentReceipt", "Rail"]
 
-Rail = Literal["euro", "evm-permit", "bridge", "eip3009", "permit2", "upto", "chain-a", "svm"]
+Rail = Literal[
+    "euro", "evm-permit", "bridge", "eip3009", "permit2", "upto", "chain-a", "svm", "session"
+]
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -84,6 +86,12 @@ class PaymentReceipt:
     and recovery can tell (`payments(client).recover_all()`). Other rails leave all four None: their
     `amount` is exactly what moved.
 
+    A session payment (scheme `batch-settlement`: one deposit, a voucher per request) names
+    its `channel_id`; `amount` is this request's increment (what the voucher added, booked
+    as spent), `cumulative_amount` the voucher's total over the channel so far, and
+    `claimed_amount` what the merchant said it charged (at most the increment), after the
+    client checked it against what it signed.
+
     A re-sent proof's receipt (`reused`) says in `closed_payment` which payment it finished
     (its ledger id), or None when it finished none: a proof sent to another origin than the
     one it paid, or answering a 402 that asks for another payment, is a new request that
@@ -114,6 +122,8 @@ class PaymentReceipt:
     claimed_amount: Decimal | None = None
     settlement_verified: bool | None = None
     closed_payment: str | None = None
+    channel_id: str | None = None
+    cumulative_amount: Decimal | None = None
 
     @classmethod
     def of(cls, answer: object) -> PaymentReceipt | None:

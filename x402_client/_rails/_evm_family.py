@@ -32,7 +32,7 @@ from types import MappingProxyType
 from typing import Any, ClassVar, Generic, TypeVar, cast
 
 from .._protocol.assets import Asset, find_asset
-from .._protocol.models import AcceptEntry, ExactAcceptEntry, UptoAcceptEntry
+from .._protocol.models import AcceptEntry, BatchAcceptEntry, ExactAcceptEntry, UptoAcceptEntry
 from .._protocol.rail_interface import (
     Note,
     NotForThisRail,
@@ -94,7 +94,9 @@ _CAIP2_RE = re.compile(r"\Aeip155:([1-9][0-9]{0,19})\Z")
 #: How many entries' descriptions a rail keeps (a few merchants' worth).
 _DESCRIBED_KEPT = 64
 
-EntryT = TypeVar("EntryT", bound=ExactAcceptEntry | UptoAcceptEntry)
+#: The standard entries the EVM-family rails pay.
+StandardEntry = ExactAcceptEntry | UptoAcceptEntry | BatchAcceptEntry
+EntryT = TypeVar("EntryT", bound=StandardEntry)
 TokenT = TypeVar("TokenT")
 
 
@@ -119,7 +121,7 @@ class Reading(Generic[TokenT]):
     token: TokenT | None = None
 
 
-def _address_blockers(entry: ExactAcceptEntry | UptoAcceptEntry) -> list[str]:
+def _address_blockers(entry: StandardEntry) -> list[str]:
     blockers = []
     if not ADDRESS_RE.match(entry.asset):
         blockers.append("its asset is not a token address")
@@ -135,7 +137,7 @@ class EvmRail(Generic[EntryT, TokenT]):
     name: ClassVar[str]
     #: The scheme it pays and the accept-entry model of that scheme.
     scheme: ClassVar[str]
-    entry_type: ClassVar[type[ExactAcceptEntry] | type[UptoAcceptEntry]]
+    entry_type: ClassVar[type[ExactAcceptEntry] | type[UptoAcceptEntry] | type[BatchAcceptEntry]]
     #: How its reasons name what it pays (`"EIP-3009 transfer"`).
     paying: ClassVar[str]
     #: Its reason when the `evm` extra is not installed.
@@ -304,7 +306,7 @@ class SigningRail(EvmRail[EntryT, Asset]):
         """Nothing to close unless the rail holds a connection."""
 
 
-def unknown_asset(entry: ExactAcceptEntry | UptoAcceptEntry, asset: Asset | None) -> list[str]:
+def unknown_asset(entry: StandardEntry, asset: Asset | None) -> list[str]:
     """The skip reason of a token address the client does not know (`asset` None), if any
     (a malformed address has a reason of its own)."""
     if asset is not None or not ADDRESS_RE.match(entry.asset):
@@ -316,7 +318,7 @@ def unknown_asset(entry: ExactAcceptEntry | UptoAcceptEntry, asset: Asset | None
 
 
 def token_intent(
-    entry: ExactAcceptEntry | UptoAcceptEntry,
+    entry: StandardEntry,
     asset: Asset,
     resource: str,
     *,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Callable
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
@@ -33,7 +34,7 @@ from .permit2 import (
 if TYPE_CHECKING:
     from .._options import PaymentOptions
 
-__all__ = ["Permit2Approval", "approve_permit2"]
+__all__ = ["Call", "Permit2Approval", "approve_permit2", "send_transaction"]
 
 logger = logging.getLogger("x402_client")
 
@@ -144,14 +145,11 @@ _APPROVE_ABI = [
 ]
 
 
-async def _send_approve(
-    w3: Any, account: Any, shown: str, chain_id: int, asset: str, atomic: int
-) -> Any:
+async def _send_call(w3: Any, account: Any, shown: str, chain_id: int, call: Call) -> Any:
     """Check that the endpoint (`shown` as `endpoint_url` shows it) serves `chain_id`, then
-    sign and send `approve(PERMIT2, atomic)`; the transaction's hash as web3 returns it."""
+    sign and send the contract call `call(w3)` builds; its hash as web3 returns it."""
     check_chain_id(shown, int(await w3.eth.chain_id), chain_id)
-    token = w3.eth.contract(address=w3.to_checksum_address(asset), abi=_APPROVE_ABI)
-    tx = await token.functions.approve(PERMIT2_ADDRESS, atomic).build_transaction(
+    tx = await call(w3).build_transaction(
         {
             "from": account.address,
             "chainId": chain_id,
@@ -163,8 +161,26 @@ async def _send_approve(
 
 
 async def _send_approval(options: PaymentOptions, chain_id: int, asset: str, atomic: int) -> str:
-    """Send `approve(PERMIT2, atomic)` from the options' key on the first endpoint that
-    takes it, and wait for its receipt; the transaction hash."""
+    def approve(w3: Any) -> Any:
+        token = w3.eth.contract(address=w3.to_checksum_address(asset), abi=_APPROVE_ABI)
+        return token.functions.approve(PERMIT2_ADDRESS, atomic)
+
+    sent = await send_transaction(options, chain_id, "the Permit2 approval", approve)
+    logger.info("x402: approved Permit2 for %s on eip155:%s", asset, chain_id)
+    return sent
+
+
+#: What builds a contract call, given a web3 instance: `lambda w3: contract.functions.f(...)`.
+Call = Callable[[Any], Any]
+
+
+async def send_transaction(options: PaymentOptions, chain_id: int, what: str, call: Call) -> str:
+    """Send the contract call `call(w3)` builds from the options' key on the first endpoint
+    of `chain_id` that takes it, and wait for its receipt; the transaction hash. `what`
+    names it in errors (`"the Permit2 approval"`). The key pays the gas.
+
+    A transaction that was sent is never sent again here: an error after sending says its
+    hash, to look up before trying again."""
     import aiohttp
     from eth_account import Account
     from web3 import AsyncHTTPProvider, AsyncWeb3
@@ -187,29 +203,39 @@ async def _send_approval(options: PaymentOptions, chain_id: int, asset: str, ato
         w3 = AsyncWeb3(provider, middleware=[])
         sent: str | None = None
         try:
-            raw_hash = await _send_approve(w3, account, shown, chain_id, asset, atomic)
+            raw_hash = await _send_call(w3, account, shown, chain_id, call)
             sent = "0x" + bytes(raw_hash).hex()
             receipt = await w3.eth.wait_for_transaction_receipt(raw_hash, timeout=120)
         except TimeExhausted:
             raise X402Error(
-                f"the Permit2 approval {sent} was sent but not confirmed within 120 s: look "
-                "it up before approving again"
+                f"{what} {sent} was sent but not confirmed within 120 s: look it up before "
+                "trying again"
             ) from None
         except (OSError, TimeoutError, aiohttp.ClientError, Web3Exception, ValueError) as exc:
             if sent is not None:
                 raise X402Error(
-                    f"the Permit2 approval {sent} was sent but its receipt could not be read "
-                    f"({type(exc).__name__}): look it up before approving again"
+                    f"{what} {sent} was sent but its receipt could not be read "
+                    f"({type(exc).__name__}): look it up before trying again"
                 ) from None
-            failures.append(f"{shown}: {type(exc).__name__}")
+            failures.append(f"{shown}: {_failure(exc)}")
             continue
         finally:
             await provider.disconnect()
         if int(receipt["status"]) != 1:
-            raise X402Error(f"the Permit2 approval {sent} reverted on eip155:{chain_id}")
-        logger.info("x402: approved Permit2 for %s on eip155:%s", asset, chain_id)
+            raise X402Error(f"{what} {sent} reverted on eip155:{chain_id}")
         return sent
     raise X402Error(
-        f"the Permit2 approval was not sent: no RPC endpoint for chain {chain_id} took it "
-        f"({'; '.join(failures)})"
+        f"{what} was not sent: no RPC endpoint for chain {chain_id} took it ({'; '.join(failures)})"
     )
+
+
+def _failure(exc: Exception) -> str:
+    """An endpoint's refusal in a few words: a contract's revert says its reason (a custom
+    error's data), anything else only its type (a message may carry the URL)."""
+    from web3.exceptions import ContractCustomError, ContractLogicError
+
+    if isinstance(exc, ContractCustomError | ContractLogicError):
+        data = getattr(exc, "data", None)
+        shown = data[:10] if isinstance(data, str) else str(exc.message)[:80]
+        return f"reverted ({shown})"
+    return type(exc).__name__

@@ -64,9 +64,10 @@ __all__ = [
     "utc_timestamp",
 ]
 
-ChannelStatus = Literal["open", "refunding", "withdrawing", "closed"]
+ChannelStatus = Literal["open", "refunding", "withdrawing", "disputed", "closed"]
 #: Where a channel stands: paying, its unspent deposit being refunded (cooperatively) or
-#: withdrawn (the timed withdrawal), or emptied.
+#: withdrawn (the timed withdrawal), closed to new vouchers because its merchant's answer
+#: contradicted what was signed (`disputed`), or emptied.
 CHANNEL_STATUSES: tuple[str, ...] = get_args(ChannelStatus)
 #: The largest amount the escrow holds (`uint128`).
 MAX_CHANNEL_AMOUNT = (1 << 128) - 1
@@ -102,25 +103,30 @@ def _check_amount(name: str, value: object) -> int:
 
 
 def _check_origin(origin: str) -> None:
-    # The origin is journaled: a URL with credentials, a path or a query is refused.
+    # The resource is journaled and asked for refunds: a URL with credentials, a query or a
+    # fragment (where credentials hide) is refused.
     parts = urlsplit(origin) if isinstance(origin, str) else None
     if (
         parts is None
         or parts.scheme not in ("http", "https")
         or not parts.hostname
         or "@" in parts.netloc
-        or parts.path not in ("", "/")
         or parts.query
         or parts.fragment
     ):
-        raise ValueError("a channel's origin is scheme://host[:port], without credentials")
+        raise ValueError(
+            "a channel's origin is the resource it pays, scheme://host[:port]/path, without "
+            "credentials, query or fragment"
+        )
 
 
 @dataclasses.dataclass(frozen=True)
 class ChannelRecord:
     """One payment channel as this client knows it.
 
-    `config` is the channel config as it travels on the wire (camelCase). Amounts are atomic
+    `origin` is the resource the channel was opened for (its URL without query or
+    fragment): a cooperative refund is asked of it. `config` is the channel config as it
+    travels on the wire (camelCase). Amounts are atomic
     units of `asset`: `deposited` is what this client deposited (verified on chain),
     `signed` the highest cumulative `maxClaimableAmount` it signed (`signature` is that
     voucher's), `acknowledged` the highest `chargedCumulativeAmount` the merchant

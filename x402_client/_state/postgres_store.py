@@ -208,7 +208,8 @@ _V3 = (
         signature TEXT,
         acknowledged NUMERIC(39, 0) NOT NULL CHECK (acknowledged BETWEEN 0 AND signed),
         refunded NUMERIC(39, 0) NOT NULL CHECK (refunded >= 0),
-        status TEXT NOT NULL CHECK (status IN ('open', 'refunding', 'withdrawing', 'closed')),
+        status TEXT NOT NULL
+            CHECK (status IN ('open', 'refunding', 'withdrawing', 'disputed', 'closed')),
         opened_at TIMESTAMPTZ NOT NULL,
         updated_at TIMESTAMPTZ NOT NULL
     )""",

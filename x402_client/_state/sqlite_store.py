@@ -230,7 +230,8 @@ _SCHEMA_V4 = (
         signature TEXT,
         acknowledged TEXT NOT NULL,
         refunded TEXT NOT NULL,
-        status TEXT NOT NULL CHECK (status IN ('open', 'refunding', 'withdrawing', 'closed')),
+        status TEXT NOT NULL
+            CHECK (status IN ('open', 'refunding', 'withdrawing', 'disputed', 'closed')),
         opened_at TEXT NOT NULL,
         updated_at TEXT NOT NULL
     )""",
