@@ -34,6 +34,9 @@ ANSWERS = [
     (402, "Payment request already used", Step.PAY_FRESH),
     (402, "Payment request expired", Step.PAY_FRESH),
     (402, "Invalid signature", Step.REFUSED),
+    # a session's merchant sees its channel otherwise: its corrective 402 is paid
+    (402, "invalid_batch_settlement_evm_cumulative_amount_mismatch", Step.PAY_FRESH),
+    (402, "invalid_batch_settlement_evm_channel_busy", Step.REFUSED),
     (402, None, Step.REFUSED),
     (404, None, Step.NOT_DELIVERED),
     (409, None, Step.NOT_DELIVERED),
@@ -51,6 +54,8 @@ def test_each_answer_decides_one_step(status: int, reason: str | None, step: Ste
 # (answers in order) -> the last step: the rules remember what came before
 SEQUENCES = [
     ([(500, None), (402, "Payment request already used")], Step.UNKNOWN),
+    # after a 5xx the merchant may have charged this very voucher: no second payment
+    ([(500, None), (402, "invalid_batch_settlement_evm_cumulative_amount_mismatch")], Step.UNKNOWN),
     ([(500, None), (500, None), (500, None)], Step.UNKNOWN),
     ([(402, "Payment not confirmed (status: Open)")] * 2, Step.NOT_CONFIRMED),
     ([(402, "Payment not confirmed (status: Open)"), (200, None)], Step.SERVED),

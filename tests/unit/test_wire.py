@@ -262,6 +262,12 @@ def test_verification_and_settlement_models() -> None:
         ("Payment request expired", VerifierReason.EXPIRED),
         ("Signature invalid", VerifierReason.OTHER),
         (None, VerifierReason.OTHER),
+        ("invalid_batch_settlement_evm_cumulative_amount_mismatch", VerifierReason.STALE),
+        ("invalid_batch_settlement_evm_cumulative_below_claimed", VerifierReason.STALE),
+        ("invalid_batch_settlement_evm_cumulative_exceeds_balance", VerifierReason.STALE),
+        ("invalid_batch_settlement_evm_channel_not_found", VerifierReason.STALE),
+        ("invalid_batch_settlement_evm_channel_busy", VerifierReason.OTHER),
+        ("invalid_batch_settlement_evm_voucher_signature", VerifierReason.OTHER),
     ],
 )
 def test_classify_reason(reason: str | None, kind: VerifierReason) -> None:
