@@ -178,6 +178,14 @@ async def test_a_refund_returns_exactly_the_unspent_deposit(session: Session) ->
     assert await session.balance(session.payer) == FUNDING - 3 * PRICE
     (after,) = await payments(options).sessions()
     assert (after.refunded, after.status) == (deposit - 3 * PRICE, "closed")
+    # A refunded channel is funded again by the next request: the same channel, reopened.
+    async with session.client(options) as client:
+        response = await client.get(session.url)
+        assert response.status_code == 200
+    assert session.sent[-1]["type"] == "deposit"
+    assert int(session.sent[-1]["voucher"]["maxClaimableAmount"]) == 4 * PRICE
+    (reopened,) = await payments(options).sessions()
+    assert (reopened.channel_id, reopened.status) == (after.channel_id, "open")
 
 
 async def test_a_merchant_claiming_more_than_was_signed_is_refused_and_told_so(

@@ -176,6 +176,9 @@ class SessionRail(SigningRail[BatchAcceptEntry]):
             deposit = 0
             if cumulative > balance:
                 deposit = await self._deposit_amount(terms, intent, cumulative - balance)
+                if record.status == "closed":
+                    # a refunded channel is funded again: the same channel, open once more
+                    await book.set_status(channel_id, "open")
             payload = await self._signed_payload(
                 book, record, terms, config, intent, chain_id, cumulative, deposit
             )
