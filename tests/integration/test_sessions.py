@@ -145,6 +145,12 @@ async def test_a_stream_is_one_deposit_then_vouchers_and_settles_exactly_what_wa
     assert settled["amount"] == str(4 * PRICE)
     assert await session.balance(session.merchant.pay_to) == 4 * PRICE
 
+    steps = [
+        step.detail for entry in payments(options).ledger for step in entry.steps
+        if step.step == "voucher"
+    ]  # fmt: skip
+    assert steps[0] == f"channel {channel_id[:18]}: 0.01 EUR in total, with a deposit of 0.10 EUR"
+    assert steps[1:] == [f"channel {channel_id[:18]}: 0.0{n} EUR in total" for n in (2, 3, 4)]
     (record,) = await payments(options).sessions()
     assert (record.channel_id, record.deposited, record.signed, record.acknowledged) == (
         channel_id,

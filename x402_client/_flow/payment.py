@@ -1820,6 +1820,8 @@ class Payer:
             raise
         response.extensions = {**response.extensions, RECEIPT_EXTENSION: receipt}
         payment.guard.settled(receipt)
+        step = _session_step(payment.intent, receipt, payment.proof.paid.payload)
+        _trail(payment.entry, "voucher", step)
         return receipt
 
     @staticmethod
@@ -1876,6 +1878,21 @@ class Payer:
             await self._notify("on_payment_error", error)
 
         return broken
+
+
+def _session_step(
+    intent: PaymentIntent, receipt: PaymentReceipt, payload: Mapping[str, Any] | None
+) -> str:
+    """A session payment's ledger step: its channel, the voucher's total, its deposit."""
+    shown = f"channel {(receipt.channel_id or '')[:18]}"
+    if receipt.cumulative_amount is not None:
+        shown += f": {format_amount(receipt.cumulative_amount)} {intent.currency} in total"
+    deposit = (payload or {}).get("deposit")
+    atomic = deposit.get("amount") if isinstance(deposit, Mapping) else None
+    amount = intent.amount_of(int(atomic)) if isinstance(atomic, str) and atomic.isdigit() else None
+    if amount is not None:
+        shown += f", with a deposit of {format_amount(amount)} {intent.currency}"
+    return shown
 
 
 def _log_payment(level: int, what: str, intent: PaymentIntent) -> None:
