@@ -249,3 +249,20 @@ async def test_a_voucher_whose_answer_was_lost_is_not_paid_twice(session: Sessio
     assert receipt.cumulative_amount == Decimal("0.03")
     settled = await session.merchant.claim_and_settle()
     assert settled["amount"] == str(3 * PRICE)
+
+
+async def test_a_channel_that_cannot_be_read_on_chain_is_not_paid(session: Session) -> None:
+    import socket
+
+    with socket.socket() as unused:  # a loopback port nobody listens on
+        unused.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{unused.getsockname()[1]}"
+    options = session.options(
+        evm=EvmOptions(private_key=session.payer_key, rpc_urls={CHAIN_ID: dead})
+    )
+    async with session.client(options) as client:
+        with pytest.raises(X402Error) as failed:
+            await client.get(session.url)
+    assert failed.value.money_moved is False
+    assert "cannot be read" in str(failed.value) and "nothing was paid" in str(failed.value)
+    assert session.sent == []

@@ -160,42 +160,64 @@ class SessionRail(SigningRail[BatchAcceptEntry]):
         channel_id = config.channel_id(chain_id)
         book = self._book()
         async with book.hold(channel_id):
-            record = await self._record(book, terms, config, channel_id, intent)
-            if record.status in _NO_VOUCHERS:
-                raise PaymentRefused(
-                    f"session {channel_id[:18]}… with {terms.pay_to} takes no new vouchers: "
-                    f"{_NO_VOUCHERS[record.status]}; nothing was paid",
-                    intent=intent,
+            try:
+                payload, signed = await self._next_voucher(
+                    book, terms, config, channel_id, chain_id, intent
                 )
-            baseline = await self._baseline(terms, record, channel_id, chain_id, signer)
-            cumulative = baseline + terms.amount
-            balance = record.deposited - record.refunded
-            if cumulative > balance or channel_id in self._unsure:
-                self._unsure.discard(channel_id)
-                balance = await self._reconcile(book, record, chain_id, channel_id)
-            deposit = 0
-            if cumulative > balance:
-                deposit = await self._deposit_amount(terms, intent, cumulative - balance)
-                if record.status == "closed":
-                    # a refunded channel is funded again: the same channel, open once more
-                    await book.set_status(channel_id, "open")
-            payload = await self._signed_payload(
-                book, record, terms, config, intent, chain_id, cumulative, deposit
-            )
-            self._signed[id(payload)] = _Voucher(
-                channel_id, chain_id, baseline, cumulative, terms.amount, deposit
-            )
-            logger.debug(
-                "x402: signed voucher %s on channel %s (deposit %s)",
-                cumulative,
-                channel_id[:18],
-                deposit,
-            )
+            except RpcUnavailable as exc:
+                raise PaymentFailed(
+                    f"the session's channel cannot be read on {intent.network} ({exc}); "
+                    "nothing was paid",
+                    intent=intent,
+                ) from None
+            self._signed[id(payload)] = signed
             try:
                 yield Paid(proof="", payload=payload, payer=signer.address)
             finally:
                 if self._signed.pop(id(payload), None) is not None:
                     self._unsure.add(channel_id)
+
+    async def _next_voucher(
+        self,
+        book: ChannelBook,
+        terms: bs.BatchTerms,
+        config: bs.ChannelConfig,
+        channel_id: str,
+        chain_id: int,
+        intent: PaymentIntent,
+    ) -> tuple[dict[str, Any], _Voucher]:
+        """This request's payload on a channel the caller holds: the voucher (and the
+        deposit, when the voucher would pass the balance), journaled and signed."""
+        record = await self._record(book, terms, config, channel_id, intent)
+        if record.status in _NO_VOUCHERS:
+            raise PaymentRefused(
+                f"session {channel_id[:18]}… with {terms.pay_to} takes no new vouchers: "
+                f"{_NO_VOUCHERS[record.status]}; nothing was paid",
+                intent=intent,
+            )
+        baseline = await self._baseline(terms, record, channel_id, chain_id, self.signer)
+        cumulative = baseline + terms.amount
+        balance = record.deposited - record.refunded
+        if cumulative > balance or channel_id in self._unsure:
+            self._unsure.discard(channel_id)
+            balance = await self._reconcile(book, record, chain_id, channel_id)
+        deposit = 0
+        if cumulative > balance:
+            deposit = await self._deposit_amount(terms, intent, cumulative - balance)
+            if record.status == "closed":
+                # a refunded channel is funded again: the same channel, open once more
+                await book.set_status(channel_id, "open")
+        payload = await self._signed_payload(
+            book, record, terms, config, intent, chain_id, cumulative, deposit
+        )
+        logger.debug(
+            "x402: signed voucher %s on channel %s (deposit %s)",
+            cumulative,
+            channel_id[:18],
+            deposit,
+        )
+        signed = _Voucher(channel_id, chain_id, baseline, cumulative, terms.amount, deposit)
+        return payload, signed
 
     async def _signed_payload(
         self,
