@@ -25,7 +25,12 @@ Workloads:
   if installed, pyinstrument);
 - `eip3009`: paid GETs of the x402 foundation's merchant, our client vs the foundation's
   `x402HttpxClient` vs the pre-signed floor (`PreSigned`), interleaved, wall and
-  client-process CPU time per request.
+  client-process CPU time per request;
+- `sessions`: paid GETs of the sandbox's `batch-settlement` merchant (one session: a
+  deposit, then a voucher per request) and of its standard `exact` EIP-3009 merchant on
+  the same anvil chain, interleaved, client-process CPU time per request and the
+  transactions each request (and each batch the merchant claims and settles) added to
+  the chain.
 """
 
 from __future__ import annotations
@@ -463,6 +468,114 @@ async def eip3009(args: dict[str, Any]) -> dict[str, Any]:
     return {"wall": wall, "cpu": cpu, "gc": clock.by_flow()}
 
 
+# --- sessions (batch-settlement) vs exact EIP-3009 ---------------------------------------------
+
+
+class ChainCounter:
+    """The transactions mined on one anvil chain since the last reading: every block's
+    transaction list, read block by block (a block may hold more than one)."""
+
+    def __init__(self, rpc_url: str) -> None:
+        self._url = rpc_url
+        self._http = httpx.AsyncClient(timeout=60)
+        self._seen: int | None = None
+
+    async def _rpc(self, method: str, *params: Any) -> Any:
+        body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": list(params)}
+        response = await self._http.post(self._url, json=body)
+        response.raise_for_status()
+        answer = response.json()
+        if "error" in answer:
+            raise RuntimeError(f"{method}: {answer['error']}")
+        return answer["result"]
+
+    async def new_transactions(self) -> int:
+        """How many transactions the blocks mined since the last call hold (the first
+        call only takes the chain's height)."""
+        head = int(await self._rpc("eth_blockNumber"), 16)
+        start, self._seen = self._seen, head
+        if start is None:
+            return 0
+        count = 0
+        for number in range(start + 1, head + 1):
+            block = await self._rpc("eth_getBlockByNumber", hex(number), False)
+            count += len(block["transactions"])
+        return count
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+
+def _session_clients(args: dict[str, Any]) -> dict[str, Any]:
+    """Our client twice, one per merchant, each with its own state: a session deposits
+    for `n` requests (`EvmOptions.session_requests`), so that one round of `n` requests
+    is one deposit's worth."""
+    from x402_client import Asset, EvmOptions, PaymentOptions, with_eur_payment
+
+    def options() -> PaymentOptions:
+        return PaymentOptions(
+            evm=EvmOptions(
+                private_key=args["payer_key"],
+                rpc_urls={args["chain_id"]: args["rpc_url"]},
+                session_requests=args["n"],
+            ),
+            assets=[Asset(args["chain_id"], args["token"], "sEURC", "EUR")],
+        )
+
+    return {
+        kind: with_eur_payment(httpx.AsyncClient(timeout=60), options())
+        for kind in ("session", "exact")
+    }
+
+
+async def _claim_and_settle(url: str) -> None:
+    """The merchant's batch: it claims the session's vouchers and settles (its own work,
+    not the client's, so it is not timed; its transactions count for the session)."""
+    async with httpx.AsyncClient(timeout=120) as http:
+        response = await http.post(url)
+        response.raise_for_status()
+
+
+async def _session_round(
+    args: dict[str, Any], clients: dict[str, Any], chain: ChainCounter, clock: GcClock
+) -> dict[str, Any]:
+    """One round: `n` paid GETs of each merchant, one of each at a time (the first of
+    the pair alternating), each timed and its transactions counted; then the merchant's
+    claim and settlement of the session's vouchers, counted apart."""
+    urls = {"session": args["session_url"], "exact": args["exact_url"]}
+    cpu: dict[str, list[float]] = {kind: [] for kind in urls}
+    wall: dict[str, list[float]] = {kind: [] for kind in urls}
+    txs: dict[str, list[int]] = {kind: [] for kind in urls}
+    await chain.new_transactions()
+    for i in range(args["n"]):
+        for kind in ("session", "exact") if i % 2 == 0 else ("exact", "session"):
+            await _timed(clock, kind, clients[kind].get, urls[kind], wall[kind], cpu[kind])
+            txs[kind].append(await chain.new_transactions())
+    await _claim_and_settle(args["claim_url"])
+    return {"cpu": cpu, "wall": wall, "txs": txs, "batch_txs": await chain.new_transactions()}
+
+
+async def sessions(args: dict[str, Any]) -> dict[str, Any]:
+    """`rounds` measured rounds (`_session_round`) after one round of warm-up, which
+    opens the channel: every measured round then starts on a spent deposit, as a new
+    session of `n` requests does."""
+    clients = _session_clients(args)
+    chain = ChainCounter(args["rpc_url"])
+    clock = GcClock()
+    rounds = []
+    try:
+        await _session_round(args, clients, chain, clock)
+        clock.install()
+        for _ in range(args["rounds"]):
+            rounds.append(await _session_round(args, clients, chain, clock))
+        clock.remove()
+    finally:
+        for client in clients.values():
+            await client.aclose()
+        await chain.aclose()
+    return {"rounds": rounds, "gc": clock.by_flow()}
+
+
 WORKLOADS = {
     "latency": latency,
     "floor": floor,
@@ -470,6 +583,7 @@ WORKLOADS = {
     "gc": gc_pauses,
     "profile": profile,
     "eip3009": eip3009,
+    "sessions": sessions,
 }
 
 

@@ -31,6 +31,8 @@ FIGURES = (
     "fleet_8",
     "fleet_exact",
     "fleet_round_trips",
+    "sessions_tx",
+    "sessions_cpu",
 )
 
 #: 1a: a paid euro GET against the lean floor, ratio of medians.
@@ -62,3 +64,8 @@ BRIDGE_POLLS_PER_MIN = 60.0
 FLEET_OVERSPEND = 0.0
 #: 9c: database round trips per warm payment on a PostgreSQL state.
 FLEET_ROUND_TRIPS = 3.0
+#: 10a: on-chain transactions per paid request, exact EIP-3009 over a session of N
+#: requests: at least this share of N (a factor of N/2).
+SESSIONS_TX_SHARE = 0.5
+#: 10b: client CPU per paid request, a session over exact EIP-3009 (at most).
+SESSIONS_CPU_RATIO = 1.5

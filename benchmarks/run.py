@@ -60,6 +60,7 @@ from _figures_latency import (  # noqa: E402
     servers_block,
 )
 from _figures_memory import fig_memory  # noqa: E402
+from _figures_sessions import fig_sessions, fig_sessions_cpu, fig_sessions_tx  # noqa: E402
 from _figures_startup import fig_startup  # noqa: E402
 from _figures_throughput import fig_throughput, throughput_block, throughput_orders  # noqa: E402
 from _procs import Lean, client  # noqa: E402
@@ -76,6 +77,8 @@ __all__ = [  # what the tests read from here, besides `main`
     "between_runs",
     "compare",
     "fig_evm",
+    "fig_sessions_cpu",
+    "fig_sessions_tx",
     "fig_throughput",
     "gate_summary",
     "output_dir",
@@ -114,6 +117,8 @@ COUNTS: dict[str, dict[str, int]] = {
         "fleet_max_workers": 2,
         "fleet_rounds": 1,
         "fleet_trips": 3,
+        "sessions_n": 3,
+        "sessions_rounds": 2,
     },
     "quick": {
         "latency_blocks": 4,
@@ -138,6 +143,8 @@ COUNTS: dict[str, dict[str, int]] = {
         "fleet_max_workers": 8,
         "fleet_rounds": 2,
         "fleet_trips": 20,
+        "sessions_n": 10,
+        "sessions_rounds": 3,
     },
     "full": {
         "latency_blocks": 10,
@@ -162,6 +169,8 @@ COUNTS: dict[str, dict[str, int]] = {
         "fleet_max_workers": 8,
         "fleet_rounds": 5,
         "fleet_trips": 50,
+        "sessions_n": 20,
+        "sessions_rounds": 10,
     },
 }
 
@@ -177,6 +186,7 @@ SECTIONS = (
     "eip3009",
     "bridge",
     "fleet",
+    "sessions",
 )
 #: Measured as short blocks spread over the run (`Blocks`), not as sections of their own.
 BLOCK_SECTIONS = ("latency", "servers", "throughput", "evm")
@@ -268,6 +278,7 @@ def _sections(
         ("eip3009", "5. EIP-3009 vs the x402 foundation client", fig_eip3009),
         ("bridge", "8. bridge rail (sandbox)", fig_bridge),
         ("fleet", "9. a fleet of workers on one budget: PostgreSQL / SQLite", fig_fleet),
+        ("sessions", "10. sessions (batch-settlement) vs exact EIP-3009", fig_sessions),
     ):
         if wanted(name):
             blocks.run()

@@ -34,6 +34,8 @@ TARGETED = {
     "eip3009",
     "gc",
     "memory",
+    "sessions_tx",
+    "sessions_cpu",
 }
 
 
@@ -63,11 +65,13 @@ def _run_module() -> Any:
     return run
 
 
-#: The smoke run in three parts, each in its own test module so that parallel workers run
+#: The smoke run in four parts, each in its own test module so that parallel workers run
 #: them side by side: the chains' figures (`test_benchmarks_smoke_chains.py`), the fleet's
-#: (`test_benchmarks_smoke_fleet.py`) and the rest.
+#: (`test_benchmarks_smoke_fleet.py`), the sessions' (`test_benchmarks_smoke_sessions.py`)
+#: and the rest.
 CHAIN_SECTIONS = "sandbox,evm,eip3009,bridge"
 FLEET_SECTIONS = "fleet"
+SESSION_SECTIONS = "sessions"
 OTHER_SECTIONS = "startup,servers,latency,throughput,gc,memory"
 CHAIN_FIGURES = {
     "bridge_delay",
@@ -103,7 +107,7 @@ def smoke_run(tmp_path: Path, sections: str) -> dict[str, Any]:
 def test_the_two_halves_of_the_smoke_run_cover_every_figure() -> None:
     expected = set(_run_module().FIGURES)
     assert expected >= CHAIN_FIGURES
-    parts = (CHAIN_SECTIONS, FLEET_SECTIONS, OTHER_SECTIONS)
+    parts = (CHAIN_SECTIONS, FLEET_SECTIONS, SESSION_SECTIONS, OTHER_SECTIONS)
     sections = {name for part in parts for name in part.split(",")}
     assert sections == set(_run_module().SECTIONS)
 
@@ -111,7 +115,9 @@ def test_the_two_halves_of_the_smoke_run_cover_every_figure() -> None:
 @pytest.mark.slow
 def test_benchmarks_smoke_run_writes_every_figure_but_the_chains(tmp_path: Path) -> None:
     figures = smoke_run(tmp_path, OTHER_SECTIONS)["figures"]
-    expected = {f for f in _run_module().FIGURES if not f.startswith("fleet")} - CHAIN_FIGURES
+    expected = {
+        f for f in _run_module().FIGURES if not f.startswith(("fleet", "sessions"))
+    } - CHAIN_FIGURES
     assert set(figures) == expected, sorted(set(figures) ^ expected)
 
 
@@ -338,6 +344,53 @@ def test_evm_figures_over_blocks_count_the_worst_block_and_skip_on_failure() -> 
         [block(1.0, [1.0], [0.0]), {"error": "EVM sandbox or rail not working: x"}]
     )
     assert [f.skipped for f in broken] == ["EVM sandbox or rail not working: x"]
+
+
+def _session_round(deposits: list[int], batch: int, cpu: tuple[float, float]) -> dict[str, Any]:
+    """One round of the sessions workload as `_client.sessions` reports it: per request,
+    the transactions it added (a deposit, or none; one for each exact payment) and its
+    CPU seconds; then the merchant's batch."""
+    n = len(deposits)
+    return {
+        "txs": {"session": deposits, "exact": [1] * n},
+        "batch_txs": batch,
+        "cpu": {"session": [cpu[0]] * n, "exact": [cpu[1]] * n},
+        "wall": {"session": [0.002] * n, "exact": [0.030] * n},
+    }
+
+
+def test_session_figures_count_every_deposit_and_batch_and_weigh_cpu_by_totals() -> None:
+    run = _run_module()
+    # N = 4: a top-up on the first request of two rounds, none in the third; each batch
+    # is a claim and a settlement. Exact: 12 transactions; the session: 2 + 6 = 8.
+    rounds = [
+        _session_round([1, 0, 0, 0], 2, (0.002, 0.001)),
+        _session_round([0, 0, 0, 0], 2, (0.001, 0.001)),
+        _session_round([1, 0, 0, 0], 2, (0.003, 0.001)),
+    ]
+    tx = run.fig_sessions_tx(rounds, 4)
+    assert (tx.key, tx.value, tx.target_value) == ("sessions_tx", 1.5, 2.0)
+    assert tx.passed is False and "missed by" in tx.detail
+    assert tx.samples == [4 / 3, 2.0, 4 / 3]
+    assert tx.extra["session_deposit_txs"] == 2 and tx.extra["session_batch_txs"] == 6
+    assert "the session 0.667 (2 during its requests" in tx.detail
+    assert tx.spread is not None and tx.spread[0] <= 1.5 <= tx.spread[1]
+
+    # CPU by totals, so that a deposit's request counts in full: (8+4+12) / 12 ms = 2.
+    cpu = run.fig_sessions_cpu(rounds, 4)
+    assert (cpu.key, cpu.target_value) == ("sessions_cpu", 1.5)
+    assert math.isclose(cpu.value, 2.0) and cpu.passed is False
+    assert cpu.samples == pytest.approx([2.0, 1.0, 3.0])
+
+    # N = 20, one top-up and one batch a round: 20 / 3 times fewer, below N/2 = 10.
+    long_rounds = [_session_round([1] + [0] * 19, 2, (0.001, 0.001)) for _ in range(3)]
+    long = run.fig_sessions_tx(long_rounds, 20)
+    assert math.isclose(long.value, 20 / 3) and long.passed is False
+    assert long.spread == pytest.approx((20 / 3, 20 / 3))
+    assert run.fig_sessions_cpu(long_rounds, 20).passed is True
+    # A session of N = 40 with one top-up and a one-transaction batch meets it.
+    wide = run.fig_sessions_tx([_session_round([1] + [0] * 39, 1, (0.001, 0.001))], 40)
+    assert wide.value == 20.0 and wide.passed is True
 
 
 def test_speed_probe_times_the_machine_from_its_own_thread_and_leaves_affinity_alone() -> None:
