@@ -65,7 +65,9 @@ FLEET_OVERSPEND = 0.0
 #: 9c: database round trips per warm payment on a PostgreSQL state.
 FLEET_ROUND_TRIPS = 3.0
 #: 10a: on-chain transactions per paid request, exact EIP-3009 over a session of N
-#: requests: at least this share of N (a factor of N/2).
-SESSIONS_TX_SHARE = 0.5
+#: requests: at least this share of N. A session costs three transactions whatever N (its
+#: deposit, the merchant's claim and its settlement) where exact costs N: N/3 is the whole
+#: saving a payer can make.
+SESSIONS_TX_SHARE = 1 / 3
 #: 10b: client CPU per paid request, a session over exact EIP-3009 (at most).
 SESSIONS_CPU_RATIO = 1.5
