@@ -237,46 +237,44 @@ async def _kill_while_served(stand: Stand, config: dict[str, Any]) -> None:
 
 # --- a payer killed mid-request, resumed by another process ----------------------------------
 
-KILLED_AFTER = 2  # requests paid before the one the payer dies in
 RESUMED = 2  # requests the next process pays
 
 
 @pytest.mark.parametrize("kill", ["before-send", "after-answer", "while-served"])
+@pytest.mark.parametrize("paid", [2, 0], ids=["in-a-voucher", "in-the-deposit"])
 async def test_a_payer_killed_mid_request_is_resumed_by_another_process_without_double_charge(
-    stand: Stand, tmp_path: Path, kill: str
+    stand: Stand, tmp_path: Path, kill: str, paid: int
 ) -> None:
     """`before-send`: the voucher was journaled and never left; `after-answer`: the merchant
     served and charged it, and its answer died with the payer; `while-served`: the payer
     died while the merchant was serving it, and the merchant charged it after. The next
     process, on the same state file, pays on from the journal: the merchant charged exactly
-    one price per request it served, never one it did not serve, and never one twice."""
+    one price per request it served, never one it did not serve, and never one twice; and
+    one deposit in all, also when the payer died in the request that deposits.
+    (`paid`: the requests the payer paid before the one it dies in.)"""
     state, sent = str(tmp_path / "state.db"), tmp_path / "sent.jsonl"
     config = stand.worker_config(state, sent)
     if kill == "while-served":
-        await _kill_while_served(stand, {**config, "requests": KILLED_AFTER + 1})
+        await _kill_while_served(stand, {**config, "requests": paid + 1})
     else:
-        killed = {**config, "requests": KILLED_AFTER + 1, "kill": kill}
-        assert await _run_payer({**killed, "kill_at": KILLED_AFTER + 1}) == (-9, [])
+        killed = {**config, "requests": paid + 1, "kill": kill}
+        assert await _run_payer({**killed, "kill_at": paid + 1}) == (-9, [])
     # the voucher of the request the payer died in was journaled before it could leave
     (record,) = await payments(stand.options(state_path=state)).sessions()
-    assert (record.signed, record.acknowledged) == (
-        (KILLED_AFTER + 1) * PRICE,
-        KILLED_AFTER * PRICE,
-    )
+    assert (record.signed, record.acknowledged) == ((paid + 1) * PRICE, paid * PRICE)
     assert await _run_payer({**config, "requests": RESUMED}) == (0, ["200"] * RESUMED)
 
     lines = _sent(sent)
-    payloads = [line["payload"] for line in lines]
-    assert [p.get("type") for p in payloads].count("deposit") == 1
-    assert payloads[0]["type"] == "deposit" and int(payloads[0]["deposit"]["amount"]) == DEPOSIT
+    deposits = [line for line in lines if line["payload"].get("type") == "deposit"]
+    assert [int(d["payload"]["deposit"]["amount"]) for d in deposits if d["sent"]] == [DEPOSIT]
     first, second = lines[0]["pid"], lines[-1]["pid"]
     assert first != second
     ceilings = [(line["pid"] == first, _ceiling(line["payload"]), line["sent"]) for line in lines]
-    crashed = KILLED_AFTER + 1
+    crashed = paid + 1
     before = [(True, PRICE * n, True) for n in range(1, crashed)]
     if kill == "before-send":
         # the journaled voucher never left; the next process signs the same amount again
-        served = KILLED_AFTER + RESUMED
+        served = paid + RESUMED
         after = [(True, PRICE * crashed, False)]
         after += [(False, PRICE * n, True) for n in range(crashed, served + 1)]
     else:
