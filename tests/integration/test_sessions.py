@@ -19,6 +19,8 @@ import pytest
 from eth_account import Account
 
 from x402_client import (
+    Budget,
+    BudgetExceeded,
     PaymentOptions,
     PaymentOutcomeUnknown,
     PaymentRefused,
@@ -232,8 +234,9 @@ async def test_a_voucher_whose_answer_was_lost_is_not_paid_twice(session: Sessio
     """The merchant charged the voucher and served; its answer never came back. The next
     request's voucher builds on what the payer saw acknowledged, so the merchant answers its
     corrective 402: its charged total, proven by the payer's own last voucher. The payer
-    builds on that: one increment per served request, never a second one for the same."""
-    options = session.options()
+    builds on that: one increment per served request, never a second one for the same, and
+    the budget counts what the vouchers add to what was signed (three prices, not four)."""
+    options = session.options(budgets=[Budget("0.03")])
     async with session.client(options) as client:
         assert (await client.get(session.url)).status_code == 200
         session.network.lose_next_answer = True
@@ -247,6 +250,13 @@ async def test_a_voucher_whose_answer_was_lost_is_not_paid_twice(session: Sessio
     # then the one built on the merchant's proven total
     assert ceilings == [PRICE, 2 * PRICE, 2 * PRICE, 3 * PRICE]
     assert receipt.cumulative_amount == Decimal("0.03")
+    assert receipt.amount == Decimal("0.01")
+    async with session.client(options) as client:
+        with pytest.raises(BudgetExceeded):
+            await client.get(session.url)
+        report = await payments(client).budgets()
+    assert report[0].spent == Decimal("0.03")
+    assert len(session.sent) == 4
     settled = await session.merchant.claim_and_settle()
     assert settled["amount"] == str(3 * PRICE)
 

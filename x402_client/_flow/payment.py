@@ -1167,6 +1167,27 @@ class Payment:
         )
         return settled
 
+    async def book_at_most(self, atomic: int) -> None:
+        """The proof can move no more than `atomic` of the intent's asset (a session voucher
+        that adds only that to the highest cumulative amount signed before): the ledger
+        books that, the budgets keep it and give back the rest of the reservation, and the
+        journal says so (a `settled` row is never given back again)."""
+        entry = self.entry
+        authorized = entry.intent.amount
+        amount = entry.intent.amount_of(atomic)
+        if amount is None or amount >= authorized:
+            return
+        entry.settled_amount = amount
+        detail = (
+            f"{format_amount(amount)} of at most {format_amount(authorized)}: the voucher adds "
+            "no more to what was signed before"
+        )
+        _trail(entry, "settled", detail)
+        await self._write(
+            "what the voucher adds", self._writer.update_payment, step="settled", detail=detail
+        )
+        self.held = await self._state.budgets.give_back(self.held, authorized, amount, self.id)
+
     # --- the end ---------------------------------------------------------------------------------
 
     async def finish(
@@ -1279,6 +1300,8 @@ async def _pay(payer: Payer, payment: Payment) -> State:
         transaction_code=paid.transaction_code,
         blockchain_tx_id=paid.blockchain_tx_id,
     )
+    if paid.adds is not None:
+        await payment.book_at_most(paid.adds)
     made = receipt_of(intent, paid, datetime.now(timezone.utc), guard.payments + 1)
     guard.paid(made, certain=payment.moves_first)
     _log_payment(logging.DEBUG, "proving", intent)
@@ -1818,6 +1841,9 @@ class Payer:
         except PaymentVerificationFailed as exc:
             exc.response = response
             raise
+        booked = payment.entry.settled_amount
+        if booked is not None:
+            receipt = dataclasses.replace(receipt, amount=booked, settled_amount=booked)
         response.extensions = {**response.extensions, RECEIPT_EXTENSION: receipt}
         payment.guard.settled(receipt)
         step = _session_step(payment.intent, receipt, payment.proof.paid.payload)

@@ -235,3 +235,7 @@ class Paid:
     #: The request header that carries `proof` (the euro gates' `X-PAYMENT` unless the
     #: dialect framing it says otherwise: `_protocol.dialects`).
     header: str = "X-PAYMENT"
+    #: The most this proof can add to what may move, in atomic units, when less than the
+    #: intent's amount (a session voucher that re-signs at or near a cumulative amount
+    #: signed before adds only the difference); None: the intent's amount.
+    adds: int | None = None

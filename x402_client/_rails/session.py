@@ -93,6 +93,8 @@ class _Voucher:
     cumulative: int
     amount: int
     deposit: int
+    #: What it adds to the highest cumulative amount signed before it: what may move.
+    adds: int
 
 
 class SessionRail(SigningRail[BatchAcceptEntry]):
@@ -171,8 +173,9 @@ class SessionRail(SigningRail[BatchAcceptEntry]):
                     intent=intent,
                 ) from None
             self._signed[id(payload)] = signed
+            adds = signed.adds if signed.adds < signed.amount else None
             try:
-                yield Paid(proof="", payload=payload, payer=signer.address)
+                yield Paid(proof="", payload=payload, payer=signer.address, adds=adds)
             finally:
                 if self._signed.pop(id(payload), None) is not None:
                     self._unsure.add(channel_id)
@@ -216,7 +219,8 @@ class SessionRail(SigningRail[BatchAcceptEntry]):
             channel_id[:18],
             deposit,
         )
-        signed = _Voucher(channel_id, chain_id, baseline, cumulative, terms.amount, deposit)
+        adds = max(cumulative - record.signed, 0)
+        signed = _Voucher(channel_id, chain_id, baseline, cumulative, terms.amount, deposit, adds)
         return payload, signed
 
     async def _signed_payload(
