@@ -288,6 +288,10 @@ class Sandbox:
                 str(asset[key]) for key in ("chain_id", "address", "symbol", "currency", "decimals")
             )
             env.setdefault("X402_EUR_EVM_PRIVATE_KEY", self.standard.payer_key)
+            # A session's deposit and refund are read from the chain: its RPC too.
+            if self.standard.rpc_url:
+                rpc = f"X402_EUR_RPC_URL_{self.standard.chain_id}"
+                env.setdefault(rpc, self.standard.rpc_url)
         if self.solana is not None and self.standard is not None:
             svm = self.standard.svm_config()
             env["X402_EUR_SVM_SECRET_KEY"] = svm["secret_key"]
