@@ -50,7 +50,7 @@ def env_of(sandbox, payer) -> dict[str, str]:
 def test_help_lists_the_commands() -> None:
     result = run("--help")
     assert result.returncode == 0
-    for command in ("fetch", "quote", "payments", "resume", "mcp"):
+    for command in ("fetch", "quote", "payments", "resume", "sessions", "mcp"):
         assert command in result.stdout
 
 
@@ -72,7 +72,7 @@ def test_help_with_a_command_is_that_command_s_help() -> None:
     # argparse quotes the choices differently across Python versions.
     first, second = mistake.stderr.splitlines()
     assert first.startswith("x402-eur help: argument COMMAND: invalid choice: 'fecth' (choose")
-    assert re.sub(r"'", "", first).endswith("fetch, mcp, payments, quote, resume, state)")
+    assert re.sub(r"'", "", first).endswith("fetch, mcp, payments, quote, resume, sessions, state)")
     assert second == "Try 'x402-eur help --help'."
 
 

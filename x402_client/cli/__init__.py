@@ -7,6 +7,8 @@
   nothing is paid.
 - `x402-eur payments`: the payments journaled in the state file; `x402-eur resume ID`
   finishes one that a failure left unfinished, never paying again.
+- `x402-eur sessions`: the sessions (`batch-settlement` channels) of the state file;
+  `sessions refund ID` and `sessions withdraw ID` take back what they did not spend.
 - `x402-eur discover FACILITATOR [QUERY...]`: the paid resources a facilitator's catalogue
   lists, each with its prices and whether it would be paid; nothing is paid.
 - `x402-eur mcp`: an MCP server whose tools pay for HTTP within a budget (`x402_client.mcp`).
@@ -22,7 +24,8 @@ payment a crash left unfinished can be resumed. `--state PATH` names another fil
 Heavy imports happen inside the commands, so `x402-eur --help` stays fast.
 
 Layout: `_arguments` (the parser), `_commands` (the paying commands), `_bazaar`
-(`discover`), `_state_commands` (`state migrate|copy`), `_render` (what they print),
+(`discover`), `_sessions` (`sessions`), `_state_commands` (`state migrate|copy`),
+`_render` (what they print),
 `_common` (state file, options, bodies); the budget grammar, amounts, state path and
 environment are `x402_client._frontend.common`'s, shared with the MCP server. The
 sandbox and its demo are a distribution of their own (`x402-eur-sandbox serve|demo`).

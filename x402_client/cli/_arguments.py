@@ -9,7 +9,7 @@ from typing import Any
 
 from ..__version__ import __version__
 from .._frontend import common as _frontend
-from . import _bazaar, _commands, _reference, _state_commands
+from . import _bazaar, _commands, _reference, _sessions, _state_commands
 from ._common import _UsageError
 
 
@@ -91,8 +91,10 @@ _environment_help = _frontend.environment_help
 # --- option groups shared by several commands ------------------------------------------------
 
 
-def _state_group() -> argparse.ArgumentParser:
-    state = _Parser(add_help=False)
+def _state_group(*, quiet: bool = False) -> argparse.ArgumentParser:
+    """`--state` and `--no-state`; `quiet`: unset unless given (for a command's action,
+    so that it leaves alone what was given before it)."""
+    state = _Parser(add_help=False, argument_default=argparse.SUPPRESS if quiet else None)
     where = state.add_mutually_exclusive_group()
     where.add_argument(
         "--state",
@@ -325,9 +327,10 @@ def _parser() -> argparse.ArgumentParser:
     _bazaar.add_discover(commands, groups)
     _add_payments(commands, groups)
     _add_resume(commands, groups)
+    actions = _sessions.add_sessions(commands, groups["state"], _state_group(quiet=True))
     _state_commands.add_state(commands, groups["state"])
     _add_mcp(commands)
     _add_help(commands)
-    for command in commands.choices.values():
+    for command in [*commands.choices.values(), *actions]:
         _global_options(command, top=False)
     return parser

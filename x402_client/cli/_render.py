@@ -16,7 +16,9 @@ from .._frontend.common import plain_words, refusal_line, skipped_lines
 from .._protocol.redact import safe_url
 
 if TYPE_CHECKING:
+    from .._protocol.assets import Asset
     from .._protocol.errors import X402Error
+    from .._state.channels import ChannelRecord
     from .._state.sqlite_store import JournalRecord
 
 
@@ -419,6 +421,36 @@ def _print_payments(records: Sequence[JournalRecord]) -> None:
         sys.stderr.write(
             f"x402-eur: {len(unfinished) - len(waiting)} in progress: a running process is "
             "still paying or delivering; leave them to it\n"
+        )
+
+
+def _print_sessions(records: Sequence[ChannelRecord], declared: Sequence[Asset]) -> None:
+    """The sessions in a table, amounts in the asset's units; then how to take back what
+    the open ones hold unspent."""
+    from .._frontend import sessions
+
+    headers = ["ID", "RESOURCE", "NETWORK", "ASSET", "DEPOSITED", "SPENT", "SIGNED"]
+    headers += ["REFUNDED", "STATUS"]
+    rows = []
+    for record in records:
+        data = sessions.session_json(record, sessions.symbol_of(record, declared))
+        amounts = [data[key] for key in ("deposited", "spent", "signed", "refunded")]
+        rows.append(
+            [
+                sessions.short_id(record.channel_id),
+                record.origin,
+                record.network,
+                data["symbol"] or record.asset,
+                *amounts,
+                record.status,
+            ]
+        )
+    print(_grid(headers, rows, right=(4, 5, 6, 7), wrap=(1,)))
+    holding = [r for r in records if r.status == "open" and sessions.unspent(r) > 0]
+    if holding:
+        sys.stderr.write(
+            f"x402-eur: {len(holding)} open session(s) hold an unspent deposit: x402-eur "
+            f"sessions refund {holding[0].channel_id[:12]} asks its merchant to return it\n"
         )
 
 
