@@ -48,7 +48,16 @@ from x402_client.mcp._results import _body_json, _error_json
 from x402_eur_sandbox import Account, Sandbox
 
 ROOT = Path(__file__).resolve().parents[2]
-TOOL_NAMES = {"fetch", "quote", "discover", "payments", "budget", "resume"}
+TOOL_NAMES = {
+    "fetch",
+    "quote",
+    "discover",
+    "payments",
+    "budget",
+    "resume",
+    "sessions",
+    "refund_session",
+}
 COMMAND = [sys.executable, "-m", "x402_client.cli", "mcp"]
 
 

@@ -1,4 +1,4 @@
-"""The six tools as MCP describes them: names, descriptions, and the JSON schemas of
+"""The tools as MCP describes them: names, descriptions, and the JSON schemas of
 their arguments and results."""
 
 from __future__ import annotations
@@ -6,6 +6,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from .._state.channels import CHANNEL_STATUSES
 
 __all__ = ["METHODS", "TOOLS", "ToolSpec"]
 
@@ -16,6 +18,7 @@ _METHODS = METHODS
 _STRING = {"type": "string"}
 _OPTIONAL_STRING = {"type": ["string", "null"]}
 _AMOUNT = {"type": ["string", "number", "null"]}
+_SESSION_STATUSES = list(CHANNEL_STATUSES)
 
 
 def _object(
@@ -388,6 +391,94 @@ TOOLS: dict[str, ToolSpec] = {
             ),
             read_only=True,
             open_world=False,
+        ),
+        ToolSpec(
+            name="sessions",
+            title="Sessions and what they hold unspent",
+            description=(
+                "The sessions (batch-settlement channels) of the state, oldest first: one "
+                "deposit into an escrow paid out by a voucher per request. Each gives its "
+                "id, the resource it pays, network and asset, and in the asset's units what "
+                "was deposited, spent (acknowledged by the merchant), signed, refunded, and "
+                "unspent (the most refund_session can return), with its status."
+            ),
+            input_schema=_object(
+                {
+                    "status": _d(
+                        {"type": ["string", "null"], "enum": [*_SESSION_STATUSES, None]},
+                        "Only the sessions with this status.",
+                    ),
+                }
+            ),
+            output_schema=_object(
+                {
+                    "sessions": {
+                        "type": "array",
+                        "items": _object(
+                            {
+                                "id": _d(_STRING, "The session's id (0x and 64 hex digits)."),
+                                "resource": _d(_STRING, "The resource the session pays."),
+                                "network": _STRING,
+                                "asset": _STRING,
+                                "symbol": _OPTIONAL_STRING,
+                                "currency": _STRING,
+                                "deposited": _d(_STRING, "A decimal string, as all amounts."),
+                                "spent": _d(_STRING, "What the merchant acknowledged charging."),
+                                "signed": _d(_STRING, "The total the vouchers signed."),
+                                "refunded": _STRING,
+                                "unspent": _d(_STRING, "The most a refund can return."),
+                                "status": {"type": "string", "enum": _SESSION_STATUSES},
+                            },
+                            closed=False,
+                        ),
+                    },
+                    "count": _d({"type": "integer"}, "Sessions listed."),
+                },
+                ["sessions", "count"],
+                closed=False,
+            ),
+            read_only=True,
+            open_world=False,
+        ),
+        ToolSpec(
+            name="refund_session",
+            title="Refund a session's unspent deposit to the payer",
+            description=(
+                "Ask a session's merchant to refund what its vouchers did not spend: all of "
+                "it, or amount (at most the session's unspent, as sessions lists it). The "
+                "refund goes back to the payer only; it signs nothing new to the merchant "
+                "and pays nothing. What was refunded is read from the chain. On an error, "
+                "moneyMoved says whether money moved (false: nothing was refunded)."
+            ),
+            input_schema=_object(
+                {
+                    "id": _d(
+                        {"type": "string", "minLength": 6, "maxLength": 67},
+                        "The session's id, as sessions lists it, or its first characters.",
+                    ),
+                    "amount": _d(
+                        _AMOUNT,
+                        'Refund this much only, a decimal string such as "0.05" in the '
+                        "session's asset; at most its unspent. None: all of it.",
+                    ),
+                },
+                ["id"],
+            ),
+            output_schema=_object(
+                {
+                    "session": _d(_STRING, "The session's id."),
+                    "refunded": _d(_STRING, "What left the escrow for the payer."),
+                    "charged": _d(_STRING, "What the merchant kept: its claims on the session."),
+                    "currency": _STRING,
+                    "closed": _d({"type": "boolean"}, "Nothing is left in the session."),
+                    "txHash": _OPTIONAL_STRING,
+                    "moneyMoved": _d({"type": "boolean"}, "True: the refund is on chain."),
+                },
+                ["session", "refunded", "charged", "currency", "closed", "moneyMoved"],
+                closed=False,
+            ),
+            read_only=False,
+            open_world=True,
         ),
     )
 }

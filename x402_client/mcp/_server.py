@@ -50,7 +50,9 @@ def _instructions(options: PaymentOptions) -> str:
         "says whether money moved (moneyMoved). When money moved or may have, never repeat "
         "the fetch plainly: re-send with the proof the error gives. payments with "
         "unfinished lists the payments left unfinished (by this server or another process "
-        "on the same state); resume finishes them without paying again."
+        "on the same state); resume finishes them without paying again. sessions lists "
+        "the sessions (one deposit, a voucher per request) and what each holds unspent; "
+        "refund_session returns that to the payer."
     )
 
 

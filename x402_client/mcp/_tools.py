@@ -1,4 +1,4 @@
-"""The six tools as plain async methods over one paying client (`PaymentTools`)."""
+"""The tools as plain async methods over one paying client (`PaymentTools`)."""
 
 from __future__ import annotations
 
@@ -88,7 +88,7 @@ def _request_settings(
 
 
 class PaymentTools:
-    """The six tools over one paying client. `call(name, arguments)` runs one and returns
+    """The tools over one paying client. `call(name, arguments)` runs one and returns
     `(body, is_error)`; it raises nothing but cancellation.
 
     ```python
@@ -116,6 +116,8 @@ class PaymentTools:
             "payments": self.payments,
             "budget": self.budget,
             "resume": self.resume,
+            "sessions": self.sessions,
+            "refund_session": self.refund_session,
         }
 
     def redact(self, text: str) -> str:
@@ -332,6 +334,50 @@ class PaymentTools:
             if not found
             else f"{id!r} names more than one payment: give more characters of the id",
         )
+
+    async def sessions(self, status: str | None = None) -> dict[str, Any]:
+        from .._adapters.paying_client import payments
+        from .._frontend.sessions import session_json, symbol_of
+
+        records = await payments(self.client).sessions(status=status)
+        declared = self.options.assets
+        listed = [session_json(r, symbol_of(r, declared)) for r in records]
+        return {"sessions": listed, "count": len(listed)}
+
+    async def refund_session(self, id: str, amount: Any = None) -> dict[str, Any]:
+        """Refund one session's unspent deposit to the payer: the session is the state's
+        own (its merchant's resource comes from the journal, never from the agent), and
+        the amount is at most what it holds unspent, checked before anything is sent."""
+        from .._adapters.paying_client import payments
+        from .._frontend import sessions
+        from .._protocol.amounts import format_amount
+
+        pay = payments(self.client)
+        try:
+            record = sessions.find_session(await pay.sessions(), id)
+            value = None
+            if amount is not None:
+                if isinstance(amount, (int, float)) and not isinstance(amount, bool):
+                    amount = format(Decimal(repr(amount)), "f")
+                value = sessions.refund_amount(record, amount)
+        except sessions.SessionMistake as exc:
+            raise ToolError("InvalidArguments", str(exc)) from None
+        where = sessions.short_id(record.channel_id)
+        try:
+            refund = await pay.refund_session(record.channel_id, value)
+        except Exception as exc:
+            _log_failure("refund_session", where, exc)
+            raise
+        logger.info("refund_session %s -> %s refunded", where, refund.refunded)
+        return {
+            "session": refund.channel_id,
+            "refunded": format_amount(refund.refunded),
+            "charged": format_amount(refund.charged),
+            "currency": refund.currency,
+            "closed": refund.closed,
+            "txHash": refund.tx_hash,
+            "moneyMoved": True,
+        }
 
     async def budget(self) -> dict[str, Any]:
         from .._state.shared import state_of
