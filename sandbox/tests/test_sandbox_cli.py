@@ -75,13 +75,14 @@ def test_demo_pays_on_every_rail_and_prints_the_resources() -> None:
         "standard x402, upto        0.02 EUR",
         "standard x402, identifier  0.20 EUR",
         "bridge to chain A          0.30 EUR",
+        "session (3 vouchers)       0.03 EUR",
         "paid MCP tool (weather)    0.05 EUR",
         "chain A, own wallet        0.30 EUR",
-        "total                      1.67 EUR",
+        "total                      1.70 EUR",
         "payer account left         99.60 EURO",
         "EVM payer left, chain 137  99.75 EURQ",
         "EVM payer left, chain 1    99.75 EURQ",
-        "EVM payer left, sEURC      99.58 sEURC",
+        "EVM payer left, sEURC      99.55 sEURC",
         "chain-A wallet left        99.70 EURQ",
         "Solana wallet left         99.95 sEURC",
     ):
@@ -97,6 +98,13 @@ def test_demo_pays_on_every_rail_and_prints_the_resources() -> None:
     assert re.search(r"^payment identifier +pay_[0-9a-f]{32} *$", out, re.MULTILINE)
     assert "re-sent the same proof: HTTP 200, the merchant's first answer" in out
     assert "settled once, balance unchanged" in out
+    # One session: one deposit, a voucher per request for the running total, the refund.
+    session = out.split("session (batch-settlement)", 1)[1].split("paid MCP tool call", 1)[0]
+    assert re.search(r"^deposit: 0\.10 EUR into the escrow, session 0x[0-9a-f]+…", session, re.M)
+    for number in (1, 2, 3):
+        assert f"voucher {number}: +0.01 EUR, running total 0.0{number} EUR" in session
+    assert session.count("deposit:") == 1 and session.count("voucher ") == 3
+    assert "refund: 0.07 EUR back to the payer, 0.03 EUR kept by the merchant, closed" in session
     # The paid MCP tool call, through with_eur_payment.
     assert 'tool result: {"city": "Amsterdam", "forecast": "sunny"' in out
     assert "ledgera:mainnet" in out

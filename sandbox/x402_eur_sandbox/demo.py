@@ -273,6 +273,49 @@ async def _pay_tool(out: Out, sandbox: Sandbox, config: dict[str, Any]) -> tuple
     return [Paid("paid MCP tool (weather)", receipt.amount, receipt.currency)], 0
 
 
+async def _pay_session(out: Out, sandbox: Sandbox) -> tuple[list[Paid], int]:
+    """Three requests to the batch-settlement merchant in one session: one deposit into
+    the escrow, a voucher per request for the running total, then the refund of what the
+    vouchers did not spend, read from the chain."""
+    from x402_client import payments
+
+    url = sandbox.batch.merchant.resource_url("/stream")
+    out.title(f"session (batch-settlement) on chain 137: 3 x GET {httpx.URL(url).path}, refund")
+    async with with_eur_payment(httpx.AsyncClient(timeout=30), sandbox.payment_config()) as client:
+        try:
+            receipts = []
+            for number in range(1, 4):
+                response = await client.get(url)
+                receipt = response.extensions.get("x402_payment")
+                if response.status_code != 200 or receipt is None:
+                    out.line(f"request {number}: HTTP {response.status_code}, unpaid?", style="red")
+                    return [], 1
+                if number == 1:
+                    (session,) = await payments(client).sessions()
+                    deposit = Decimal(session.deposited).scaleb(-session.decimals)
+                    out.line(
+                        f"deposit: {money(deposit, receipt.currency)} into the escrow, session "
+                        f"{short(session.channel_id, 24)}"
+                    )
+                cumulative = money(receipt.cumulative_amount, receipt.currency)
+                out.line(
+                    f"voucher {number}: +{money(receipt.amount, receipt.currency)}, "
+                    f"running total {cumulative}"
+                )
+                receipts.append(receipt)
+            refund = await payments(client).refund_session(receipts[0].channel_id)
+        except X402Error as exc:
+            out.line(f"session failed: {type(exc).__name__}: {exc}", style="red")
+            return [], 1
+    out.line(
+        f"refund: {money(refund.refunded, refund.currency)} back to the payer, "
+        f"{money(refund.charged, refund.currency)} kept by the merchant"
+        + (", closed" if refund.closed else "")
+    )
+    spent = sum((r.amount for r in receipts), Decimal(0))
+    return [Paid("session (3 vouchers)", spent, receipts[0].currency)], 0
+
+
 def svm_problem() -> str | None:
     """Why the demo runs no Solana chain here (`solders` missing), or None."""
     import importlib.util
@@ -318,6 +361,7 @@ async def run_demo(args: argparse.Namespace) -> int:
         bridge_delay=60.0 if args.realistic else 3.0,
         standard=use_evm,
         svm=use_evm and solana_problem is None,
+        batch_settlement=use_evm,
     ) as sandbox:
         payer = f"{sandbox.payer.code} ({money(sandbox.balance(sandbox.payer))} EURO)"
         out.table(
@@ -337,6 +381,9 @@ async def run_demo(args: argparse.Namespace) -> int:
         async with with_eur_payment(httpx.AsyncClient(timeout=30), config) as client:
             steps = _steps(sandbox, evm=use_evm, bridge=bridge)
             paid, failures = await _pay_each(out, sandbox, client, steps, progress)
+        if use_evm:
+            session, failed = await _pay_session(out, sandbox)
+            paid, failures = paid + session, failures + failed
         tool_problem = mcp_problem() if use_evm else None
         if use_evm and tool_problem is None:
             tool, failed = await _pay_tool(out, sandbox, sandbox.payment_config())
