@@ -112,6 +112,8 @@ def test_sessions_lists_what_each_holds_and_refund_returns_it_from_the_chain(
     (after,) = listed(env)
     assert (after["refunded"], after["unspent"], after["status"]) == ("0.07", "0.00", "closed")
     assert run("sessions", "--status", "open", env=env).stderr.startswith("x402-eur: no open")
+    again = run("sessions", "refund", short, env=env)
+    assert again.returncode == 2 and "holds nothing unspent: nothing to refund" in again.stderr
 
 
 def test_withdraw_starts_the_timed_withdrawal_waits_for_it_then_finishes_it(

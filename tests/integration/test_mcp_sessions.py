@@ -88,5 +88,7 @@ async def test_an_agent_sees_its_session_and_has_the_unspent_deposit_refunded(
             [closed] = (await tools.ok("sessions", status="closed"))["sessions"]
             assert (closed["refunded"], closed["unspent"]) == ("0.07", "0.00")
             assert (await tools.ok("sessions", status="open"))["count"] == 0
+            error, _ = await tools.error("refund_session", id=short)
+            assert "holds nothing unspent" in error["message"] and error["moneyMoved"] is False
         logged = read_back(errlog)
     assert "refund_session 0x" in logged

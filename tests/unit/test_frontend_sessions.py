@@ -67,6 +67,7 @@ def test_refund_amounts_are_positive_within_the_asset_s_decimals_and_what_is_uns
     assert unspent(record) == 3_500_000
     assert refund_amount(record, "3.5") == Decimal("3.5")
     assert refund_amount(record, "0.000001") == Decimal("0.000001")
+    assert refund_amount(record, None) is None  # all of it
     for amount, said in (
         ("3.500001", "holds 3.50 USD unspent"),
         ("0", "not a positive amount"),
@@ -86,8 +87,9 @@ def test_nothing_is_unspent_once_the_merchant_s_charges_and_the_refunds_take_it_
         refunded=1_000_000, status="closed",
     )  # fmt: skip
     assert unspent(record) == 0
-    with pytest.raises(SessionMistake, match=r"holds 0\.00 USD unspent"):
-        refund_amount(record, "0.01")
+    for amount in ("0.01", None):
+        with pytest.raises(SessionMistake, match="holds nothing unspent: nothing to refund"):
+            refund_amount(record, amount)
 
 
 def test_a_session_as_json_is_in_the_asset_s_units_without_its_signature() -> None:

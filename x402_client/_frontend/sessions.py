@@ -78,9 +78,19 @@ def find_session(records: Sequence[ChannelRecord], given: str) -> ChannelRecord:
     return matches[0]
 
 
-def refund_amount(record: ChannelRecord, amount: object) -> Decimal:
-    """`amount` (a decimal string or number) as a refund of `record` may ask it: positive,
-    with no more decimals than the asset has, and at most what the session holds unspent."""
+def refund_amount(record: ChannelRecord, amount: object | None) -> Decimal | None:
+    """`amount` (a decimal string or number; None: all of it) as a refund of `record` may
+    ask it: positive, with no more decimals than the asset has, and at most what the
+    session holds unspent. A session that holds nothing unspent has nothing to refund."""
+    from .._protocol.amounts import format_money
+
+    left = unspent(record)
+    if left == 0:
+        raise SessionMistake(
+            f"session {short_id(record.channel_id)} holds nothing unspent: nothing to refund"
+        )
+    if amount is None:
+        return None
     try:
         value = Decimal(str(amount).strip())
     except (InvalidOperation, ValueError):
@@ -91,10 +101,7 @@ def refund_amount(record: ChannelRecord, amount: object) -> Decimal:
             f"a refund of {str(amount)[:40]} is not a positive amount with at most "
             f"{record.decimals} decimals"
         )
-    left = unspent(record)
     if scaled > left:
-        from .._protocol.amounts import format_money
-
         held = format_money(_atomic(record, left), record.currency)
         raise SessionMistake(
             f"session {short_id(record.channel_id)} holds {held} unspent: a refund of "

@@ -135,7 +135,8 @@ def _failed(args: argparse.Namespace, exc: X402Error) -> int:
     from .._frontend.common import refusal_line
     from .._protocol.errors import ConfigurationError
 
-    text = refusal_line(exc)
+    # the library names its own call; at a shell it is this command
+    text = refusal_line(exc).replace("withdraw_session", f"x402-eur sessions withdraw {args.id}")
     if "money" not in text:
         text += f"; {_MOVED[exc.money_moved]}"
     if isinstance(exc, ConfigurationError):
@@ -149,12 +150,10 @@ async def _refund(args: argparse.Namespace) -> int:
     from .._protocol.errors import X402Error
 
     record = await _find(args)
-    amount = None
-    if args.amount is not None:
-        try:
-            amount = _sessions.refund_amount(record, args.amount)
-        except _sessions.SessionMistake as exc:
-            raise _mistake(_prog(args), str(exc), _HINT) from None
+    try:
+        amount = _sessions.refund_amount(record, args.amount)
+    except _sessions.SessionMistake as exc:
+        raise _mistake(_prog(args), str(exc), _HINT) from None
     async with _paying(args) as client:
         try:
             refund = await payments(client).refund_session(record.channel_id, amount)

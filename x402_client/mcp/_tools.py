@@ -355,11 +355,9 @@ class PaymentTools:
         pay = payments(self.client)
         try:
             record = sessions.find_session(await pay.sessions(), id)
-            value = None
-            if amount is not None:
-                if isinstance(amount, (int, float)) and not isinstance(amount, bool):
-                    amount = format(Decimal(repr(amount)), "f")
-                value = sessions.refund_amount(record, amount)
+            if isinstance(amount, (int, float)) and not isinstance(amount, bool):
+                amount = format(Decimal(repr(amount)), "f")
+            value = sessions.refund_amount(record, amount)
         except sessions.SessionMistake as exc:
             raise ToolError("InvalidArguments", str(exc)) from None
         where = sessions.short_id(record.channel_id)
