@@ -119,7 +119,7 @@ async def _paying(args: argparse.Namespace) -> AsyncIterator[httpx.AsyncClient]:
         if options.evm is None:
             raise _Trouble(
                 "sessions are refunded and withdrawn with the EVM key that paid them: set "
-                "X402_EUR_EVM_PRIVATE_KEY (and X402_EUR_EVM_RPC_URLS)"
+                "X402_EUR_EVM_PRIVATE_KEY (and X402_EUR_RPC_URL_<chain>)"
             )
         _open_state(args, options)
         client = httpx.AsyncClient(follow_redirects=False, timeout=60, verify=default_ssl_context())
