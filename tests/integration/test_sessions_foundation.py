@@ -522,3 +522,28 @@ async def test_a_charge_above_the_price_is_not_taken_and_the_voucher_is_reused(
     assert payer.ceilings() == [PRICE, 2 * PRICE, 2 * PRICE]
     assert receipt.cumulative_amount == _eur(2 * PRICE)
     assert await payer.settle() == 2 * PRICE
+
+
+async def test_a_refund_of_a_channel_the_merchant_refunded_books_what_the_chain_shows(
+    payer: Payer,
+) -> None:
+    """The merchant refunded the channel on its own; the payer, not knowing, asks for its
+    refund: the chain shows the unspent deposit back already, so the record books it and
+    closes, and the merchant is not asked for a refund of nothing."""
+    stack = payer.stack
+    async with payer.client() as client:
+        await payer.pay(client, 2)
+        await stack.refund([payer.channel_id])
+        returned = await payer.balance()
+        asked = len(stack.facilitator.requests)
+        refund = await payments(client).refund_session(payer.channel_id)
+    assert (refund.refunded, refund.charged, refund.closed, refund.tx_hash) == (
+        _eur(DEPOSIT - 2 * PRICE),
+        _eur(2 * PRICE),
+        True,
+        None,
+    )
+    assert await payer.balance() == returned == FUNDING - 2 * PRICE
+    assert len(stack.facilitator.requests) == asked
+    (record,) = await payments(payer.options()).sessions()
+    assert (record.refunded, record.status) == (DEPOSIT - 2 * PRICE, "closed")

@@ -108,7 +108,8 @@ async def refund(
     `amount`): the refund request is a voucher of the acknowledged total (it charges
     nothing) sent to the resource the channel paid. What the chain shows left the escrow
     is booked; `PaymentVerificationFailed` when the merchant refused or the chain shows
-    nothing refunded (no money moved)."""
+    nothing refunded (no money moved). A channel the merchant already refunded on its own
+    is not asked again: what the chain shows came back is booked, with no transaction."""
     record = await _channel(payer, channel_id)
     rail = _rail(payer)
     config = bs.ChannelConfig.from_wire(record.config)
@@ -116,7 +117,22 @@ async def refund(
     atomic = None if amount is None else _atomic(record, amount)
     book = _book(payer)
     async with book.hold(record.channel_id):
-        before, _ = await rail.channel_on_chain(chain_id, record.channel_id)
+        before, claimed = await rail.channel_on_chain(chain_id, record.channel_id)
+        # Only a refund or a withdrawal, both to the payer, lowers the escrow's balance.
+        learnt = record.deposited - record.refunded - before
+        if learnt > 0:
+            await book.refunded(
+                record.channel_id, learnt, "closed" if before == claimed else record.status
+            )
+        if learnt > 0 and before == claimed:
+            return SessionRefund(
+                record.channel_id,
+                _amount(record, learnt),
+                _amount(record, claimed),
+                record.currency,
+                None,
+                True,
+            )
         answer = await _ask_refund(payer, network, rail, record, config, chain_id, atomic)
         after, claimed = await rail.channel_on_chain(chain_id, record.channel_id)
         refunded = before - after
