@@ -547,3 +547,22 @@ async def test_a_refund_of_a_channel_the_merchant_refunded_books_what_the_chain_
     assert len(stack.facilitator.requests) == asked
     (record,) = await payments(payer.options()).sessions()
     assert (record.refunded, record.status) == (DEPOSIT - 2 * PRICE, "closed")
+
+
+async def test_a_merchant_that_lost_its_records_is_paid_on_from_the_payers_journal(
+    payer: Payer,
+) -> None:
+    """The merchant's channel storage loses the channel (a restart on memory storage): it
+    takes the payer's next voucher at its word (its charged total inferred from it), and the
+    payer's journal keeps the cumulative amounts going, one deposit in all."""
+    stack = payer.stack
+    async with payer.client() as client:
+        await payer.pay(client, 2)
+        forgotten = stack.storage.update_channel(payer.channel_id, lambda _channel: None)
+        assert forgotten.status == "deleted"
+        (receipt,) = await payer.pay(client, 1)
+    assert payer.ceilings() == [PRICE, 2 * PRICE, 3 * PRICE]
+    assert payer.kinds().count("deposit") == 1
+    assert receipt.cumulative_amount == _eur(3 * PRICE)
+    assert await payer.settle() == 3 * PRICE
+    assert await payer.escrow() == (DEPOSIT, 3 * PRICE)
