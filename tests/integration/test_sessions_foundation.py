@@ -566,3 +566,18 @@ async def test_a_merchant_that_lost_its_records_is_paid_on_from_the_payers_journ
     assert receipt.cumulative_amount == _eur(3 * PRICE)
     assert await payer.settle() == 3 * PRICE
     assert await payer.escrow() == (DEPOSIT, 3 * PRICE)
+
+
+async def test_a_withdrawal_of_a_channel_the_merchant_refunded_books_the_refund(
+    payer: Payer,
+) -> None:
+    stack = payer.stack
+    async with payer.client() as client:
+        await payer.pay(client, 2)
+        await stack.refund([payer.channel_id])
+        with pytest.raises(X402Error, match="nothing left to withdraw") as nothing:
+            await payments(client).withdraw_session(payer.channel_id)
+    assert nothing.value.money_moved is False
+    assert "the merchant returned 0.08 EUR on its own" in str(nothing.value)
+    (record,) = await payments(payer.options()).sessions()
+    assert (record.refunded, record.status) == (DEPOSIT - 2 * PRICE, "closed")

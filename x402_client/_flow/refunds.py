@@ -118,12 +118,7 @@ async def refund(
     book = _book(payer)
     async with book.hold(record.channel_id):
         before, claimed = await rail.channel_on_chain(chain_id, record.channel_id)
-        # Only a refund or a withdrawal, both to the payer, lowers the escrow's balance.
-        learnt = record.deposited - record.refunded - before
-        if learnt > 0:
-            await book.refunded(
-                record.channel_id, learnt, "closed" if before == claimed else record.status
-            )
+        learnt = await _learn_refunds(book, record, before, claimed)
         if learnt > 0 and before == claimed:
             return SessionRefund(
                 record.channel_id,
@@ -154,6 +149,20 @@ async def refund(
         _tx_hash(answer),
         closed,
     )
+
+
+async def _learn_refunds(
+    book: ChannelBook, record: ChannelRecord, balance: int, claimed: int
+) -> int:
+    """Book what the chain shows came back that the record does not know of (the
+    merchant's refund of its own): only a refund or a withdrawal, both to the payer, lowers
+    the escrow's balance. What was learnt, atomic."""
+    learnt = record.deposited - record.refunded - balance
+    if learnt <= 0:
+        return 0
+    status = "closed" if balance == claimed else record.status
+    await book.refunded(record.channel_id, learnt, status)
+    return learnt
 
 
 async def _ask_refund(
@@ -306,10 +315,16 @@ async def _initiate(
     from .._rails.approval import send_transaction
 
     balance, claimed = await rail.channel_on_chain(chain_id, record.channel_id)
+    learnt = await _learn_refunds(book, record, balance, claimed)
     available = balance - claimed
     if available <= 0:
+        from .._protocol.amounts import format_amount
+
+        shown = format_amount(_amount(record, learnt))
+        returned = f" (the merchant returned {shown} {record.currency} on its own)"
         raise X402Error(
-            f"session {record.channel_id[:18]}… has nothing left to withdraw; no money moved"
+            f"session {record.channel_id[:18]}… has nothing left to withdraw"
+            f"{returned if learnt else ''}; no money moved"
         )
     await book.set_status(record.channel_id, "withdrawing")
     data = bs.initiate_withdraw_call(config, available)
