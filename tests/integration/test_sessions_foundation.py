@@ -15,6 +15,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 
@@ -581,3 +582,41 @@ async def test_a_withdrawal_of_a_channel_the_merchant_refunded_books_the_refund(
     assert "the merchant returned 0.08 EUR on its own" in str(nothing.value)
     (record,) = await payments(payer.options()).sessions()
     assert (record.refunded, record.status) == (DEPOSIT - 2 * PRICE, "closed")
+
+
+async def test_concurrent_requests_then_a_partial_refund_and_the_session_goes_on(
+    payer: Payer,
+) -> None:
+    """Three requests at once on one channel sign strictly increasing cumulative amounts
+    (the merchant never sees two at once: no `channel_busy`); a partial refund returns
+    exactly what was asked and leaves the channel open; the next voucher goes on from the
+    charged total."""
+    stack = payer.stack
+    async with payer.client() as client:
+        statuses: list[int] = []
+
+        async def one() -> None:
+            statuses.append((await client.get(stack.session_url)).status_code)
+
+        async with anyio.create_task_group() as group:
+            for _ in range(3):
+                group.start_soon(one)
+        assert statuses == [200] * 3
+        refund = await payments(client).refund_session(payer.channel_id, Decimal("0.03"))
+        assert (refund.refunded, refund.charged, refund.closed) == (
+            _eur(3 * PRICE),
+            _eur(3 * PRICE),
+            False,
+        )
+        await payer.pay(client, 1)
+    assert payer.kinds() == ["deposit", "voucher", "voucher", "refund", "voucher"]
+    assert payer.ceilings() == [PRICE, 2 * PRICE, 3 * PRICE, 3 * PRICE, 4 * PRICE]
+    assert await payer.escrow() == (DEPOSIT - 3 * PRICE, 3 * PRICE)
+    assert await payer.balance() == FUNDING - DEPOSIT + 3 * PRICE
+    (record,) = await payments(payer.options()).sessions()
+    assert (record.status, record.refunded, record.signed, record.acknowledged) == (
+        "open",
+        3 * PRICE,
+        4 * PRICE,
+        4 * PRICE,
+    )
