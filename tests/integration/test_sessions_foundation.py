@@ -391,6 +391,10 @@ async def test_a_payer_that_lost_its_journal_is_refused_safely(
         # Asked again, it refuses again: nothing above what this journal signed.
         with pytest.raises(PaymentOutcomeUnknown):
             await client.get(stack.session_url)
+        # Nor does its refund build on the merchant's word (the timed withdrawal needs none).
+        with pytest.raises(PaymentRefused, match="above the 10000 signed") as no_refund:
+            await payments(client).refund_session(payer.channel_id)
+        assert no_refund.value.money_moved is False
     message = str(refused.value)
     assert isinstance(refused.value, PaymentOutcomeUnknown)
     # Its refused voucher was handed over (the merchant holds it; it adds nothing to the
@@ -398,9 +402,9 @@ async def test_a_payer_that_lost_its_journal_is_refused_safely(
     assert refused.value.money_moved is None
     assert f"claims to have charged {2 * PRICE}" in message
     assert f"above the {PRICE} signed" in message
-    # The fresh journal's single voucher (the chain's claimed total + the price), and no
-    # voucher built on the merchant's word.
-    assert payer.ceilings() == [PRICE, 2 * PRICE, PRICE, PRICE]
+    # The fresh journal's voucher (the chain's claimed total + the price) twice, and its
+    # refund's voucher of what it saw acknowledged (nothing): none built on the merchant's word.
+    assert payer.ceilings() == [PRICE, 2 * PRICE, PRICE, PRICE, 0]
     assert payer.kinds().count("deposit") == 1
     merchant = stack.merchant_channel(payer.channel_id)
     assert merchant is not None and merchant.charged_cumulative_amount == str(2 * PRICE)
