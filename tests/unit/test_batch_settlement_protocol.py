@@ -609,6 +609,7 @@ VIOLATIONS = [
     ({"channelId": 5}, {}, "answers for channel"),
     # never above what was signed
     ({}, {"signed": 1999, "previous_charged": 1000}, "above the 1999 signed"),
+    ({"chargedCumulativeAmount": "3000"}, {}, "charged total of 3000, above the 2000 signed"),
     ({"totalClaimed": "2001"}, {}, "claimed 2001, more than the 2000"),
     # malformed
     ({"balance": "ten"}, {}, "malformed: channelState.balance"),

@@ -1031,6 +1031,11 @@ def _check_totals(
     expected_balance: int | None,
 ) -> None:
     """Rules 2-4 of `check_acknowledgement` and its ceiling."""
+    # A total above what was signed is said as such: it is the claim the payer never owed.
+    if reported is not None and reported > signed:
+        raise ChannelClaimRefused(
+            f"the merchant claims a charged total of {reported}, above the {signed} signed"
+        )
     if reported is not None and reported != cumulative:
         raise ChannelClaimRefused(
             f"the merchant's charged total {reported} is not the {cumulative} its charge adds up to"
