@@ -97,6 +97,9 @@ class Payer:
         self.network = _Network()
         self.channel_id = stack.channel_id(address)
 
+    def __repr__(self) -> str:  # never print the payer key
+        return f"Payer({self.address})"
+
     @property
     def sent(self) -> list[dict[str, Any]]:
         return self.network.sent
