@@ -627,3 +627,65 @@ async def test_concurrent_requests_then_a_partial_refund_and_the_session_goes_on
         4 * PRICE,
         4 * PRICE,
     )
+
+
+WORKER = Path(__file__).with_name("session_payer.py")
+
+
+async def _run_worker(config: dict[str, Any]) -> tuple[int, list[str]]:
+    """A payer process (`session_payer.py`) to its end: its exit status and outcomes."""
+    import sys
+
+    with anyio.fail_after(300):
+        done = await anyio.run_process(
+            [sys.executable, str(WORKER), json.dumps(config)], check=False
+        )
+    if done.returncode != 0:
+        return done.returncode, []
+    outcomes: list[str] = json.loads(done.stdout)["outcomes"]
+    return 0, outcomes
+
+
+@pytest.mark.parametrize("kill", ["before-send", "after-answer"])
+async def test_a_payer_killed_mid_request_is_resumed_by_another_process(
+    payer: Payer, tmp_path: Path, kill: str
+) -> None:
+    """A payer process dies in its third request: before its voucher left (journaled
+    only), or after the merchant served and charged it (its answer died with it). Another
+    process on the same state file pays two more: one deposit in all, and the merchant
+    settles exactly one price per request it served, never one twice."""
+    stack, sent = payer.stack, tmp_path / "sent.jsonl"
+    config = {
+        "key": payer.key,
+        "rpc_url": stack.rpc_url,
+        "chain_id": stack.chain_id,
+        "asset": {
+            "chain_id": stack.chain_id,
+            "address": stack.token,
+            "symbol": "sEURC",
+            "currency": "EUR",
+        },
+        "state": str(payer.state),
+        "url": stack.session_url,
+        "sent": str(sent),
+    }
+    killed = {**config, "requests": 3, "kill": kill, "kill_at": 3}
+    assert await _run_worker(killed) == (-9, [])
+    assert await _run_worker({**config, "requests": 2}) == (0, ["200", "200"])
+
+    served = 4 if kill == "before-send" else 5
+    lines = [json.loads(line) for line in sent.read_text().splitlines()]
+    deposits = [x for x in lines if x["sent"] and x["payload"].get("type") == "deposit"]
+    assert [int(x["payload"]["deposit"]["amount"]) for x in deposits] == [DEPOSIT]
+    assert payer.deposits_settled() == [DEPOSIT]
+    top = max(int(x["payload"]["voucher"]["maxClaimableAmount"]) for x in lines if x["sent"])
+    assert top == served * PRICE
+    (record,) = await payments(payer.options()).sessions()
+    assert (record.deposited, record.signed, record.acknowledged) == (
+        DEPOSIT,
+        served * PRICE,
+        served * PRICE,
+    )
+    assert await payer.settle() == served * PRICE
+    assert await payer.escrow() == (DEPOSIT, served * PRICE)
+    assert await payer.balance() == FUNDING - DEPOSIT
