@@ -276,3 +276,20 @@ async def test_a_channel_that_cannot_be_read_on_chain_is_not_paid(session: Sessi
     assert failed.value.money_moved is False
     assert "cannot be read" in str(failed.value) and "nothing was paid" in str(failed.value)
     assert session.sent == []
+
+
+async def test_a_withdrawal_that_could_not_be_sent_leaves_the_session_open(
+    session: Session,
+) -> None:
+    """The payer's key holds no coin for gas: the withdrawal is not sent, the chain shows
+    none pending, and the session goes on taking vouchers."""
+    options = session.options()
+    async with session.client(options) as client:
+        assert (await client.get(session.url)).status_code == 200
+        (record,) = await payments(client).sessions()
+        with pytest.raises(X402Error, match="the withdrawal was not sent"):
+            await payments(client).withdraw_session(record.channel_id)
+        (after,) = await payments(client).sessions()
+        assert after.status == "open"
+        assert (await client.get(session.url)).status_code == 200
+    assert [p.get("type") for p in session.sent] == ["deposit", "voucher"]

@@ -9,6 +9,7 @@ the record keeps the channel open and says so.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 from collections.abc import Mapping
@@ -328,9 +329,17 @@ async def _initiate(
         )
     await book.set_status(record.channel_id, "withdrawing")
     data = bs.initiate_withdraw_call(config, available)
-    tx = await send_transaction(
-        payer.options, chain_id, "the withdrawal", _raw_call(bs.ESCROW, data)
-    )
+    try:
+        tx = await send_transaction(
+            payer.options, chain_id, "the withdrawal", _raw_call(bs.ESCROW, data)
+        )
+    except X402Error:
+        # Open again only when the chain shows no withdrawal pending: a transaction that
+        # may have gone through keeps the channel closed to vouchers.
+        with contextlib.suppress(Exception):
+            if (await rail.pending_withdrawal(chain_id, record.channel_id))[0] == 0:
+                await book.set_status(record.channel_id, record.status)
+        raise
     _, initiated_at = await rail.pending_withdrawal(chain_id, record.channel_id)
     due = initiated_at + config.withdraw_delay
     return SessionWithdrawal(
