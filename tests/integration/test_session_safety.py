@@ -38,7 +38,7 @@ from x402_client import (
 )
 from x402_client._options import EvmOptions
 from x402_client._protocol.assets import Asset
-from x402_client._rails.session import DEPOSIT_DESCRIPTION
+from x402_client._rails.batch import DEPOSIT_DESCRIPTION
 from x402_eur_sandbox._anvil import AnvilNode, token_balance
 from x402_eur_sandbox._batch_escrow import channel_state
 from x402_eur_sandbox._batch_merchant import BatchSettlement

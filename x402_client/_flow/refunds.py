@@ -23,7 +23,7 @@ from .._protocol.errors import ConfigurationError, PaymentVerificationFailed, X4
 from .._protocol.redact import safe_url
 
 if TYPE_CHECKING:
-    from .._rails.session import SessionRail
+    from .._rails.batch import SessionRail
     from .._state.channels import ChannelBook, ChannelRecord
     from .payment import Payer
 
@@ -84,7 +84,7 @@ def _amount(record: ChannelRecord, atomic: int) -> Decimal:
 
 
 def _rail(payer: Payer) -> SessionRail:
-    from .._rails.session import SessionRail
+    from .._rails.batch import SessionRail
 
     for rail in payer.rails:
         if isinstance(rail, SessionRail):

@@ -49,7 +49,7 @@ EIP712_DOMAIN: list[dict[str, str]] = [
 #: The rail modules, in the order the payer tries their rails on an entry: every rail that
 #: can describe it is a candidate, in this order (a chain-A entry: the user's own wallet,
 #: then the bridge). Each has `build(context) -> Rail | None`.
-RAILS = ("euro", "evm", "eip3009", "permit2", "upto", "session", "chain_a", "solana", "bridge")
+RAILS = ("euro", "evm", "eip3009", "permit2", "upto", "batch", "chain_a", "solana", "bridge")
 
 
 @dataclasses.dataclass(frozen=True)
