@@ -287,8 +287,9 @@ async def test_a_withdrawal_that_could_not_be_sent_leaves_the_session_open(
     async with session.client(options) as client:
         assert (await client.get(session.url)).status_code == 200
         (record,) = await payments(client).sessions()
-        with pytest.raises(X402Error, match="the withdrawal was not sent"):
+        with pytest.raises(X402Error, match="the withdrawal was not sent") as unsent:
             await payments(client).withdraw_session(record.channel_id)
+        assert "too little of the chain's coin to pay the gas" in str(unsent.value)
         (after,) = await payments(client).sessions()
         assert after.status == "open"
         assert (await client.get(session.url)).status_code == 200

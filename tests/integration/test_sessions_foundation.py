@@ -405,6 +405,8 @@ async def test_a_payer_that_lost_its_journal_is_refused_safely(
     assert refused.value.money_moved is None
     assert f"claims to have charged {2 * PRICE}" in message
     assert f"above the {PRICE} signed" in message
+    # It says how the deposit comes back without the merchant.
+    assert f"x402-eur sessions withdraw {payer.channel_id[:12]}" in message
     # The fresh journal's voucher (the chain's claimed total + the price) twice, and its
     # refund's voucher of what it saw acknowledged (nothing): none built on the merchant's word.
     assert payer.ceilings() == [PRICE, 2 * PRICE, PRICE, PRICE, 0]

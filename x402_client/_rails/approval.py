@@ -238,4 +238,6 @@ def _failure(exc: Exception) -> str:
         data = getattr(exc, "data", None)
         shown = data[:10] if isinstance(data, str) else str(exc.message)[:80]
         return f"reverted ({shown})"
+    if "insufficient funds" in str(exc).lower():
+        return "the key holds too little of the chain's coin to pay the gas"
     return type(exc).__name__

@@ -284,7 +284,9 @@ class SessionRail(SigningRail[BatchAcceptEntry]):
         except bs.ChannelClaimRefused as exc:
             raise PaymentRefused(
                 f"the merchant's view of session {channel_id[:18]}… does not hold against what "
-                f"this payer signed ({exc}); nothing was paid"
+                f"this payer signed ({exc}); nothing was paid. The deposit's unspent rest can be "
+                "taken back without the merchant: x402-eur sessions withdraw "
+                f"{channel_id[:12]} (payments(client).withdraw_session)"
             ) from None
 
     async def _record(
