@@ -11,8 +11,8 @@ from collections.abc import Callable
 import pytest
 
 from tests.needs import require
-from x402_client._rails import _evm_signing
-from x402_client._rails._evm_signing import _reused_state_keccak, keccak256
+from x402_client._protocol import evm_words
+from x402_client._protocol.evm_words import _reused_state_keccak, keccak256
 
 require("Crypto.Hash.keccak", "pip install 'x402-eur[evm]'")
 
@@ -89,4 +89,4 @@ def test_a_fast_path_that_disagrees_with_the_public_api_is_not_trusted() -> None
 
 
 def test_keccak256_uses_one_implementation_chosen_once() -> None:
-    assert _evm_signing._keccak() is _evm_signing._keccak()
+    assert evm_words._keccak() is evm_words._keccak()

@@ -73,13 +73,19 @@ from .._protocol.errors import (
     PaymentNotConfirmed,
     PaymentOutcomeUnknown,
     PaymentRefused,
-    PaymentRejectedByHook,
     PaymentVerificationFailed,
     UnreplayableRequest,
     X402Error,
 )
 from .._protocol.ledger import Outcome
-from .._protocol.policy import Candidate, SkippedEntry, SkipReason, no_candidate_error, select
+from .._protocol.policy import (
+    Candidate,
+    SkippedEntry,
+    SkipReason,
+    approve,
+    no_candidate_error,
+    select,
+)
 from .._protocol.rail_interface import (
     ANY_CURRENCY,
     Acknowledging,
@@ -1152,19 +1158,8 @@ class Payment:
         booked and held, and the journal says why (`held`), until recovery can tell. What
         was booked (None: the maximum). Never breaks the payment (the money moved)."""
         self.settled = True
-        entry = self.entry
-        step, detail, settled = settlement_step(entry.intent, check)
-        _trail(entry, step, detail)
-        # The journal first: a row with a `settled` step is never given back again.
-        await self._write(
-            f"the {step} amount", self._writer.update_payment, step=step, detail=detail
-        )
-        if settled is None:
-            return None
-        entry.settled_amount = settled
-        self.held = await self._state.budgets.give_back(
-            self.held, entry.intent.amount, settled, self.id
-        )
+        step, detail, settled = settlement_step(self.entry.intent, check)
+        await self._keep(step, detail, settled)
         return settled
 
     async def book_at_most(self, atomic: int) -> None:
@@ -1172,21 +1167,32 @@ class Payment:
         that adds only that to the highest cumulative amount signed before): the ledger
         books that, the budgets keep it and give back the rest of the reservation, and the
         journal says so (a `settled` row is never given back again)."""
-        entry = self.entry
-        authorized = entry.intent.amount
-        amount = entry.intent.amount_of(atomic)
+        authorized = self.entry.intent.amount
+        amount = self.entry.intent.amount_of(atomic)
         if amount is None or amount >= authorized:
             return
-        entry.settled_amount = amount
         detail = (
             f"{format_amount(amount)} of at most {format_amount(authorized)}: the voucher adds "
             "no more to what was signed before"
         )
-        _trail(entry, "settled", detail)
+        await self._keep("settled", detail, amount)
+
+    async def _keep(self, step: str, detail: str, kept: Decimal | None) -> None:
+        """Book what the proof moves: the trail and the journal first (a row with a
+        `settled` step is never given back again), then, unless `kept` is None (the
+        maximum stays booked and held), the ledger and the budgets, which keep `kept` and
+        give back the rest of the reservation."""
+        entry = self.entry
+        _trail(entry, step, detail)
         await self._write(
-            "what the voucher adds", self._writer.update_payment, step="settled", detail=detail
+            f"the {step} amount", self._writer.update_payment, step=step, detail=detail
         )
-        self.held = await self._state.budgets.give_back(self.held, authorized, amount, self.id)
+        if kept is None:
+            return
+        entry.settled_amount = kept
+        self.held = await self._state.budgets.give_back(
+            self.held, entry.intent.amount, kept, self.id
+        )
 
     # --- the end ---------------------------------------------------------------------------------
 
@@ -1763,24 +1769,8 @@ class Payer:
     async def _ask_hook(self, intent: PaymentIntent, request: httpx.Request) -> None:
         """`on_before_payment` approves with `True` only: the hook fails closed."""
         hook = self.options.on_before_payment
-        if hook is None:
-            return
-        try:
-            verdict = await _call(hook, intent)
-        except Exception as exc:
-            raise PaymentRejectedByHook(
-                f"on_before_payment raised {type(exc).__name__}; nothing was paid",
-                request=request,
-                intent=intent,
-            ) from exc
-        if verdict is not True:
-            shown = repr(verdict) if len(repr(verdict)) <= 60 else type(verdict).__name__
-            raise PaymentRejectedByHook(
-                f"on_before_payment returned {shown}; only True approves a payment; "
-                "nothing was paid",
-                request=request,
-                intent=intent,
-            )
+        if hook is not None:  # without one, the paid path stays in the flow
+            await approve(hook, intent, request=request)
 
     @staticmethod
     async def _book_settled(

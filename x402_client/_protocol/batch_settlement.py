@@ -34,6 +34,8 @@ import re
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Literal, Protocol, cast
 
+from . import evm_words
+
 if TYPE_CHECKING:
     from eth_account.signers.local import LocalAccount
     from eth_typing import Hash32
@@ -141,7 +143,7 @@ UINT256_LIMIT = 1 << 256
 #: 402's `maxTimeoutSeconds`).
 MAX_TIMEOUT_SECONDS = 86_400
 
-_ADDRESS_RE = re.compile(r"\A0x[0-9a-fA-F]{40}\Z")
+_ADDRESS_RE = evm_words.ADDRESS_RE
 _BYTES32_RE = re.compile(r"\A0x[0-9a-fA-F]{64}\Z")
 _DIGITS_RE = re.compile(r"\A(?:0|[1-9][0-9]{0,77})\Z")
 _NETWORK_RE = re.compile(r"\Aeip155:([1-9][0-9]{0,76})\Z")
@@ -169,41 +171,11 @@ class ChannelClaimRefused(ValueError):
 # --- hashing and words -------------------------------------------------------------------
 
 
-@functools.cache
-def _keccak() -> Callable[[bytes], bytes]:
-    try:
-        from eth_hash.auto import keccak
-    except ImportError:  # pragma: no cover - the evm extra brings it
-        raise ImportError(
-            "batch-settlement needs the evm extra: pip install 'x402-eur[evm]'"
-        ) from None
-    return keccak
-
-
-def keccak256(data: bytes) -> bytes:
-    """Keccak-256 (Ethereum's, not SHA3-256)."""
-    return _keccak()(data)
-
-
-def _word(value: int) -> bytes:
-    return value.to_bytes(32, "big")
-
-
-def _address_word(address: str) -> bytes:
-    return bytes(12) + bytes.fromhex(address[2:])
-
-
-@functools.lru_cache(maxsize=512)
-def checksum(address: str) -> str:
-    """The EIP-55 form of a `0x` address (`ValueError` if it is not one)."""
-    if not _ADDRESS_RE.match(address):
-        raise ValueError(f"{address[:50]!r} is not a 0x address")
-    lower = address[2:].lower()
-    hashed = keccak256(lower.encode()).hex()
-    return "0x" + "".join(
-        char.upper() if char.isalpha() and int(hashed[i], 16) >= 8 else char
-        for i, char in enumerate(lower)
-    )
+#: Ethereum's Keccak-256 and EIP-55 addresses, shared with every digest the client signs.
+keccak256 = evm_words.keccak256
+checksum = evm_words.checksum_address
+_word = evm_words.uint_word
+_address_word = evm_words.address_word
 
 
 @functools.cache

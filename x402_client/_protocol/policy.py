@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import inspect
 from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
@@ -45,6 +46,7 @@ from .errors import (
     BudgetExceeded,
     InvalidChallenge,
     NoSatisfiableOption,
+    PaymentRejectedByHook,
     X402Error,
 )
 from .models import AcceptEntry, EuroAcceptEntry, InvalidEntry, parse_accept
@@ -64,6 +66,7 @@ __all__ = [
     "Selection",
     "SkipReason",
     "SkippedEntry",
+    "approve",
     "effective_cap",
     "no_candidate_error",
     "select",
@@ -424,3 +427,35 @@ def no_candidate_error(
         skipped=skipped,
         request=request,
     )
+
+
+async def approve(
+    hook: Callable[[PaymentIntent], Any] | None,
+    intent: PaymentIntent,
+    *,
+    request: Any = None,
+    of: str = "",
+) -> None:
+    """`on_before_payment` approves `intent` with `True` only (a sync or async hook): the
+    hook fails closed, with `PaymentRejectedByHook`. `of` names what it was asked about
+    when that is not the request's payment itself (`" for the channel's deposit"`)."""
+    if hook is None:
+        return
+    try:
+        verdict = hook(intent)
+        if inspect.isawaitable(verdict):
+            verdict = await verdict
+    except Exception as exc:
+        raise PaymentRejectedByHook(
+            f"on_before_payment raised {type(exc).__name__}{of}; nothing was paid",
+            request=request,
+            intent=intent,
+        ) from exc
+    if verdict is not True:
+        shown = repr(verdict) if len(repr(verdict)) <= 60 else type(verdict).__name__
+        raise PaymentRejectedByHook(
+            f"on_before_payment returned {shown}{of}; only True approves a payment; "
+            "nothing was paid",
+            request=request,
+            intent=intent,
+        )

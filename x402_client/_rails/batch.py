@@ -33,7 +33,6 @@ The rules this rail keeps (`docs/sessions.md` says them in users' words):
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import logging
 import time
 from collections.abc import AsyncIterator, Mapping
@@ -41,21 +40,23 @@ from contextlib import asynccontextmanager
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
+import httpx
+
 from .._protocol import batch_settlement as bs
+from .._protocol.amounts import format_amount
 from .._protocol.assets import Asset
 from .._protocol.errors import (
     PaymentFailed,
     PaymentRefused,
-    PaymentRejectedByHook,
     PaymentVerificationFailed,
 )
 from .._protocol.models import AcceptEntry, BatchAcceptEntry
-from .._protocol.policy import effective_cap
+from .._protocol.policy import approve, effective_cap
 from .._protocol.rail_interface import Note, NotForThisRail, RailContext, RequestSettings, no_note
 from .._protocol.types import Paid, PaymentIntent, PaymentReceipt
-from ._evm_family import SigningRail, token_intent
+from ._evm_family import token_intent
 from ._evm_signing import DigestSigner
-from .permit2 import PERMIT2_EVM_EXTRA_MISSING, ChainReader, RpcUnavailable
+from .permit2 import PERMIT2_EVM_EXTRA_MISSING, ChainReadingRail, RpcUnavailable
 
 if TYPE_CHECKING:
     from .._state.channels import ChannelBook, ChannelRecord
@@ -97,7 +98,7 @@ class _Voucher:
     adds: int
 
 
-class SessionRail(SigningRail[BatchAcceptEntry]):
+class SessionRail(ChainReadingRail[BatchAcceptEntry]):
     """Pays `batch-settlement` entries on any EVM chain from the payer's EVM key, keeping
     each channel's state in the options' store. Built once per payer."""
 
@@ -107,10 +108,10 @@ class SessionRail(SigningRail[BatchAcceptEntry]):
     paying = "session voucher"
     signed = "a session voucher"
     extra_missing = PERMIT2_EVM_EXTRA_MISSING
+    unreadable = "the channel's balance cannot be read"
 
     def __init__(self, context: RailContext) -> None:
         super().__init__(context)
-        self._reader: ChainReader | None = None
         #: The voucher each payment in flight signed, by its payload's id (`acknowledge`).
         self._signed: dict[int, _Voucher] = {}
         #: Channels whose last voucher was not acknowledged: the merchant may see them
@@ -129,16 +130,6 @@ class SessionRail(SigningRail[BatchAcceptEntry]):
         except ValueError as exc:
             blockers.append(f"its channel terms cannot be read ({exc})")
         return blockers, asset.symbol if asset is not None else "a token"
-
-    def needs(self, chain_id: int) -> tuple[list[str], list[str]]:
-        evm = self._context.options.evm
-        blockers, settings = super().needs(chain_id)
-        if evm is None or chain_id not in evm.rpc_urls:
-            blockers.append(
-                f"no RPC URL configured for chain {chain_id} (EvmOptions.rpc_urls), so the "
-                "channel's balance cannot be read"
-            )
-        return blockers, settings
 
     def intent(self, entry: BatchAcceptEntry, token: Asset, resource: str) -> PaymentIntent:
         return token_intent(entry, token, resource, rail="session")
@@ -306,7 +297,6 @@ class SessionRail(SigningRail[BatchAcceptEntry]):
 
         balance, claimed = await self.channel_on_chain(terms.chain_id, channel_id)
         asset = self._asset(terms)
-        now = _now()
         fresh = ChannelRecord(
             channel_id=channel_id,
             network=terms.network,
@@ -321,8 +311,6 @@ class SessionRail(SigningRail[BatchAcceptEntry]):
             acknowledged=claimed,
             refunded=0,
             status="open",
-            opened_at=now,
-            updated_at=now,
         )
         return await book.open_channel(fresh)
 
@@ -365,30 +353,14 @@ class SessionRail(SigningRail[BatchAcceptEntry]):
         return target
 
     async def _approve_deposit(self, intent: PaymentIntent, atomic: int) -> None:
-        hook = self._context.options.on_before_payment
-        if hook is None:
-            return
         deposit = dataclasses.replace(
             intent,
             amount=intent.amount_of(atomic) or Decimal(0),
             atomic_amount=atomic,
             description=DEPOSIT_DESCRIPTION,
         )
-        try:
-            verdict = hook(deposit)
-            if inspect.isawaitable(verdict):
-                verdict = await verdict
-        except Exception as exc:
-            raise PaymentRejectedByHook(
-                f"on_before_payment raised {type(exc).__name__} on the channel's deposit; "
-                "nothing was paid",
-                intent=deposit,
-            ) from exc
-        if verdict is not True:
-            raise PaymentRejectedByHook(
-                "on_before_payment did not approve the channel's deposit; nothing was paid",
-                intent=deposit,
-            )
+        hook = self._context.options.on_before_payment
+        await approve(hook, deposit, of=" for the channel's deposit")
 
     # --- after the merchant answered ---------------------------------------------------------
 
@@ -490,15 +462,6 @@ class SessionRail(SigningRail[BatchAcceptEntry]):
         """The charged total a corrective 402 proves (`corrective_baseline`)."""
         return await self._baseline(terms, record, record.channel_id, chain_id, self.signer)
 
-    def _chain(self) -> ChainReader:
-        evm = self._context.options.evm
-        assert evm is not None
-        if self._reader is None or self._reader._rpc_urls is not evm.rpc_urls:
-            context = self._context
-            report = context.report if context.options.on_progress is not None else None
-            self._reader = ChainReader(evm.rpc_urls, report, self.name)
-        return self._reader
-
     def _book(self) -> ChannelBook:
         from .._state.shared import state_of
 
@@ -508,10 +471,6 @@ class SessionRail(SigningRail[BatchAcceptEntry]):
         from .._protocol.assets import find_asset
 
         return find_asset(terms.chain_id, terms.asset, self._context.options.assets)
-
-    async def aclose(self) -> None:
-        if self._reader is not None:
-            await self._reader.aclose()
 
 
 def _wire_of(entry: BatchAcceptEntry) -> dict[str, Any]:
@@ -524,8 +483,6 @@ def _wire_of(entry: BatchAcceptEntry) -> dict[str, Any]:
 def _resource_of(resource: str) -> str:
     """The resource a channel was opened for, without its query or fragment (they may carry
     credentials): a cooperative refund is asked of it."""
-    import httpx
-
     url = httpx.URL(resource)
     return str(url.copy_with(query=None, fragment=None, username=None, password=None))
 
@@ -535,16 +492,8 @@ def _sign_voucher(signer: DigestSigner, channel_id: str, cumulative: int, chain_
 
 
 def _shown(intent: PaymentIntent, atomic: int) -> str:
-    from .._protocol.amounts import format_amount
-
     amount = intent.amount_of(atomic)
     return f"{format_amount(amount)} {intent.currency}" if amount is not None else str(atomic)
-
-
-def _now() -> str:
-    from datetime import datetime, timezone
-
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 def build(context: RailContext) -> SessionRail | None:

@@ -31,20 +31,20 @@ import dataclasses
 import functools
 import os
 from collections.abc import Mapping
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar
 
 import httpx
 
 from .._protocol.amounts import format_amount
 from .._protocol.assets import Asset, find_asset
 from .._protocol.errors import ConfigurationError
-from .._protocol.models import AcceptEntry, ExactAcceptEntry, UptoAcceptEntry
+from .._protocol.models import AcceptEntry, ExactAcceptEntry
 from .._protocol.rail_interface import NotForThisRail, RailContext
 from .._protocol.redact import endpoint_url, private_endpoints
 from .._protocol.types import PaymentIntent
 from .._state.http import default_ssl_context
 from .._state.rpc_wait import Report, RpcWait, watched
-from ._evm_family import SigningRail
+from ._evm_family import SigningRail, StandardEntry
 from ._evm_signing import (
     UINT256_LIMIT,
     DigestSigner,
@@ -64,6 +64,7 @@ __all__ = [
     "PERMIT2_EVM_EXTRA_MISSING",
     "PERMIT_WITNESS_TRANSFER_FROM_TYPE",
     "ChainReader",
+    "ChainReadingRail",
     "Permit2Authorization",
     "Permit2Family",
     "Permit2Rail",
@@ -398,16 +399,50 @@ def _approval_call(chain_id: int, asset: str) -> str:
     return f"payments(client).approve_permit2(chain_id={chain_id}, asset={asset!r})"
 
 
-EntryT = TypeVar("EntryT", bound=ExactAcceptEntry | UptoAcceptEntry)
+EntryT = TypeVar("EntryT", bound=StandardEntry)
 
 
-class Permit2Family(SigningRail[EntryT]):
-    """What the rails that pay through Permit2 (`exact` and `upto`) share: the RPC URL the
-    approval is read with, and `prepare`, which reads it. Built once per payer."""
+class ChainReadingRail(SigningRail[EntryT]):
+    """A signing rail that reads the chain before it signs (an allowance, a channel's
+    balance): it needs the chain's RPC URL (`unreadable` says what cannot be read without
+    it) and keeps one `ChainReader` on the options' endpoints. Built once per payer."""
+
+    #: What cannot be checked without an RPC URL (`"the Permit2 approval cannot be checked"`).
+    unreadable: ClassVar[str]
 
     def __init__(self, context: RailContext) -> None:
         super().__init__(context)
         self._reader: ChainReader | None = None
+
+    def needs(self, chain_id: int) -> tuple[list[str], list[str]]:
+        evm = self._context.options.evm
+        blockers, settings = super().needs(chain_id)
+        if evm is None or chain_id not in evm.rpc_urls:
+            blockers.append(
+                f"no RPC URL configured for chain {chain_id} (EvmOptions.rpc_urls), so "
+                f"{self.unreadable}"
+            )
+        return blockers, settings
+
+    async def aclose(self) -> None:
+        if self._reader is not None:
+            await self._reader.aclose()
+
+    def _chain(self) -> ChainReader:
+        evm = self._context.options.evm
+        assert evm is not None
+        if self._reader is None or self._reader._rpc_urls is not evm.rpc_urls:
+            context = self._context
+            report = context.report if context.options.on_progress is not None else None
+            self._reader = ChainReader(evm.rpc_urls, report, self.name)
+        return self._reader
+
+
+class Permit2Family(ChainReadingRail[EntryT]):
+    """What the rails that pay through Permit2 (`exact` and `upto`) share: the RPC URL the
+    approval is read with, and `prepare`, which reads it. Built once per payer."""
+
+    unreadable = "the Permit2 approval cannot be checked"
 
     def entry_blockers(
         self, entry: EntryT, extra: Mapping[str, Any], asset: Asset | None
@@ -416,16 +451,6 @@ class Permit2Family(SigningRail[EntryT]):
         if not entry.network.startswith("eip155:"):
             blockers.append("it is on an x402 v1 network (Permit2 is paid on v2 eip155 networks)")
         return blockers, asset.symbol if asset is not None else "a token"
-
-    def needs(self, chain_id: int) -> tuple[list[str], list[str]]:
-        evm = self._context.options.evm
-        blockers, settings = super().needs(chain_id)
-        if evm is None or chain_id not in evm.rpc_urls:
-            blockers.append(
-                f"no RPC URL configured for chain {chain_id} (EvmOptions.rpc_urls), so the "
-                "Permit2 approval cannot be checked"
-            )
-        return blockers, settings
 
     async def prepare(self, entry: AcceptEntry, intent: PaymentIntent) -> str | None:
         chosen, chain_id = self.chosen(entry)
@@ -447,19 +472,6 @@ class Permit2Family(SigningRail[EntryT]):
             f"{_approval_call(chain_id, chosen.asset)} (one ERC-20 approve transaction; "
             "it costs gas, nothing is paid)"
         )
-
-    async def aclose(self) -> None:
-        if self._reader is not None:
-            await self._reader.aclose()
-
-    def _chain(self) -> ChainReader:
-        evm = self._context.options.evm
-        assert evm is not None
-        if self._reader is None or self._reader._rpc_urls is not evm.rpc_urls:
-            context = self._context
-            report = context.report if context.options.on_progress is not None else None
-            self._reader = ChainReader(evm.rpc_urls, report, self.name)
-        return self._reader
 
 
 class Permit2Rail(Permit2Family[ExactAcceptEntry]):
