@@ -17,12 +17,12 @@ waits there until it is killed (SIGKILL: no `finally`, no close) with the hold t
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sys
 from typing import Any
 
 import anyio
+from start_gate import wait_for_go
 
 from x402_client._state.stores import open_store
 
@@ -37,9 +37,7 @@ async def sign(config: dict[str, Any]) -> None:
     signed: list[int] = []
     lost = 0
     try:
-        await anyio.Path(config["ready"]).touch()
-        while not await anyio.Path(config["go"]).exists():  # noqa: ASYNC110 - another process
-            await asyncio.sleep(0.002)
+        await wait_for_go(config["ready"], config["go"])
         for _ in range(int(config["times"])):
             async with store.hold(channel):
                 record = await store.channel(channel)

@@ -21,8 +21,8 @@ import sys
 from collections import Counter
 from typing import Any
 
-import anyio
 import httpx
+from start_gate import wait_for_go
 
 from x402_client import Budget, BudgetExceeded, PaymentOptions, payments, with_eur_payment
 
@@ -57,9 +57,7 @@ async def main(config: dict[str, Any]) -> None:
     outcomes: Counter[str] = Counter()
     other: list[str] = []
     async with with_eur_payment(httpx.AsyncClient(timeout=120), options) as client:
-        await anyio.Path(config["ready"]).touch()
-        while not await anyio.Path(config["go"]).exists():  # noqa: ASYNC110 - another process
-            await asyncio.sleep(0.005)
+        await wait_for_go(config["ready"], config["go"])
 
         async def fetch(url: str, currency: str) -> None:
             try:

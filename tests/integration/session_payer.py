@@ -35,8 +35,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import anyio
 import httpx
+from start_gate import wait_for_go
 
 from x402_client import Asset, PaymentOptions, with_eur_payment
 
@@ -99,9 +99,7 @@ async def main(config: dict[str, Any]) -> None:
     client = httpx.AsyncClient(transport=_Network(config), timeout=120)
     async with with_eur_payment(client, _options(config)) as paying:
         if config.get("ready"):
-            await anyio.Path(config["ready"]).touch()
-            while not await anyio.Path(config["go"]).exists():  # noqa: ASYNC110 - another process
-                await asyncio.sleep(0.005)
+            await wait_for_go(config["ready"], config["go"])
         for _ in range(int(config["requests"])):
             try:
                 response = await paying.get(config["url"])
